@@ -1,0 +1,231 @@
+"""How long a forward takes: the simulator's only source of time.
+
+The simulator never hard-codes a duration; it asks a :class:`LatencyModel` for
+
+- ``draft_step(context_len)``: one autoregressive draft token (or, with ``layer``, one
+  early-exit step through the target's first ``layer`` decoder layers);
+- ``target_forward(k, context_len)``: one target forward over ``k`` new positions
+  (k = 1 is an autoregressive step; verifying γ drafts is k = γ + 1).
+
+``corun=True`` asks for the duration while the other model runs on the same device (the
+one-device topology of parallel policies); a model without such measurements answers with
+the solo figure.
+
+:class:`TableLatency` holds medians per measured point and interpolates: linearly in
+``context_len`` (clamped at the ends of the measured range), linearly in ``k`` between
+measured k, and beyond the largest measured k it extends the last segment's slope (never
+below the last measured value). Verify cost on CPU is neither flat nor affine in k (DESIGN.md
+measured 317 ms at k=1, 935 at k=3, 575 at k=4), so a table, not a slope, is the default.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import pandas as pd
+
+from simlab.errors import SimlabError
+from simlab.trace.schema import NO_LAYER
+
+PROFILE_FORMAT = "simlab-latency"
+PROFILE_VERSION = 1
+
+
+@runtime_checkable
+class LatencyModel(Protocol):
+    """Durations in seconds of the forwards an executor runs."""
+
+    name: str
+
+    def draft_step(self, context_len: int, *, layer: int = NO_LAYER, corun: bool = False) -> float: ...
+
+    def target_forward(self, k: int, context_len: int, *, corun: bool = False) -> float: ...
+
+
+@dataclass(frozen=True)
+class Curve:
+    """Seconds as a function of context length, from measured points."""
+
+    context_len: tuple[int, ...]
+    seconds: tuple[float, ...]
+
+    def __call__(self, ctx: float) -> float:
+        if len(self.context_len) == 1:
+            return self.seconds[0]
+        return float(np.interp(ctx, self.context_len, self.seconds))
+
+    def to_dict(self) -> dict:
+        return {"context_len": list(self.context_len), "seconds": list(self.seconds)}
+
+    @classmethod
+    def from_points(cls, ctx, seconds) -> "Curve":
+        order = np.argsort(np.asarray(ctx))
+        c = tuple(int(x) for x in np.asarray(ctx)[order])
+        s = tuple(float(x) for x in np.asarray(seconds)[order])
+        if not c:
+            raise SimlabError("a latency curve needs at least one point")
+        if any(not (math.isfinite(x) and x > 0) for x in s):
+            raise SimlabError("latency curves need finite, positive seconds")
+        return cls(c, s)
+
+
+def _interp_k(k: int, ks: tuple[int, ...], values: list[float]) -> float:
+    """Linear in k between measured k; beyond the last, extend the last slope (not downwards)."""
+    if k <= ks[0]:
+        return values[0]
+    if k >= ks[-1]:
+        if len(ks) == 1:
+            return values[-1]
+        slope = (values[-1] - values[-2]) / (ks[-1] - ks[-2])
+        return values[-1] + max(slope, 0.0) * (k - ks[-1])
+    return float(np.interp(k, ks, values))
+
+
+@dataclass
+class TableLatency:
+    """A latency table: medians of measured points, interpolated (see module docstring)."""
+
+    name: str
+    # (layer, corun) -> curve over context length
+    draft: dict[tuple[int, bool], Curve]
+    # corun -> {k: curve over context length}
+    target: dict[bool, dict[int, Curve]]
+    hardware: str = ""
+    source: str = ""
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.draft:
+            raise SimlabError(f"latency model {self.name!r} has no draft-step curve")
+        if False not in self.target or not self.target[False]:
+            raise SimlabError(f"latency model {self.name!r} has no solo target-forward curves")
+        self.draft_step = lru_cache(maxsize=65536)(self._draft_step)  # type: ignore[method-assign]
+        self.target_forward = lru_cache(maxsize=65536)(self._target_forward)  # type: ignore[method-assign]
+
+    @property
+    def has_corun(self) -> bool:
+        return True in self.target
+
+    @property
+    def layers(self) -> list[int]:
+        return sorted({layer for layer, _ in self.draft if layer != NO_LAYER})
+
+    def _draft_step(self, context_len: int, *, layer: int = NO_LAYER, corun: bool = False) -> float:
+        curve = self.draft.get((layer, corun)) or self.draft.get((layer, False))
+        if curve is None:
+            if layer == NO_LAYER:
+                raise SimlabError(f"latency model {self.name!r} has no draft-model step")
+            return self._layer_step(context_len, layer, corun)
+        return curve(context_len)
+
+    def _layer_step(self, context_len: int, layer: int, corun: bool) -> float:
+        """An exit layer that was not measured: linear between measured layers."""
+        layers = self.layers
+        if not layers:
+            raise SimlabError(f"latency model {self.name!r} has no early-exit draft steps (needed for layer {layer})")
+        values = [self._draft_step(context_len, layer=l, corun=corun) for l in layers]
+        return _interp_k(layer, tuple(layers), values)
+
+    def _target_forward(self, k: int, context_len: int, *, corun: bool = False) -> float:
+        if k < 1:
+            raise SimlabError(f"a target forward needs k >= 1 new tokens, got {k}")
+        curves = self.target.get(corun) or self.target[False]
+        ks = tuple(sorted(curves))
+        return _interp_k(k, ks, [curves[x](context_len) for x in ks])
+
+    # -- construction and files -------------------------------------------------------------
+
+    @classmethod
+    def from_samples(cls, samples: pd.DataFrame, name: str = "trace", hardware: str = "") -> "TableLatency":
+        """Medians per (op, k, context_len, layer, corun) of a trace's latency table."""
+        med = (
+            samples.groupby(["op", "k", "context_len", "layer", "corun"], as_index=False)["seconds"]
+            .median()
+        )
+        draft: dict[tuple[int, bool], Curve] = {}
+        target: dict[bool, dict[int, Curve]] = {}
+        for (layer, corun), g in med[med["op"] == "draft_step"].groupby(["layer", "corun"]):
+            draft[(int(layer), bool(corun))] = Curve.from_points(g["context_len"], g["seconds"])
+        for (corun, k), g in med[med["op"] == "target_forward"].groupby(["corun", "k"]):
+            target.setdefault(bool(corun), {})[int(k)] = Curve.from_points(g["context_len"], g["seconds"])
+        return cls(name=name, draft=draft, target=target, hardware=hardware, source="trace samples (medians)")
+
+    def to_profile(self) -> dict:
+        return {
+            "format": PROFILE_FORMAT,
+            "version": PROFILE_VERSION,
+            "kind": "table",
+            "name": self.name,
+            "hardware": self.hardware,
+            "source": self.source,
+            "draft_step": [
+                {"layer": layer, "corun": corun, **curve.to_dict()}
+                for (layer, corun), curve in sorted(self.draft.items())
+            ],
+            "target_forward": [
+                {"corun": corun, "k": k, **curve.to_dict()}
+                for corun, curves in sorted(self.target.items())
+                for k, curve in sorted(curves.items())
+            ],
+        }
+
+    @classmethod
+    def from_profile(cls, data: dict) -> "TableLatency":
+        try:
+            draft = {
+                (int(d.get("layer", NO_LAYER)), bool(d.get("corun", False))): Curve.from_points(
+                    d["context_len"], d["seconds"]
+                )
+                for d in data["draft_step"]
+            }
+            target: dict[bool, dict[int, Curve]] = {}
+            for d in data["target_forward"]:
+                target.setdefault(bool(d.get("corun", False)), {})[int(d["k"])] = Curve.from_points(
+                    d["context_len"], d["seconds"]
+                )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SimlabError(f"latency profile {data.get('name', '?')!r} is malformed ({exc!r})") from exc
+        return cls(
+            name=str(data.get("name", "profile")),
+            draft=draft,
+            target=target,
+            hardware=str(data.get("hardware", "")),
+            source=str(data.get("source", "")),
+        )
+
+
+# kind -> constructor from a profile dict; other latency models (fitted, roofline) register here.
+PROFILE_KINDS = {"table": TableLatency.from_profile}
+
+
+def save_profile(model, path: str | os.PathLike) -> Path:
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(model.to_profile(), indent=2) + "\n")
+    return out
+
+
+def load_profile(path: str | os.PathLike) -> LatencyModel:
+    """Read a latency profile JSON file (``calibrate/*.json``)."""
+    p = Path(path)
+    if not p.is_file():
+        raise SimlabError(f"latency profile not found: {p}")
+    try:
+        data = json.loads(p.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise SimlabError(f"latency profile {p} is not valid JSON ({exc})") from exc
+    if not isinstance(data, dict) or data.get("format") != PROFILE_FORMAT:
+        raise SimlabError(f"latency profile {p} is not a {PROFILE_FORMAT!r} file")
+    if data.get("version") != PROFILE_VERSION:
+        raise SimlabError(f"latency profile {p} has version {data.get('version')!r}; this simlab reads {PROFILE_VERSION}")
+    kind = data.get("kind")
+    if kind not in PROFILE_KINDS:
+        raise SimlabError(f"latency profile {p} has unknown kind {kind!r}; known: {sorted(PROFILE_KINDS)}")
+    return PROFILE_KINDS[kind](data)

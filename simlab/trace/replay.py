@@ -1,0 +1,184 @@
+"""A trace as the draft model would live through it, prompt by prompt.
+
+Replay rests on one fact: every generated position is checked by the target at most once
+before it is committed (accepted, or replaced by the target's own token). So a replay can fix
+one acceptance outcome per position up front, and every policy replayed on the same trace and
+seed meets the same outcomes:
+
+- greedy traces (temperature 0): position t is accepted iff the draft's greedy token equals
+  the target's token. This is exact, not a model.
+- stochastic traces (temperature > 0): the trace records the target's sampled path y. Given
+  that the output at t is y, speculative sampling accepted the draft's token with probability
+  min(1, q(y)/p(y)) (Leviathan et al. 2023: P(accept, x=y) = min(p(y), q(y)), P(output=y) =
+  p(y)). Replay draws that Bernoulli once per position under the seed; averaged over y this is
+  sum_x min(p, q), the usual acceptance rate.
+
+What the draft shows while it drafts past a mistake comes from the divergence rollouts: after
+the first rejected position d of a run, the i-th further token's confidence is step i of the
+rollout recorded at d. When a policy drafts past the end of a recorded rollout, the last
+rollout step is repeated and the overrun is counted; when no rollout was recorded at d (only
+possible on stochastic traces), the true path's signals stand in for it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from simlab.errors import SimlabError
+from simlab.signals import TokenSignal
+from simlab.trace.io import Trace
+
+
+def runs_of(accept: list[bool]) -> list[int]:
+    """run[t] = number of consecutive accepted positions starting at t."""
+    run = [0] * (len(accept) + 1)
+    for t in range(len(accept) - 1, -1, -1):
+        run[t] = run[t + 1] + 1 if accept[t] else 0
+    return run[:-1]
+
+
+@dataclass
+class DraftPath:
+    """One drafter's view of a prompt: the separate draft model, or one exit layer."""
+
+    accept: list[bool]
+    run: list[int]
+    confidence: list[float]
+    entropy: list[float]
+    score: list[float] | None = None
+    # divergence position -> (confidences, entropies) of the draft's own continuation
+    rollouts: dict[int, tuple[list[float], list[float]]] = field(default_factory=dict)
+
+
+@dataclass
+class PromptReplay:
+    """Per-prompt arrays, as Python lists for fast scalar access in the simulator."""
+
+    prompt_id: int
+    prompt_len: int
+    n_tokens: int
+    target_tokens: list[int]
+    draft_tokens: list[int]
+    draft: DraftPath
+    layers: dict[int, DraftPath] = field(default_factory=dict)
+    rollout_overruns: int = 0
+
+    def path(self, layer: int | None) -> DraftPath:
+        if layer is None:
+            return self.draft
+        try:
+            return self.layers[layer]
+        except KeyError:
+            have = sorted(self.layers) or "none"
+            raise SimlabError(f"the trace has no early-exit signals for layer {layer} (layers: {have})") from None
+
+    def signal(self, start: int, i: int, layer: int | None = None) -> TokenSignal:
+        """The signal of the i-th (1-based) token of a draft run that starts at position ``start``."""
+        path = self.draft if layer is None else self.path(layer)
+        t = start + i - 1
+        r = path.run[start]
+        if i - 1 <= r:  # every earlier token of the run was accepted: the draft is on the true path
+            return _signal(path, i, t)
+        d = start + r  # first rejected position of this run
+        rollout = path.rollouts.get(d)
+        if rollout is None:
+            return _signal(path, i, t)
+        conf, ent = rollout
+        j = t - d
+        if j > len(conf):
+            self.rollout_overruns += 1
+            j = len(conf)
+        return TokenSignal(i, conf[j - 1], ent[j - 1])
+
+    def token_at(self, t: int, accepted: bool, layer: int | None = None) -> int:
+        """The token emitted at position t: the draft's if it was accepted, else the target's."""
+        if accepted and layer is None:
+            return self.draft_tokens[t]
+        return self.target_tokens[t]
+
+
+def _signal(path: DraftPath, i: int, t: int) -> TokenSignal:
+    score = path.score[t] if path.score is not None else math.nan
+    return TokenSignal(i, path.confidence[t], path.entropy[t], score)
+
+
+class TraceReplay:
+    """All prompts of a trace, with acceptance outcomes fixed for one seed."""
+
+    def __init__(self, trace: Trace, seed: int = 0):
+        self.trace = trace
+        self.seed = seed
+        self.greedy = trace.manifest.greedy
+        rng = np.random.default_rng(seed)
+        pos = trace.positions.sort_values(["prompt_id", "pos"])
+        rollouts = _group_rollouts(trace.rollouts)
+        layers = _group_layers(trace.layers, pos) if trace.layers is not None else {}
+        self.prompts: list[PromptReplay] = []
+        by_prompt = dict(tuple(pos.groupby("prompt_id", sort=True)))
+        for row in trace.prompts.sort_values("prompt_id").itertuples(index=False):
+            p = by_prompt[row.prompt_id]
+            accept = self._accept(p, rng)
+            has_score = "predictor_score" in p.columns
+            draft = DraftPath(
+                accept=accept,
+                run=runs_of(accept),
+                confidence=p["draft_conf"].astype(float).tolist(),
+                entropy=p["draft_entropy"].astype(float).tolist(),
+                score=p["predictor_score"].astype(float).tolist() if has_score else None,
+                rollouts=rollouts.get(row.prompt_id, {}),
+            )
+            self.prompts.append(
+                PromptReplay(
+                    prompt_id=int(row.prompt_id),
+                    prompt_len=int(row.prompt_len),
+                    n_tokens=int(row.n_tokens),
+                    target_tokens=p["target_token"].astype(int).tolist(),
+                    draft_tokens=p["draft_token"].astype(int).tolist(),
+                    draft=draft,
+                    layers=layers.get(row.prompt_id, {}),
+                )
+            )
+
+    def _accept(self, p: pd.DataFrame, rng: np.random.Generator) -> list[bool]:
+        if self.greedy:
+            return (p["draft_token"].to_numpy() == p["target_token"].to_numpy()).tolist()
+        q, pt = p["q_target"].to_numpy(float), p["p_target"].to_numpy(float)
+        ratio = np.where(pt > 0, np.minimum(1.0, q / np.where(pt > 0, pt, 1.0)), 0.0)
+        return (rng.random(len(p)) < ratio).tolist()
+
+    @property
+    def n_tokens(self) -> int:
+        return sum(p.n_tokens for p in self.prompts)
+
+
+def _group_rollouts(df: pd.DataFrame) -> dict[int, dict[int, tuple[list[float], list[float]]]]:
+    out: dict[int, dict[int, tuple[list[float], list[float]]]] = {}
+    if df.empty:
+        return out
+    df = df.sort_values(["prompt_id", "pos", "step"])
+    for (pid, d), g in df.groupby(["prompt_id", "pos"], sort=False):
+        out.setdefault(int(pid), {})[int(d)] = (
+            g["draft_conf"].astype(float).tolist(),
+            g["draft_entropy"].astype(float).tolist(),
+        )
+    return out
+
+
+def _group_layers(df: pd.DataFrame, pos: pd.DataFrame) -> dict[int, dict[int, DraftPath]]:
+    """Per prompt and exit layer, a greedy draft path: accepted iff the early-exit token matches."""
+    target = pos[["prompt_id", "pos", "target_token"]]
+    df = df.merge(target, on=["prompt_id", "pos"], how="inner").sort_values(["prompt_id", "layer", "pos"])
+    out: dict[int, dict[int, DraftPath]] = {}
+    for (pid, layer), g in df.groupby(["prompt_id", "layer"], sort=False):
+        accept = (g["token"].to_numpy() == g["target_token"].to_numpy()).tolist()
+        out.setdefault(int(pid), {})[int(layer)] = DraftPath(
+            accept=accept,
+            run=runs_of(accept),
+            confidence=g["draft_conf"].astype(float).tolist(),
+            entropy=g["draft_entropy"].astype(float).tolist(),
+        )
+    return out

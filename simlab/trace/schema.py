@@ -1,0 +1,131 @@
+"""What a trace holds: its tables, their columns and the manifest.
+
+A trace is one model pair x one prompt set x one hardware x one decoding setting, stored as a
+directory::
+
+    NAME/
+      manifest.json       schema version, models, hardware, temperature, command, ...
+      prompts.parquet     one row per finished prompt (the commit record, written last)
+      positions.parquet   one row per generated position on the target's own output path
+      rollouts.parquet    the draft's own continuation after each position where it diverged
+      layers.parquet      optional: per exit layer, the early-exit token and confidence
+      latency.parquet     forward-latency samples measured on the recording hardware
+
+Conventions used by every table (the one place they are defined):
+
+- ``pos`` counts generated tokens from 0; position 0 is produced by the target's prefill.
+- ``context_len`` is the number of tokens already in a model's KV cache before a forward.
+- Probabilities called *signals* (``draft_conf``, ``draft_entropy``) come from the raw softmax
+  of the draft logits (temperature 1), because that is what SPIDE (eq. 2), SVIP and
+  Draft & Verify read. Probabilities used for *acceptance* (``q_target``, ``p_target``,
+  ``p_draft``, ``accept_prob``) are taken at the recorded temperature; for greedy traces
+  (temperature 0) they are raw-softmax values kept as features, and acceptance is the exact
+  token match.
+- Entropies are in nats, times in seconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+MANIFEST = "manifest.json"
+
+# table name -> {column: arrow type name}. Columns listed here are required; a table may carry
+# extra columns (e.g. ``predictor_score`` or ``feat_*`` features) which are kept as they are.
+TABLES: dict[str, dict[str, str]] = {
+    "prompts": {
+        "prompt_id": "int32",
+        "source": "string",  # where the prompt came from, e.g. "humaneval/HumanEval/3"
+        "prompt_len": "int32",  # tokens in the (templated) prompt
+        "n_tokens": "int32",  # generated tokens recorded for this prompt
+        "stop": "string",  # "eos" or "length"
+        "prompt_text": "string",
+    },
+    "positions": {
+        "prompt_id": "int32",
+        "pos": "int32",
+        "target_token": "int32",  # the target's token: the output path
+        "draft_token": "int32",  # the draft's token given the true prefix
+        "draft_conf": "float32",  # draft top-1 probability (SPIDE eq. 2)
+        "draft_entropy": "float32",  # draft entropy in nats (SVIP, AdaEDL)
+        "q_target": "float32",  # draft probability of the target token
+        "p_target": "float32",  # target probability of the target token
+        "p_draft": "float32",  # target probability of the draft token
+        "accept_prob": "float32",  # sum_x min(p, q) at the recorded temperature
+    },
+    "rollouts": {
+        "prompt_id": "int32",
+        "pos": "int32",  # the position where the draft diverged from the target
+        "step": "int32",  # 1 = the draft's token right after its own wrong token
+        "token": "int32",
+        "draft_conf": "float32",
+        "draft_entropy": "float32",
+    },
+    "layers": {
+        "prompt_id": "int32",
+        "pos": "int32",
+        "layer": "int32",  # exit layer l: the first l decoder layers, final norm, LM head
+        "token": "int32",
+        "draft_conf": "float32",
+        "draft_entropy": "float32",
+    },
+    "latency": {
+        "op": "string",  # "draft_step" or "target_forward"
+        "k": "int32",  # new tokens in the forward (1 for a draft step)
+        "context_len": "int32",
+        "layer": "int32",  # exit layer of a self-speculative draft step; -1 otherwise
+        "corun": "bool",  # measured while the other model was running on the same device
+        "repeat": "int32",
+        "seconds": "float64",
+    },
+}
+
+OPTIONAL_TABLES = frozenset({"layers"})
+LATENCY_OPS = ("draft_step", "target_forward")
+NO_LAYER = -1
+
+
+@dataclass
+class Manifest:
+    """Everything needed to reproduce or judge a trace, stored as ``manifest.json``.
+
+    ``kind`` is ``"recorded"`` for traces of real models and ``"synthetic"`` for generated
+    ones; tools print the kind so that synthetic numbers are never mistaken for measurements.
+    """
+
+    kind: str
+    draft_model: str
+    target_model: str
+    dataset: str
+    hardware: str
+    device: str = "cpu"
+    dtype: str = "float32"
+    tokenizer: str = ""
+    temperature: float = 0.0
+    seed: int = 0
+    max_new_tokens: int = 0
+    rollout_len: int = 0
+    exit_layers: list[int] = field(default_factory=list)
+    n_layers: int = 0  # decoder layers of the target (for self-speculative traces)
+    eos_token_ids: list[int] = field(default_factory=list)
+    command: str = ""
+    created: str = ""
+    libraries: dict[str, str] = field(default_factory=dict)
+    notes: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+    schema_version: int = SCHEMA_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def field_names(cls) -> set[str]:
+        return {f.name for f in dataclasses.fields(cls)}
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0

@@ -243,6 +243,13 @@ def validate(trace: Trace) -> None:
         v = df["draft_conf"].to_numpy()
         if (~((v >= 0) & (v <= 1 + 1e-5))).any():
             raise SimlabError(f"{where}: {name}.parquet column 'draft_conf' has values outside [0, 1]")
+    if trace.layers is not None and not trace.layers.empty:
+        per = trace.layers.groupby(["prompt_id", "layer"])["pos"].count()
+        n = prompts.set_index("prompt_id")["n_tokens"]
+        short = [(p, l) for (p, l), c in per.items() if c != n.get(p, -1)]
+        if short:
+            raise SimlabError(f"{where}: layers.parquet must cover every position of each prompt and layer; "
+                              f"(prompt_id, layer) {short[0]} does not")
     if not trace.rollouts.empty and (trace.rollouts["step"] < 1).any():
         raise SimlabError(f"{where}: rollouts.parquet steps start at 1")
     validate_latency(trace.latency, where)

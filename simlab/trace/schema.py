@@ -111,6 +111,9 @@ class Manifest:
     rollout_len: int = 0
     exit_layers: list[int] = field(default_factory=list)
     n_layers: int = 0  # decoder layers of the target (for self-speculative traces)
+    # Self-speculative traces (no separate draft model): the exit layer whose early-exit
+    # signals fill the draft columns of positions.parquet, so serial policies run unchanged.
+    draft_layer: int = NO_LAYER
     eos_token_ids: list[int] = field(default_factory=list)
     command: str = ""
     created: str = ""

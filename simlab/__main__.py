@@ -1,0 +1,5 @@
+"""``python -m simlab`` runs the CLI."""
+
+from simlab.cli import main
+
+main()

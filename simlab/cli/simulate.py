@@ -1,0 +1,1 @@
+"""``simlab simulate`` (filled in by the foundation work)."""

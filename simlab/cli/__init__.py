@@ -6,11 +6,14 @@ import sys
 
 import click
 
-from simlab.cli.app import app
-from simlab.errors import SimlabError
+from simlab.cli import analytic as _analytic  # noqa: E402,F401
+from simlab.cli import bench as _bench  # noqa: E402,F401
 
 # Registration order is the order of `simlab --help`.
 from simlab.cli import simulate as _simulate  # noqa: E402,F401
+from simlab.cli import synth as _synth  # noqa: E402,F401
+from simlab.cli.app import app
+from simlab.errors import SimlabError
 
 EXIT_USER_ERROR = 2
 

@@ -23,8 +23,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass, field
-from functools import lru_cache
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -44,9 +43,9 @@ class LatencyModel(Protocol):
 
     name: str
 
-    def draft_step(self, context_len: int, *, layer: int = NO_LAYER, corun: bool = False) -> float: ...
+    def draft_step(self, context_len: int, layer: int = NO_LAYER, corun: bool = False) -> float: ...
 
-    def target_forward(self, k: int, context_len: int, *, corun: bool = False) -> float: ...
+    def target_forward(self, k: int, context_len: int, corun: bool = False) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -56,10 +55,12 @@ class Curve:
     context_len: tuple[int, ...]
     seconds: tuple[float, ...]
 
-    def __call__(self, ctx: float) -> float:
+    def __call__(self, ctx):
+        """Seconds at context length ``ctx`` (a number or an array)."""
         if len(self.context_len) == 1:
-            return self.seconds[0]
-        return float(np.interp(ctx, self.context_len, self.seconds))
+            return np.full(np.shape(ctx), self.seconds[0]) if np.ndim(ctx) else self.seconds[0]
+        out = np.interp(ctx, self.context_len, self.seconds)
+        return out if np.ndim(out) else float(out)
 
     def to_dict(self) -> dict:
         return {"context_len": list(self.context_len), "seconds": list(self.seconds)}
@@ -76,16 +77,19 @@ class Curve:
         return cls(c, s)
 
 
-def _interp_k(k: int, ks: tuple[int, ...], values: list[float]) -> float:
-    """Linear in k between measured k; beyond the last, extend the last slope (not downwards)."""
+def _interp_k(k: int, ks: tuple[int, ...], values: list):
+    """Linear in k between measured k; beyond the last, extend the last slope (not downwards).
+    ``values`` may be scalars or arrays over context length."""
     if k <= ks[0]:
         return values[0]
     if k >= ks[-1]:
         if len(ks) == 1:
             return values[-1]
-        slope = (values[-1] - values[-2]) / (ks[-1] - ks[-2])
-        return values[-1] + max(slope, 0.0) * (k - ks[-1])
-    return float(np.interp(k, ks, values))
+        slope = np.maximum((values[-1] - values[-2]) / (ks[-1] - ks[-2]), 0.0)
+        return values[-1] + slope * (k - ks[-1])
+    i = int(np.searchsorted(ks, k, side="right")) - 1
+    w = (k - ks[i]) / (ks[i + 1] - ks[i])
+    return values[i] * (1 - w) + values[i + 1] * w
 
 
 @dataclass
@@ -99,15 +103,12 @@ class TableLatency:
     target: dict[bool, dict[int, Curve]]
     hardware: str = ""
     source: str = ""
-    _cache: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if not self.draft:
             raise SimlabError(f"latency model {self.name!r} has no draft-step curve")
         if False not in self.target or not self.target[False]:
             raise SimlabError(f"latency model {self.name!r} has no solo target-forward curves")
-        self.draft_step = lru_cache(maxsize=65536)(self._draft_step)  # type: ignore[method-assign]
-        self.target_forward = lru_cache(maxsize=65536)(self._target_forward)  # type: ignore[method-assign]
 
     @property
     def has_corun(self) -> bool:
@@ -117,7 +118,8 @@ class TableLatency:
     def layers(self) -> list[int]:
         return sorted({layer for layer, _ in self.draft if layer != NO_LAYER})
 
-    def _draft_step(self, context_len: int, *, layer: int = NO_LAYER, corun: bool = False) -> float:
+    def draft_step(self, context_len, layer: int = NO_LAYER, corun: bool = False):
+        """Seconds of one draft step; ``context_len`` may be an array."""
         curve = self.draft.get((layer, corun)) or self.draft.get((layer, False))
         if curve is None:
             if layer == NO_LAYER:
@@ -130,10 +132,11 @@ class TableLatency:
         layers = self.layers
         if not layers:
             raise SimlabError(f"latency model {self.name!r} has no early-exit draft steps (needed for layer {layer})")
-        values = [self._draft_step(context_len, layer=l, corun=corun) for l in layers]
+        values = [self.draft_step(context_len, x, corun) for x in layers]
         return _interp_k(layer, tuple(layers), values)
 
-    def _target_forward(self, k: int, context_len: int, *, corun: bool = False) -> float:
+    def target_forward(self, k: int, context_len, corun: bool = False):
+        """Seconds of a k-token target forward; ``context_len`` may be an array."""
         if k < 1:
             raise SimlabError(f"a target forward needs k >= 1 new tokens, got {k}")
         curves = self.target.get(corun) or self.target[False]
@@ -229,3 +232,4 @@ def load_profile(path: str | os.PathLike) -> LatencyModel:
     if kind not in PROFILE_KINDS:
         raise SimlabError(f"latency profile {p} has unknown kind {kind!r}; known: {sorted(PROFILE_KINDS)}")
     return PROFILE_KINDS[kind](data)
+

@@ -246,7 +246,7 @@ def validate(trace: Trace) -> None:
     if trace.layers is not None and not trace.layers.empty:
         per = trace.layers.groupby(["prompt_id", "layer"])["pos"].count()
         n = prompts.set_index("prompt_id")["n_tokens"]
-        short = [(p, l) for (p, l), c in per.items() if c != n.get(p, -1)]
+        short = [key for key, count in per.items() if count != n.get(key[0], -1)]
         if short:
             raise SimlabError(f"{where}: layers.parquet must cover every position of each prompt and layer; "
                               f"(prompt_id, layer) {short[0]} does not")

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -54,7 +55,7 @@ class DraftPath:
     rollouts: dict[int, tuple[list[float], list[float]]] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(repr=False)
 class PromptReplay:
     """Per-prompt arrays, as Python lists for fast scalar access in the simulator."""
 
@@ -66,6 +67,9 @@ class PromptReplay:
     draft: DraftPath
     layers: dict[int, DraftPath] = field(default_factory=dict)
     rollout_overruns: int = 0
+
+    def __repr__(self) -> str:
+        return f"PromptReplay(prompt_id={self.prompt_id}, prompt_len={self.prompt_len}, n_tokens={self.n_tokens})"
 
     def path(self, layer: int | None) -> DraftPath:
         if layer is None:
@@ -101,6 +105,42 @@ class PromptReplay:
         return self.target_tokens[t]
 
 
+class SignalRun(NamedTuple):
+    """The signals of ``count`` consecutive draft tokens of a run, built only when read.
+
+    A fixed-length policy (vanilla SD) never reads them, and the simulator is fastest when it
+    does not build what nobody reads. Indexing and slicing behave like a tuple of
+    :class:`TokenSignal` (a tuple subclass keeps construction cheap).
+    """
+
+    replay: "PromptReplay"
+    start: int
+    count: int
+    layer: int | None
+    first: int = 1
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __repr__(self) -> str:
+        return f"SignalRun(prompt={self.replay.prompt_id}, start={self.start}, tokens={self.first}..{self.first + self.count - 1})"
+
+    def __iter__(self):
+        return (self[i] for i in range(self.count))
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            lo, hi, step = i.indices(self.count)
+            if step != 1:
+                return tuple(self[j] for j in range(lo, hi, step))
+            return SignalRun(self.replay, self.start, max(0, hi - lo), self.layer, self.first + lo)
+        if i < 0:
+            i += self.count
+        if not 0 <= i < self.count:
+            raise IndexError(i)
+        return self.replay.signal(self.start, self.first + i, self.layer)
+
+
 def _signal(path: DraftPath, i: int, t: int) -> TokenSignal:
     score = path.score[t] if path.score is not None else math.nan
     return TokenSignal(i, path.confidence[t], path.entropy[t], score)
@@ -113,58 +153,71 @@ class TraceReplay:
         self.trace = trace
         self.seed = seed
         self.greedy = trace.manifest.greedy
-        rng = np.random.default_rng(seed)
-        pos = trace.positions.sort_values(["prompt_id", "pos"])
+        pos = trace.positions.sort_values(["prompt_id", "pos"], kind="stable")
+        cuts = np.flatnonzero(np.diff(pos["prompt_id"].to_numpy())) + 1
+
+        def split(values: np.ndarray) -> list[list]:
+            return [part.tolist() for part in np.split(values, cuts)]
+
+        accept = self._accept(pos, np.random.default_rng(seed))
+        columns = {
+            "accept": split(accept),
+            "target": split(pos["target_token"].to_numpy(np.int64)),
+            "draft": split(pos["draft_token"].to_numpy(np.int64)),
+            "conf": split(pos["draft_conf"].to_numpy(float)),
+            "entropy": split(pos["draft_entropy"].to_numpy(float)),
+        }
+        scores = split(pos["predictor_score"].to_numpy(float)) if "predictor_score" in pos.columns else None
         rollouts = _group_rollouts(trace.rollouts)
         layers = _group_layers(trace.layers, pos) if trace.layers is not None else {}
         self.prompts: list[PromptReplay] = []
-        by_prompt = dict(tuple(pos.groupby("prompt_id", sort=True)))
-        for row in trace.prompts.sort_values("prompt_id").itertuples(index=False):
-            p = by_prompt[row.prompt_id]
-            accept = self._accept(p, rng)
-            has_score = "predictor_score" in p.columns
+        for i, row in enumerate(trace.prompts.sort_values("prompt_id").itertuples(index=False)):
+            pid = int(row.prompt_id)
             draft = DraftPath(
-                accept=accept,
-                run=runs_of(accept),
-                confidence=p["draft_conf"].astype(float).tolist(),
-                entropy=p["draft_entropy"].astype(float).tolist(),
-                score=p["predictor_score"].astype(float).tolist() if has_score else None,
-                rollouts=rollouts.get(row.prompt_id, {}),
+                accept=columns["accept"][i],
+                run=runs_of(columns["accept"][i]),
+                confidence=columns["conf"][i],
+                entropy=columns["entropy"][i],
+                score=scores[i] if scores is not None else None,
+                rollouts=rollouts.get(pid, {}),
             )
-            self.prompts.append(
-                PromptReplay(
-                    prompt_id=int(row.prompt_id),
-                    prompt_len=int(row.prompt_len),
-                    n_tokens=int(row.n_tokens),
-                    target_tokens=p["target_token"].astype(int).tolist(),
-                    draft_tokens=p["draft_token"].astype(int).tolist(),
-                    draft=draft,
-                    layers=layers.get(row.prompt_id, {}),
-                )
-            )
+            self.prompts.append(PromptReplay(
+                prompt_id=pid,
+                prompt_len=int(row.prompt_len),
+                n_tokens=int(row.n_tokens),
+                target_tokens=columns["target"][i],
+                draft_tokens=columns["draft"][i],
+                draft=draft,
+                layers=layers.get(pid, {}),
+            ))
 
-    def _accept(self, p: pd.DataFrame, rng: np.random.Generator) -> list[bool]:
+    def _accept(self, pos: pd.DataFrame, rng: np.random.Generator) -> np.ndarray:
         if self.greedy:
-            return (p["draft_token"].to_numpy() == p["target_token"].to_numpy()).tolist()
-        q, pt = p["q_target"].to_numpy(float), p["p_target"].to_numpy(float)
-        ratio = np.where(pt > 0, np.minimum(1.0, q / np.where(pt > 0, pt, 1.0)), 0.0)
-        return (rng.random(len(p)) < ratio).tolist()
+            return pos["draft_token"].to_numpy() == pos["target_token"].to_numpy()
+        q, p = pos["q_target"].to_numpy(float), pos["p_target"].to_numpy(float)
+        ratio = np.minimum(1.0, q / np.where(p > 0, p, 1.0))
+        return rng.random(len(pos)) < np.where(p > 0, ratio, 0.0)
 
     @property
     def n_tokens(self) -> int:
         return sum(p.n_tokens for p in self.prompts)
+
+    @property
+    def max_context(self) -> int:
+        return max((p.prompt_len + p.n_tokens for p in self.prompts), default=0)
 
 
 def _group_rollouts(df: pd.DataFrame) -> dict[int, dict[int, tuple[list[float], list[float]]]]:
     out: dict[int, dict[int, tuple[list[float], list[float]]]] = {}
     if df.empty:
         return out
-    df = df.sort_values(["prompt_id", "pos", "step"])
-    for (pid, d), g in df.groupby(["prompt_id", "pos"], sort=False):
-        out.setdefault(int(pid), {})[int(d)] = (
-            g["draft_conf"].astype(float).tolist(),
-            g["draft_entropy"].astype(float).tolist(),
-        )
+    df = df.sort_values(["prompt_id", "pos", "step"], kind="stable")
+    pid, d = df["prompt_id"].to_numpy(np.int64), df["pos"].to_numpy(np.int64)
+    starts = np.flatnonzero(np.r_[True, (np.diff(pid) != 0) | (np.diff(d) != 0)])
+    conf = np.split(df["draft_conf"].to_numpy(float), starts[1:])
+    ent = np.split(df["draft_entropy"].to_numpy(float), starts[1:])
+    for j, s in enumerate(starts):
+        out.setdefault(int(pid[s]), {})[int(d[s])] = (conf[j].tolist(), ent[j].tolist())
     return out
 
 

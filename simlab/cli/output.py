@@ -1,0 +1,113 @@
+"""Shared pieces of the commands: parameter parsing, tables, JSON and file outputs."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any, Iterable
+
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+from simlab.errors import SimlabError
+
+console = Console()
+err_console = Console(stderr=True)
+
+# How each metric is printed: (label, format).
+METRIC_FORMATS: dict[str, tuple[str, str]] = {
+    "speedup": ("speedup vs AD", "{:.3f}x"),
+    "cost": ("cost (target calls / best SD)", "{:.3f}x"),
+    "mat": ("MAT (accepted drafts / target call)", "{:.3f}"),
+    "mean_accept_len": ("mean accept len (incl. bonus)", "{:.3f}"),
+    "target_calls": ("target calls", "{:d}"),
+    "draft_calls": ("draft calls", "{:d}"),
+    "acceptance_rate": ("acceptance rate", "{:.3f}"),
+    "tokens": ("tokens", "{:d}"),
+    "wall_time_s": ("wall time (s)", "{:.3f}"),
+    "ad_wall_time_s": ("AD wall time (s)", "{:.3f}"),
+    "tokens_per_s": ("tokens/s", "{:.2f}"),
+    "wasted_draft_tokens": ("wasted draft tokens", "{:d}"),
+    "draft_busy": ("draft busy fraction", "{:.3f}"),
+    "target_busy": ("target busy fraction", "{:.3f}"),
+}
+
+
+def fmt(key: str, value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    spec = METRIC_FORMATS.get(key, (key, "{}"))[1]
+    try:
+        return spec.format(int(value) if spec == "{:d}" else value)
+    except (ValueError, TypeError):
+        return str(value)
+
+
+def parse_value(text: str) -> Any:
+    """'5' -> 5, '0.7' -> 0.7, 'true' -> True, anything else stays a string."""
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_params(pairs: Iterable[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SimlabError(f"--param takes KEY=VALUE, got {pair!r}")
+        out[key.strip().replace("-", "_")] = parse_value(value.strip())
+    return out
+
+
+def metrics_table(title: str, rows: dict[str, Any], caption: str | None = None) -> Table:
+    table = Table(title=title, caption=caption, show_header=True, header_style="bold")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, value in rows.items():
+        label = METRIC_FORMATS.get(key, (key, ""))[0]
+        table.add_row(label, fmt(key, value))
+    return table
+
+
+def write_frame(df: pd.DataFrame, path: str | Path) -> Path:
+    """Write a table as CSV or Parquet, chosen by the file suffix."""
+    out = Path(path)
+    suffix = out.suffix.lower()
+    if suffix not in (".csv", ".parquet"):
+        raise SimlabError(f"--out must end in .csv or .parquet, got {out.name!r}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if suffix == ".csv":
+        df.to_csv(out, index=False)
+    else:
+        df.to_parquet(out, index=False)
+    return out
+
+
+def print_json(obj: Any) -> None:
+    def default(o: Any) -> Any:
+        if hasattr(o, "item"):
+            return o.item()
+        return str(o)
+
+    json.dump(_nan_to_none(obj), sys.stdout, default=default, allow_nan=False)
+    sys.stdout.write("\n")
+
+
+def _nan_to_none(obj: Any) -> Any:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _nan_to_none(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_nan_to_none(v) for v in obj]
+    return obj

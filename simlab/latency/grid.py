@@ -1,0 +1,75 @@
+"""A latency model tabulated over every context length a run can meet.
+
+The simulator asks for durations millions of times per second; interpolating a table on each
+call would dominate its run time. :class:`LatencyGrid` evaluates the wrapped model once per
+context length (vectorised) and answers from lists afterwards. It is itself a latency model,
+so policies and the simulator can share one grid and price rounds identically — in
+particular the oracle's dynamic programme and the executor use the same
+:meth:`draft_seconds`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simlab.latency.model import LatencyModel
+from simlab.trace.schema import NO_LAYER
+
+
+class LatencyGrid:
+    """Durations of ``model`` for context lengths 0..``max_context`` (beyond that: the model)."""
+
+    def __init__(self, model: LatencyModel, max_context: int):
+        self.model = model
+        self.name = model.name
+        self.max_context = int(max_context)
+        self._ctx = np.arange(self.max_context + 1)
+        self._target: dict[tuple[int, bool], list[float]] = {}
+        self._draft_cum: dict[tuple[int, bool], list[float]] = {}
+
+    def _column(self, fn) -> np.ndarray:
+        """``fn`` over every context length: one call on the array if the model takes arrays
+        (the table model does), else one call per context length."""
+        try:
+            out = np.asarray(fn(self._ctx), dtype=float)
+            if out.shape == self._ctx.shape:
+                return out
+        except (TypeError, ValueError):
+            pass
+        return np.fromiter((fn(int(c)) for c in self._ctx), dtype=float, count=len(self._ctx))
+
+    def target_row(self, k: int, corun: bool = False) -> list[float]:
+        """Seconds of a k-token target forward, indexed by context length."""
+        key = (k, corun)
+        row = self._target.get(key)
+        if row is None:
+            row = self._column(lambda c: self.model.target_forward(k, c, corun)).tolist()
+            self._target[key] = row
+        return row
+
+    def _cum(self, layer: int, corun: bool) -> list[float]:
+        key = (layer, corun)
+        cum = self._draft_cum.get(key)
+        if cum is None:
+            steps = self._column(lambda c: self.model.draft_step(c, layer, corun))
+            cum = np.concatenate([[0.0], np.cumsum(steps)]).tolist()
+            self._draft_cum[key] = cum
+        return cum
+
+    # -- the LatencyModel protocol ----------------------------------------------------------
+
+    def target_forward(self, k: int, context_len: int, corun: bool = False) -> float:
+        if context_len > self.max_context:
+            return self.model.target_forward(k, context_len, corun)
+        return self.target_row(k, corun)[context_len]
+
+    def draft_step(self, context_len: int, layer: int = NO_LAYER, corun: bool = False) -> float:
+        return self.draft_seconds(context_len, 1, layer, corun)
+
+    def draft_seconds(self, context_len: int, k: int, layer: int = NO_LAYER, corun: bool = False) -> float:
+        """Time of ``k`` consecutive draft steps from ``context_len`` (the draft's KV cache grows
+        by one token per step)."""
+        if context_len + k > self.max_context:
+            return sum(self.model.draft_step(context_len + i, layer, corun) for i in range(k))
+        cum = self._cum(layer, corun)
+        return cum[context_len + k] - cum[context_len]

@@ -1,0 +1,164 @@
+"""Every metric simlab reports, defined once and used by the simulator, live decoding and
+the analytic model.
+
+Counting conventions (SPIDE §4.1 "Evaluation Metrics"; vLLM spec-decode metrics):
+
+- ``tokens``: tokens decoded after the prefill (the prefill's own token is not counted; wall
+  times likewise cover the decode phase only, for both SD and autoregressive decoding).
+- ``target_calls``: target forwards during decoding (each verification, each plain step).
+- ``draft_calls``: draft forward steps (one per drafted token).
+- ``drafted``: draft tokens produced; ``accepted``: those that ended up in the output.
+- ``speedup`` (SPIDE "Speed"): autoregressive wall time for the same tokens / policy wall time.
+- ``cost`` (SPIDE "Cost"): target_calls / target_calls of vanilla SD at its best γ on the same
+  trace and latency model.
+- ``mat`` (SPIDE "MAT"): accepted draft tokens per target call, bonus token excluded.
+- ``mean_accept_len`` (vLLM convention): tokens emitted per target call, bonus included.
+- ``acceptance_rate``: accepted / drafted; ``wasted_draft_tokens`` = drafted - accepted.
+- ``draft_busy``/``target_busy``: fraction of the wall time each model was computing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field, fields
+from typing import Iterable
+
+# Column order of printed tables and CSV/Parquet outputs.
+SUMMARY_KEYS = (
+    "speedup",
+    "cost",
+    "mat",
+    "mean_accept_len",
+    "target_calls",
+    "draft_calls",
+    "acceptance_rate",
+    "tokens",
+    "wall_time_s",
+    "ad_wall_time_s",
+    "tokens_per_s",
+    "wasted_draft_tokens",
+    "draft_busy",
+    "target_busy",
+)
+
+
+@dataclass
+class Counts:
+    """Raw counts of one decoded prompt (or a sum over prompts)."""
+
+    tokens: int = 0
+    target_calls: int = 0
+    draft_calls: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    parallel_rounds: int = 0
+    wall_time_s: float = 0.0
+    ad_wall_time_s: float = 0.0
+    draft_busy_s: float = 0.0
+    target_busy_s: float = 0.0
+    rollout_overruns: int = 0
+
+    def __iadd__(self, other: "Counts") -> "Counts":
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+        return self
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b else math.nan
+
+
+@dataclass
+class Summary:
+    """The metrics of a run, derived from its counts (see the module docstring)."""
+
+    speedup: float
+    cost: float
+    mat: float
+    mean_accept_len: float
+    target_calls: int
+    draft_calls: int
+    acceptance_rate: float
+    tokens: int
+    wall_time_s: float
+    ad_wall_time_s: float
+    tokens_per_s: float
+    wasted_draft_tokens: int
+    draft_busy: float
+    target_busy: float
+    drafted: int = 0
+    accepted: int = 0
+    parallel_rounds: int = 0
+    rollout_overruns: int = 0
+    extra: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_counts(cls, c: Counts, reference_target_calls: float | None = None) -> "Summary":
+        return cls(
+            speedup=_ratio(c.ad_wall_time_s, c.wall_time_s),
+            cost=_ratio(c.target_calls, reference_target_calls) if reference_target_calls else math.nan,
+            mat=_ratio(c.accepted, c.target_calls),
+            mean_accept_len=_ratio(c.tokens, c.target_calls),
+            target_calls=c.target_calls,
+            draft_calls=c.draft_calls,
+            acceptance_rate=_ratio(c.accepted, c.drafted),
+            tokens=c.tokens,
+            wall_time_s=c.wall_time_s,
+            ad_wall_time_s=c.ad_wall_time_s,
+            tokens_per_s=_ratio(c.tokens, c.wall_time_s),
+            wasted_draft_tokens=c.drafted - c.accepted,
+            draft_busy=_ratio(c.draft_busy_s, c.wall_time_s),
+            target_busy=_ratio(c.target_busy_s, c.wall_time_s),
+            drafted=c.drafted,
+            accepted=c.accepted,
+            parallel_rounds=c.parallel_rounds,
+            rollout_overruns=c.rollout_overruns,
+        )
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        extra = d.pop("extra")
+        return {**d, **extra}
+
+
+def total(counts: Iterable[Counts]) -> Counts:
+    out = Counts()
+    for c in counts:
+        out += c
+    return out
+
+
+class PositionStats:
+    """Per-position acceptance: of the i-th draft token of a round, how often it was checked
+    and accepted (vLLM's ``num_accepted_tokens_per_pos``).
+
+    Rounds are tallied as histograms of (tokens checked, tokens accepted) — one increment per
+    round — and expanded into per-position counts when read.
+    """
+
+    def __init__(self) -> None:
+        self._checked: defaultdict[int, int] = defaultdict(int)
+        self._accepted: defaultdict[int, int] = defaultdict(int)
+
+    def add(self, n_checked: int, n_accepted: int) -> None:
+        self._checked[n_checked] += 1
+        self._accepted[n_accepted] += 1
+
+    @staticmethod
+    def _expand(hist: dict[int, int]) -> list[int]:
+        """hist[n] rounds reached n tokens -> how many rounds reached position i (0-based)."""
+        top = max((n for n, c in hist.items() if c), default=0)
+        return [sum(c for n, c in hist.items() if n > i) for i in range(top)]
+
+    @property
+    def checked(self) -> list[int]:
+        return self._expand(self._checked)
+
+    @property
+    def accepted(self) -> list[int]:
+        acc = self._expand(self._accepted)
+        return acc + [0] * (len(self.checked) - len(acc))
+
+    def rates(self) -> list[float]:
+        return [_ratio(a, c) for a, c in zip(self.accepted, self.checked)]

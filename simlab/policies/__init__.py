@@ -1,0 +1,48 @@
+"""Drafting policies: decision logic only, no I/O and no clock.
+
+``REGISTRY`` maps the ``--policy`` name to its class; :func:`make_policy` builds one with
+validated parameters.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from simlab.errors import SimlabError
+from simlab.policies.base import (
+    Decision,
+    Outcome,
+    Parallel,
+    Policy,
+    PolicyContext,
+    PromptInfo,
+    RoundState,
+    Serial,
+)
+from simlab.policies.fixed import Autoregressive, VanillaSD
+from simlab.policies.oracle import Oracle
+
+REGISTRY: dict[str, type[Policy]] = {cls.name: cls for cls in (Autoregressive, VanillaSD, Oracle)}
+
+
+def make_policy(name: str, context: PolicyContext, **params: Any) -> Policy:
+    """Build policy ``name``; unknown names and parameters are a :class:`SimlabError`."""
+    try:
+        cls = REGISTRY[name]
+    except KeyError:
+        raise SimlabError(f"unknown policy {name!r}; known policies: {', '.join(sorted(REGISTRY))}") from None
+    return cls(context, **params)
+
+
+__all__ = [
+    "REGISTRY",
+    "make_policy",
+    "Policy",
+    "PolicyContext",
+    "PromptInfo",
+    "RoundState",
+    "Serial",
+    "Parallel",
+    "Decision",
+    "Outcome",
+]

@@ -1,0 +1,179 @@
+"""The policy interface: a policy decides, an executor does.
+
+The same policy object drives the SimPy simulator and the live decoder (DESIGN.md, "one
+policy, two executors"), in the shape of Hugging Face's candidate generators: proposals and
+stop decisions go out, verification outcomes come back. A policy never sees a future
+acceptance bit; it sees
+
+- at the start of each round, a :class:`RoundState` (how many tokens are committed, how
+  many remain, how many drafted tokens are waiting for verification);
+- in a serial round, one :class:`~simlab.signals.TokenSignal` per drafted token;
+- after every target verification, an :class:`Outcome`.
+
+It answers with a plan per round (:class:`Serial` or :class:`Parallel`) and, while drafting
+serially, a :class:`Decision` per token. Policies hold no clock and do no I/O: durations they
+need (e.g. the h-rule's T_v, T_d, T_r) come from the latency model they are built with.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, NamedTuple, Sequence
+
+from simlab.errors import SimlabError
+from simlab.signals import TokenSignal
+
+
+class Decision(enum.Enum):
+    """What to do after a drafted token in a serial round."""
+
+    DRAFT = "draft"  # draft another token
+    VERIFY = "verify"  # stop; the target verifies the drafts now (serial)
+    PARALLEL = "parallel"  # stop; hand the drafts to a parallel round (SPIDE's switch)
+
+
+@dataclass(frozen=True, slots=True)
+class Serial:
+    """Draft up to ``max_draft`` tokens one by one, then verify them in one target forward.
+
+    With ``fixed=True`` the policy promises to draft exactly ``max_draft`` tokens whatever the
+    signals say (vanilla SD), so executors may skip asking it after each token. ``layer``
+    names the exit layer of a self-speculative draft (None: the separate draft model).
+    """
+
+    max_draft: int
+    fixed: bool = False
+    layer: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Parallel:
+    """One parallel round (PEARL, SPIDE): the target verifies the pending drafts plus the first
+    new one while the draft drafts ``window`` new tokens at the same time."""
+
+    window: int
+
+
+Plan = Serial | Parallel
+
+
+class RoundState(NamedTuple):
+    """What a policy knows when it plans a round."""
+
+    committed: int  # tokens emitted so far (position of the next token to decide)
+    remaining: int  # tokens still to emit for this prompt
+    pending: int  # drafted tokens awaiting verification (parallel mode)
+    context_len: int  # tokens in the target's context before this round
+
+
+class Outcome(NamedTuple):
+    """The result of one target verification.
+
+    ``checked`` are the signals of the draft tokens the target judged, in order, up to and
+    including the first rejected one (a sequence, possibly built lazily by the executor); ``accepted`` of them were accepted. ``emitted`` counts
+    every token committed by this verification (accepted drafts plus the target's own token).
+    In a parallel round, ``first_new_accepted`` says whether the first token drafted during the
+    round was accepted (then the rest of that round's drafts stay pending).
+    """
+
+    parallel: bool
+    drafted: int  # draft tokens produced for this round (serial) or during it (parallel)
+    checked: Sequence[TokenSignal]
+    accepted: int
+    emitted: int
+    first_new_accepted: bool = False
+
+    @property
+    def rejected(self) -> bool:
+        return self.accepted < len(self.checked)
+
+
+@dataclass(frozen=True)
+class Param:
+    """A policy parameter as ``simlab policies`` lists it."""
+
+    name: str
+    default: Any
+    help: str
+
+
+@dataclass
+class PromptInfo:
+    """What a policy may know about a prompt before decoding it.
+
+    ``replay`` is the trace replay of this prompt; only the oracle policy (the declared
+    exception, an upper bound) may read it. It is None in live decoding.
+    """
+
+    prompt_id: int
+    prompt_len: int
+    n_tokens: int
+    replay: Any = None
+
+
+@dataclass
+class PolicyContext:
+    """What policies are built with: the latency model and facts about the trace/models."""
+
+    latency: Any
+    exit_layers: list[int] = field(default_factory=list)
+    n_layers: int = 0
+    context_len: int = 128  # a typical context length, for policies that size windows up front
+    predictor: Any = None
+
+
+class Policy(ABC):
+    """Base class. Subclasses set ``name``, ``summary``, ``paper`` and ``params``."""
+
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    paper: ClassVar[str]
+    params: ClassVar[tuple[Param, ...]] = ()
+    #: True for the oracle: it reads the replay (future acceptance) and is only an upper bound.
+    needs_future: ClassVar[bool] = False
+    #: True if the policy may plan parallel rounds.
+    parallel: ClassVar[bool] = False
+
+    def __init__(self, context: PolicyContext, **values: Any):
+        self.context = context
+        unknown = set(values) - {p.name for p in self.params}
+        if unknown:
+            raise SimlabError(
+                f"policy {self.name!r} has no parameter(s) {sorted(unknown)}; "
+                f"it takes {[p.name for p in self.params] or 'none'}"
+            )
+        for p in self.params:
+            setattr(self, p.name, values.get(p.name, p.default))
+
+    def reset(self, prompt: PromptInfo) -> None:
+        """Called before each prompt. State kept across prompts (e.g. SPIDE's table) stays."""
+
+    @abstractmethod
+    def plan(self, state: RoundState) -> Plan:
+        """Plan the next round."""
+
+    def on_draft(self, signal: TokenSignal) -> Decision:
+        """After each drafted token of a serial round (not called for ``Serial(fixed=True)``)."""
+        return Decision.DRAFT
+
+    def observe(self, outcome: Outcome) -> None:
+        """After each target verification."""
+
+    def describe(self) -> dict[str, Any]:
+        return {"policy": self.name, **{p.name: getattr(self, p.name) for p in self.params}}
+
+
+def check_positive_int(name: str, value: Any, minimum: int = 1) -> int:
+    """Validate an integer parameter once, in the constructor (scikit-learn style)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) or value < minimum:
+        raise SimlabError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def check_probability(name: str, value: Any) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value) or not 0 <= value <= 1:
+        raise SimlabError(f"{name} must be a number in [0, 1], got {value!r}")
+    return float(value)

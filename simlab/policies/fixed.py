@@ -1,0 +1,44 @@
+"""Fixed schedules: autoregressive decoding and vanilla speculative decoding."""
+
+from __future__ import annotations
+
+from simlab.policies.base import (
+    Param,
+    Plan,
+    Policy,
+    RoundState,
+    Serial,
+    check_positive_int,
+)
+
+
+class Autoregressive(Policy):
+    """AD: the target alone, one token per forward; the speedup baseline (SPIDE §4.1 (i))."""
+
+    name = "ad"
+    summary = "autoregressive decoding: the target alone, one token per forward"
+    paper = "SPIDE §4.1, baseline (i)"
+
+    def plan(self, state: RoundState) -> Plan:
+        return Serial(0, fixed=True)
+
+
+class VanillaSD(Policy):
+    """Vanilla SD: draft exactly γ tokens, then verify them in one target forward.
+
+    Leviathan et al. 2023 / Chen et al. 2023 (baselines.md §0; SPIDE §3.1 "Speculative
+    Decoding"); SPIDE §4.1 (ii) compares against it at its best γ.
+    """
+
+    name = "sd"
+    summary = "vanilla speculative decoding: draft a fixed γ tokens, then verify"
+    paper = "Leviathan et al. 2023 (baselines.md §0); SPIDE §3.1"
+    params = (Param("gamma", 5, "draft length γ"),)
+
+    def __init__(self, context, **values):
+        super().__init__(context, **values)
+        self.gamma = check_positive_int("gamma", self.gamma)
+        self._plan = Serial(self.gamma, fixed=True)
+
+    def plan(self, state: RoundState) -> Plan:
+        return self._plan

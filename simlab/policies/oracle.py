@@ -1,0 +1,70 @@
+"""The oracle: the fastest serial schedule for a trace, found with perfect knowledge.
+
+The one declared exception to "a policy never sees the future" (DESIGN.md): it reads the
+replay's acceptance outcomes and is only an upper bound. Drafting exactly the tokens that
+will be accepted is *not* optimal when verify cost is not monotone in k (on CPU, DESIGN.md
+measured a 4-token verify cheaper than a 3-token one), so the oracle plans by dynamic
+programming over rounds. Let ``run[c]`` be the accepted run from position c and ``T(c, k)``
+the price of a serial round (k draft steps, then a (k+1)-token verify, both at context c;
+priced by the same :class:`~simlab.latency.grid.LatencyGrid` the simulator uses):
+
+    best[n] = 0
+    best[c] = min over k in 0..min(K, n-c-1) of  T(c, k) + best[c + min(k, run[c]) + 1]
+
+A serial round that drafts k tokens from c always emits min(k, run[c]) + 1 tokens, whatever
+the policy that chose k, so ``best[1]`` is no more than the time of any serial policy that
+drafts at most K tokens per round on the same trace and latency model.
+"""
+
+from __future__ import annotations
+
+from simlab.errors import SimlabError
+from simlab.policies.base import (
+    Param,
+    Plan,
+    Policy,
+    PromptInfo,
+    RoundState,
+    Serial,
+    check_positive_int,
+)
+
+
+class Oracle(Policy):
+    name = "oracle"
+    summary = "perfect-knowledge serial schedule (dynamic programming); an upper bound, not a policy"
+    paper = "upper bound (DESIGN.md); Leviathan et al. 2023 round model"
+    params = (Param("max_draft", 16, "largest draft length K the oracle considers"),)
+    needs_future = True
+
+    def __init__(self, context, **values):
+        super().__init__(context, **values)
+        self.max_draft = check_positive_int("max_draft", self.max_draft)
+        self._choice: list[int] = []
+
+    def reset(self, prompt: PromptInfo) -> None:
+        if prompt.replay is None:
+            raise SimlabError("the oracle needs a trace to see the future; it cannot run live")
+        self._choice = self._solve(prompt)
+
+    def _solve(self, prompt: PromptInfo) -> list[int]:
+        lat = self.context.latency
+        run = prompt.replay.draft.run
+        n, pl = prompt.n_tokens, prompt.prompt_len
+        top_k = min(self.max_draft, max(n - 2, 0))
+        verify = [lat.target_forward(k + 1, pl + c) for k in range(top_k + 1) for c in range(n)]
+        best = [0.0] * (n + 1)
+        choice = [0] * (n + 1)
+        for c in range(n - 1, 0, -1):
+            ctx = pl + c
+            best_k, best_t = 0, float("inf")
+            for k in range(min(top_k, n - c - 1) + 1):
+                t = lat.draft_seconds(ctx, k) + verify[k * n + c] + best[c + min(k, run[c]) + 1]
+                if t < best_t:
+                    best_k, best_t = k, t
+            best[c], choice[c] = best_t, best_k
+        self.expected_seconds = best[1]
+        return choice
+
+    def plan(self, state: RoundState) -> Plan:
+        return Serial(self._choice[state.committed], fixed=True)

@@ -1,0 +1,141 @@
+"""The round protocol between a policy and an executor, written once for both executors.
+
+:func:`decode` is a generator that walks one prompt: it asks the policy for a plan, yields
+*requests* for the executor to carry out (draft a token, verify, run a parallel round), and
+feeds the answers back to the policy. The SimPy simulator answers requests from a trace and a
+latency model; the live decoder answers them by running real models. Because both drive the
+same generator, the live decoder makes exactly the decisions the simulator replayed, given
+the same signals and acceptances.
+
+Bookkeeping rules, defined here only:
+
+- Position 0 comes from the target's prefill; rounds decide positions 1..n-1.
+- A serial round drafts at most ``n - committed - 1`` tokens, so the target's own token
+  (bonus or correction) always exists; when that cap is 0 the round is a plain target step.
+- A parallel round (PEARL's pre-/post-verify, SPIDE's parallel draft verification) verifies
+  the ``m`` pending drafts plus the first of ``s`` tokens drafted meanwhile, with
+  ``s <= n - committed - m`` so no draft lies past the last position. Every rejected check
+  emits the target's correction; if all pending drafts and the first new one are accepted,
+  the round emits them and the remaining ``s - 1`` new drafts stay pending.
+"""
+
+from __future__ import annotations
+
+from typing import Generator, NamedTuple, Sequence
+
+from simlab.policies.base import (
+    Decision,
+    Outcome,
+    Parallel,
+    Policy,
+    PromptInfo,
+    RoundState,
+    Serial,
+)
+from simlab.signals import TokenSignal
+
+
+class DraftToken(NamedTuple):
+    """Draft one token: the ``index``-th (1-based) of a run that started at ``start``.
+    Answer: its :class:`TokenSignal`."""
+
+    start: int
+    index: int
+    layer: int | None
+
+
+class DraftRun(NamedTuple):
+    """Draft ``count`` tokens without consulting the policy (a fixed-length plan).
+    Answer: their signals, as a sequence (which may build each signal only when read)."""
+
+    start: int
+    count: int
+    layer: int | None
+
+
+class Verify(NamedTuple):
+    """One target forward over the last committed token and the ``drafts`` tokens drafted from
+    ``start``. Answer: how many drafts were accepted (0..drafts)."""
+
+    start: int
+    drafts: int
+    layer: int | None
+
+
+class ParallelRound(NamedTuple):
+    """The target verifies ``pending`` drafts (from ``start``) and the first new one while the
+    draft drafts ``window`` new tokens after them. Answer: a :class:`ParallelResult`."""
+
+    start: int
+    pending: int
+    window: int
+
+
+class ParallelResult(NamedTuple):
+    accepted_pending: int  # 0..pending
+    first_new_accepted: bool
+    new_signals: Sequence[TokenSignal]
+
+
+Request = DraftToken | DraftRun | Verify | ParallelRound
+
+
+class PolicyError(RuntimeError):
+    """A policy broke the protocol (a bug in the policy, not bad user input)."""
+
+
+def decode(policy: Policy, prompt: PromptInfo) -> Generator[Request, object, None]:
+    """Drive ``policy`` through one prompt of ``prompt.n_tokens`` generated tokens."""
+    n = prompt.n_tokens
+    committed = 1
+    pending: tuple[TokenSignal, ...] = ()
+    policy.reset(prompt)
+    # Policies that keep the base class's no-op observe() are not sent outcomes of serial rounds.
+    observes = type(policy).observe is not Policy.observe
+    while committed < n:
+        plan = policy.plan(RoundState(committed, n - committed, len(pending), prompt.prompt_len + committed))
+        if type(plan) is Parallel:
+            m = len(pending)
+            window = min(plan.window, n - committed - m)
+            if window < 1:
+                raise PolicyError(f"{policy.name}: parallel window must be >= 1, got {plan.window}")
+            res: ParallelResult = yield ParallelRound(committed, m, window)
+            new = tuple(res.new_signals)
+            if res.accepted_pending < m:
+                checked = pending[: res.accepted_pending + 1]
+                accepted = res.accepted_pending
+                pending = ()
+            else:
+                checked = pending + new[:1]
+                accepted = m + res.first_new_accepted
+                pending = new[1:] if res.first_new_accepted else ()
+            emitted = res.accepted_pending + 1
+            committed += emitted
+            policy.observe(Outcome(True, window, checked, accepted, emitted, res.first_new_accepted))
+            continue
+        if type(plan) is not Serial:
+            raise PolicyError(f"{policy.name}: plan() must return Serial or Parallel, got {plan!r}")
+        if pending:
+            raise PolicyError(f"{policy.name}: planned a serial round with {len(pending)} drafts pending")
+        cap = min(plan.max_draft, n - committed - 1)
+        if plan.fixed or cap <= 0:
+            signals = (yield DraftRun(committed, cap, plan.layer)) if cap > 0 else ()
+            decision = Decision.VERIFY
+        else:
+            drafted: list[TokenSignal] = []
+            decision = Decision.DRAFT
+            while decision is Decision.DRAFT and len(drafted) < cap:
+                signal = yield DraftToken(committed, len(drafted) + 1, plan.layer)
+                drafted.append(signal)
+                decision = policy.on_draft(signal)
+            signals = tuple(drafted)
+        if decision is Decision.PARALLEL:
+            if not policy.parallel:
+                raise PolicyError(f"{policy.name}: returned PARALLEL but is not a parallel policy")
+            pending = tuple(signals)
+            continue
+        k = len(signals)
+        accepted = yield Verify(committed, k, plan.layer)
+        committed += accepted + 1
+        if observes:
+            policy.observe(Outcome(False, k, signals[: accepted + 1], accepted, accepted + 1))

@@ -1,0 +1,196 @@
+"""The SimPy executor: replays a trace under a policy and a latency model.
+
+It answers the requests of :func:`simlab.rounds.decode` (the protocol shared with live
+decoding) from a :class:`~simlab.trace.replay.TraceReplay`:
+
+- a drafted token's signal comes from the replay (true path, or the divergence rollout);
+- a verification accepts ``min(drafts, run[start])`` tokens, where ``run[t]`` counts the
+  consecutive accepted positions from t — exact for greedy traces;
+- durations come from the latency model (tabulated once in a
+  :class:`~simlab.latency.grid.LatencyGrid`); a serial round is k draft steps then one target
+  forward over k+1 positions; a parallel round runs both devices at once.
+
+Time semantics are in :mod:`simlab.sim.devices`. Serial rounds never overlap, so a stretch of
+them is priced on the prompt's local clock and handed to SimPy as one timeout (event
+aggregation: the same clock, far fewer events); a parallel round starts the draft's and the
+target's forwards as two SimPy events and waits for both (``AllOf``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import simpy
+
+from simlab.latency.grid import LatencyGrid
+from simlab.latency.model import LatencyModel
+from simlab.metrics import Counts, PositionStats
+from simlab.policies.base import Policy, PromptInfo
+from simlab.rounds import (
+    DraftRun,
+    DraftToken,
+    ParallelResult,
+    ParallelRound,
+    Verify,
+    decode,
+)
+from simlab.sim.devices import Device, Slice, Topology
+from simlab.trace.replay import PromptReplay, SignalRun, TraceReplay
+from simlab.trace.schema import NO_LAYER
+
+
+@dataclass
+class PromptRun:
+    """What one prompt's simulation produced."""
+
+    prompt_id: int
+    counts: Counts
+    tokens: list[int] | None = None  # emitted tokens (positions 1..n-1), when asked for
+    slices: list[Slice] = field(default_factory=list)  # timeline, when asked for
+
+
+@dataclass
+class SimRun:
+    prompts: list[PromptRun]
+    positions: PositionStats
+
+
+def ad_seconds(grid: LatencyGrid, prompt: PromptReplay) -> float:
+    """Autoregressive decoding of the same tokens: one 1-token target forward per position."""
+    pl = prompt.prompt_len
+    return sum(grid.target_row(1)[pl + 1 : pl + prompt.n_tokens])
+
+
+def as_grid(latency: LatencyModel, max_context: int) -> LatencyGrid:
+    if isinstance(latency, LatencyGrid) and latency.max_context >= max_context:
+        return latency
+    return LatencyGrid(latency, max_context)
+
+
+class SimExecutor:
+    """Replay prompts one after another in one SimPy environment."""
+
+    def __init__(
+        self,
+        latency: LatencyModel,
+        topology: Topology | str = Topology.TWO_DEVICES,
+        keep_tokens: bool = False,
+        timeline_prompt: int | None = None,
+    ):
+        self.latency = latency
+        self.topology = Topology(topology)
+        self.keep_tokens = keep_tokens
+        self.timeline_prompt = timeline_prompt
+
+    def run(self, replay: TraceReplay, policy: Policy) -> SimRun:
+        grid = as_grid(self.latency, replay.max_context + 1)
+        env = simpy.Environment()
+        runs: list[PromptRun] = []
+        positions = PositionStats()
+
+        def all_prompts():
+            for prompt in replay.prompts:
+                run = PromptRun(prompt.prompt_id, Counts(), [] if self.keep_tokens else None)
+                yield env.process(self._prompt(env, grid, prompt, policy, run, positions))
+                runs.append(run)
+
+        env.process(all_prompts())
+        env.run()
+        return SimRun(runs, positions)
+
+    def _prompt(self, env: simpy.Environment, grid: LatencyGrid, rp: PromptReplay, policy: Policy,
+                run: PromptRun, positions: PositionStats):
+        record = rp.prompt_id == self.timeline_prompt
+        t0 = env.now
+        draft_dev = Device("draft", record)
+        target_dev = Device("target", record)
+        corun = self.topology is Topology.ONE_DEVICE
+        counts, tokens, pl = run.counts, run.tokens, rp.prompt_len
+        overruns_before = rp.rollout_overruns
+        clock = t0  # this prompt's time; env.now catches up before parallel rounds and at the end
+        gen = decode(policy, PromptInfo(rp.prompt_id, pl, rp.n_tokens, replay=rp if policy.needs_future else None))
+        send = gen.send
+        answer = None
+        unpaid = 0  # tokens drafted since the last target forward, not yet priced
+        unpaid_start, unpaid_layer = 0, NO_LAYER
+        target_calls = accepted_total = drafted = 0
+        while True:
+            try:
+                req = send(answer)
+            except StopIteration:
+                break
+            kind = type(req)
+            if kind is DraftRun:
+                answer = SignalRun(rp, req.start, req.count, req.layer)
+                unpaid, unpaid_start = req.count, req.start
+                unpaid_layer = NO_LAYER if req.layer is None else req.layer
+                continue
+            if kind is DraftToken:
+                answer = rp.signal(req.start, req.index, req.layer)
+                unpaid += 1
+                unpaid_start, unpaid_layer = req.start, NO_LAYER if req.layer is None else req.layer
+                continue
+            if unpaid:  # the serial drafting that led to this forward
+                seconds = grid.draft_seconds(pl + unpaid_start, unpaid, unpaid_layer)
+                clock = draft_dev.book(clock, seconds, "draft", unpaid_start, unpaid)
+                drafted += unpaid
+                unpaid = 0
+            if kind is Verify:
+                c, k, layer = req.start, req.drafts, req.layer
+                path = rp.draft if layer is None else rp.path(layer)
+                accepted = path.run[c]
+                if accepted > k:
+                    accepted = k
+                clock = target_dev.book(clock, grid.target_row(k + 1)[pl + c], "verify", c, k + 1, accepted)
+                target_calls += 1
+                accepted_total += accepted
+                positions.add(accepted + 1 if accepted < k else k, accepted)
+                if tokens is not None:
+                    tokens.extend(rp.token_at(t, t < c + accepted, layer) for t in range(c, c + accepted + 1))
+                answer = accepted
+            elif kind is ParallelRound:
+                if clock > env.now:
+                    yield env.timeout(clock - env.now)
+                answer = yield from self._parallel(env, grid, rp, req, draft_dev, target_dev, corun, counts,
+                                                   positions, tokens)
+                clock = env.now
+            else:  # pragma: no cover - decode() yields only the types above
+                raise TypeError(f"unknown request {req!r}")
+        if clock > env.now:
+            yield env.timeout(clock - env.now)
+        counts.target_calls += target_calls
+        counts.accepted += accepted_total
+        counts.drafted += drafted
+        counts.draft_calls += drafted
+        counts.tokens += rp.n_tokens - 1
+        counts.wall_time_s += env.now - t0
+        counts.ad_wall_time_s += ad_seconds(grid, rp)
+        counts.draft_busy_s += draft_dev.busy_s
+        counts.target_busy_s += target_dev.busy_s
+        counts.rollout_overruns += rp.rollout_overruns - overruns_before
+        run.slices = draft_dev.slices + target_dev.slices
+
+    def _parallel(self, env: simpy.Environment, grid: LatencyGrid, rp: PromptReplay, req: ParallelRound,
+                  draft_dev: Device, target_dev: Device, corun: bool, counts: Counts, positions: PositionStats,
+                  tokens: list[int] | None):
+        c, m, s = req.start, req.pending, req.window
+        path = rp.draft
+        accepted_pending = min(m, path.run[c])
+        first_new = accepted_pending == m and path.accept[c + m]
+        n_accepted = accepted_pending + first_new
+        ctx = rp.prompt_len + c
+        now = env.now
+        draft_seconds = grid.draft_seconds(ctx + m, s, NO_LAYER, corun)
+        verify_seconds = grid.target_forward(1 + m, ctx, corun)
+        draft_dev.book(now, draft_seconds, "draft (parallel)", c + m, s)
+        target_dev.book(now, verify_seconds, "verify (parallel)", c, 1 + m, n_accepted)
+        yield env.all_of([env.timeout(draft_seconds), env.timeout(verify_seconds)])
+        counts.target_calls += 1
+        counts.draft_calls += s
+        counts.drafted += s
+        counts.accepted += n_accepted
+        counts.parallel_rounds += 1
+        positions.add(accepted_pending + 1 if accepted_pending < m else m + 1, n_accepted)
+        if tokens is not None:
+            tokens.extend(rp.token_at(t, t < c + n_accepted) for t in range(c, c + accepted_pending + 1))
+        return ParallelResult(accepted_pending, first_new, SignalRun(rp, c, s, None, first=m + 1))

@@ -1,0 +1,43 @@
+"""Small hand-built traces for tests: acceptance patterns you can check by eye."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from simlab.trace.io import Trace, empty_table
+from simlab.trace.schema import NO_LAYER, Manifest
+
+
+def latency_table(draft: float = 0.1, verify: dict[int, float] | None = None, ctx=(0, 10_000)) -> pd.DataFrame:
+    """Flat-in-context latency samples: draft step ``draft`` s, k-token verify ``verify[k]`` s."""
+    verify = verify or {k: 1.0 for k in range(1, 40)}
+    rows = [("draft_step", 1, c, NO_LAYER, False, 0, draft) for c in ctx]
+    rows += [("target_forward", k, c, NO_LAYER, False, 0, s) for k, s in verify.items() for c in ctx]
+    return pd.DataFrame(rows, columns=["op", "k", "context_len", "layer", "corun", "repeat", "seconds"])
+
+
+def hand_trace(patterns: list[str], conf: list[list[float]] | None = None, latency: pd.DataFrame | None = None,
+               temperature: float = 0.0) -> Trace:
+    """One prompt per pattern; pattern[t] is '1' if the draft matches the target at position t.
+
+    Position 0 (the prefill's token) is part of the pattern but is never drafted.
+    """
+    prompts, positions = [], []
+    for pid, pattern in enumerate(patterns):
+        bits = np.array([ch == "1" for ch in pattern])
+        n = len(bits)
+        target = 100 + np.arange(n) + 1000 * pid
+        c = np.array(conf[pid]) if conf else np.where(bits, 0.9, 0.4)
+        positions.append(pd.DataFrame({
+            "prompt_id": pid, "pos": np.arange(n), "target_token": target,
+            "draft_token": np.where(bits, target, target + 50_000), "draft_conf": c,
+            "draft_entropy": 1.0 - c, "q_target": np.where(bits, c, 0.0), "p_target": 1.0,
+            "p_draft": bits.astype(float), "accept_prob": bits.astype(float),
+        }))
+        prompts.append({"prompt_id": pid, "source": f"hand/{pid}", "prompt_len": 10, "n_tokens": n,
+                        "stop": "length", "prompt_text": ""})
+    manifest = Manifest(kind="synthetic", draft_model="hand", target_model="hand", dataset="hand",
+                        hardware="none", temperature=temperature)
+    return Trace(manifest=manifest, prompts=pd.DataFrame(prompts), positions=pd.concat(positions, ignore_index=True),
+                 rollouts=empty_table("rollouts"), latency=latency if latency is not None else latency_table())

@@ -1,0 +1,62 @@
+"""Latency models: interpolation rules, profile files, the tabulated grid."""
+
+import pytest
+
+from simlab.errors import SimlabError
+from simlab.latency.grid import LatencyGrid
+from simlab.latency.model import TableLatency, load_profile, save_profile
+from tests.helpers import latency_table
+
+
+@pytest.fixture()
+def table():
+    lat = latency_table(draft=0.1, verify={1: 0.3, 2: 0.6, 3: 0.9, 4: 0.6, 8: 0.8}, ctx=(100, 200))
+    lat.loc[(lat.op == "target_forward") & (lat.k == 1) & (lat.context_len == 200), "seconds"] = 0.5
+    return TableLatency.from_samples(lat)
+
+
+def test_table_keeps_measured_points_and_interpolates_between_them(table):
+    assert table.target_forward(3, 100) == pytest.approx(0.9)
+    assert table.target_forward(4, 100) == pytest.approx(0.6)  # not monotone in k: kept as measured
+    assert table.target_forward(6, 100) == pytest.approx(0.7)  # between k=4 and k=8
+    assert table.target_forward(1, 150) == pytest.approx(0.4)  # between context 100 and 200
+    assert table.target_forward(1, 10) == pytest.approx(0.3)  # clamped below the measured range
+
+
+def test_table_extends_the_last_slope_beyond_the_largest_k(table):
+    assert table.target_forward(12, 100) == pytest.approx(0.8 + 4 * (0.8 - 0.6) / 4)
+
+
+def test_medians_of_repeated_samples():
+    import pandas as pd
+
+    lat = latency_table(draft=0.1, verify={1: 1.0}, ctx=(0,))
+    forward = lat[lat.op == "target_forward"]
+    lat = pd.concat([lat, forward.assign(seconds=2.0), forward.assign(seconds=3.0)])
+    assert TableLatency.from_samples(lat).target_forward(1, 0) == pytest.approx(2.0)
+
+
+def test_profile_round_trip(table, tmp_path):
+    path = save_profile(table, tmp_path / "p.json")
+    back = load_profile(path)
+    for k in (1, 2, 5, 9):
+        for ctx in (50, 120, 300):
+            assert back.target_forward(k, ctx) == pytest.approx(table.target_forward(k, ctx))
+    assert back.draft_step(150) == pytest.approx(0.1)
+
+
+def test_bad_profiles(tmp_path):
+    with pytest.raises(SimlabError, match="not found"):
+        load_profile(tmp_path / "none.json")
+    p = tmp_path / "bad.json"
+    p.write_text('{"format": "something-else"}')
+    with pytest.raises(SimlabError, match="not a 'simlab-latency' file"):
+        load_profile(p)
+
+
+def test_grid_answers_like_the_model(table):
+    grid = LatencyGrid(table, 300)
+    for ctx in (0, 100, 157, 300):
+        assert grid.target_forward(5, ctx) == pytest.approx(table.target_forward(5, ctx))
+    assert grid.draft_seconds(100, 4) == pytest.approx(4 * 0.1)
+    assert grid.draft_seconds(299, 4) == pytest.approx(4 * 0.1)  # runs past the grid

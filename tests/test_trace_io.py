@@ -1,0 +1,139 @@
+"""The trace round-trips, and every kind of bad file gets a one-line explanation."""
+
+import json
+import os
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from simlab.errors import SimlabError
+from simlab.trace import read_trace, write_trace
+from simlab.trace.synth import SynthSpec, synth_trace
+
+
+@pytest.fixture()
+def trace():
+    return synth_trace(SynthSpec(prompts=3, tokens=40, seed=1), command="test")
+
+
+@pytest.fixture()
+def written(trace, tmp_path):
+    return write_trace(trace, tmp_path / "t")
+
+
+def _same(a: pd.DataFrame, b: pd.DataFrame) -> None:
+    pd.testing.assert_frame_equal(a.reset_index(drop=True), b.reset_index(drop=True), check_dtype=False)
+
+
+def test_write_then_read_gives_identical_tables_and_manifest(trace, written):
+    back = read_trace(written)
+    assert back.manifest == trace.manifest
+    for name in ("prompts", "positions", "rollouts", "latency"):
+        _same(getattr(back, name), getattr(trace, name))
+    assert back.layers is None
+    # and a second write of what was read is byte-identical in content
+    again = read_trace(write_trace(back, written.parent / "again"))
+    for name in ("prompts", "positions", "rollouts", "latency"):
+        _same(getattr(again, name), getattr(back, name))
+
+
+def test_rows_of_an_uncommitted_prompt_are_ignored(trace, written):
+    """A recorder killed after writing positions but before prompts.parquet leaves extra rows."""
+    pos = pd.concat([trace.positions, trace.positions[trace.positions.prompt_id == 0].assign(prompt_id=99)])
+    pq.write_table(pa.Table.from_pandas(pos, preserve_index=False), written / "positions.parquet")
+    back = read_trace(written)
+    assert 99 not in set(back.positions.prompt_id)
+    assert len(back.positions) == len(trace.positions)
+
+
+def expect_error(path, *fragments):
+    with pytest.raises(SimlabError) as info:
+        read_trace(path)
+    message = str(info.value)
+    assert "\n" not in message
+    for fragment in fragments:
+        assert fragment in message, message
+
+
+def test_missing_directory(tmp_path):
+    expect_error(tmp_path / "nope", "trace not found")
+
+
+def test_not_a_directory(tmp_path):
+    f = tmp_path / "file"
+    f.write_text("x")
+    expect_error(f, "is not a directory")
+
+
+def test_missing_manifest(written):
+    (written / "manifest.json").unlink()
+    expect_error(written, "manifest.json is missing")
+
+
+def test_manifest_not_json(written):
+    (written / "manifest.json").write_text("{not json")
+    expect_error(written, "not valid JSON")
+
+
+def test_other_schema_version(written):
+    data = json.loads((written / "manifest.json").read_text())
+    data["schema_version"] = 999
+    (written / "manifest.json").write_text(json.dumps(data))
+    expect_error(written, "schema version 999", "reads version 1")
+
+
+def test_unknown_manifest_field(written):
+    data = json.loads((written / "manifest.json").read_text())
+    data["colour"] = "blue"
+    (written / "manifest.json").write_text(json.dumps(data))
+    expect_error(written, "unknown fields", "colour")
+
+
+def test_missing_table(written):
+    (written / "positions.parquet").unlink()
+    expect_error(written, "positions.parquet is missing")
+
+
+def test_corrupt_parquet(written):
+    (written / "latency.parquet").write_bytes(b"PAR1 this is not parquet")
+    expect_error(written, "latency.parquet is not a readable Parquet file")
+
+
+def test_missing_column(written, trace):
+    pq.write_table(pa.Table.from_pandas(trace.positions.drop(columns=["draft_conf"]), preserve_index=False),
+                   written / "positions.parquet")
+    expect_error(written, "positions.parquet lacks columns", "draft_conf")
+
+
+def test_wrong_column_type(written, trace):
+    pos = trace.positions.assign(draft_conf="high")
+    pq.write_table(pa.Table.from_pandas(pos, preserve_index=False), written / "positions.parquet")
+    expect_error(written, "column 'draft_conf'")
+
+
+@pytest.mark.parametrize("bad", [np.nan, -0.5, 0.0, np.inf])
+def test_bad_latency_values(written, trace, bad):
+    lat = trace.latency.copy()
+    lat.loc[0, "seconds"] = bad
+    pq.write_table(pa.Table.from_pandas(lat, preserve_index=False), written / "latency.parquet")
+    expect_error(written, "latency.parquet has 1 NaN, infinite, zero or negative")
+
+
+def test_probability_out_of_range(written, trace):
+    pos = trace.positions.copy()
+    pos.loc[3, "draft_conf"] = 1.5
+    pq.write_table(pa.Table.from_pandas(pos, preserve_index=False), written / "positions.parquet")
+    expect_error(written, "draft_conf", "outside [0, 1]")
+
+
+def test_positions_with_a_gap(written, trace):
+    pos = trace.positions.drop(index=5)
+    pq.write_table(pa.Table.from_pandas(pos, preserve_index=False), written / "positions.parquet")
+    expect_error(written, "prompt 0 should have positions 0..39")
+
+
+def test_writing_leaves_no_temporary_files(written):
+    assert not [f for f in os.listdir(written) if f.startswith(".")]

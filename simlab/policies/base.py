@@ -21,7 +21,7 @@ import enum
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, NamedTuple, Sequence
+from typing import Any, ClassVar, NamedTuple, Protocol, Sequence
 
 from simlab.errors import SimlabError
 from simlab.signals import TokenSignal
@@ -114,6 +114,32 @@ class PromptInfo:
     replay: Any = None
 
 
+class AcceptancePredictor(Protocol):
+    """P(accept) of a drafted token from what a decoder knows at that moment.
+
+    ``recent_acceptance`` is the fraction of the last :data:`RECENT_WINDOW` checked draft
+    tokens that were accepted (1.0 before any check), which a policy tracks from its outcomes.
+    Trained predictors (``simlab calibrate predictor``) implement this; policies that need a
+    predictor fall back to :class:`ConfidencePredictor` when none is given.
+    """
+
+    name: str
+
+    def predict_accept(self, signal: TokenSignal, recent_acceptance: float) -> float: ...
+
+
+RECENT_WINDOW = 16
+
+
+class ConfidencePredictor:
+    """The untrained default: the draft's own top-1 probability taken as P(accept)."""
+
+    name = "confidence"
+
+    def predict_accept(self, signal: TokenSignal, recent_acceptance: float) -> float:
+        return signal.confidence
+
+
 @dataclass
 class PolicyContext:
     """What policies are built with: the latency model and facts about the trace/models."""
@@ -122,7 +148,7 @@ class PolicyContext:
     exit_layers: list[int] = field(default_factory=list)
     n_layers: int = 0
     context_len: int = 128  # a typical context length, for policies that size windows up front
-    predictor: Any = None
+    predictor: AcceptancePredictor | None = None
 
 
 class Policy(ABC):

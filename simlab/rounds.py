@@ -13,10 +13,16 @@ Bookkeeping rules, defined here only:
 - A serial round drafts at most ``n - committed - 1`` tokens, so the target's own token
   (bonus or correction) always exists; when that cap is 0 the round is a plain target step.
 - A parallel round (PEARL's pre-/post-verify, SPIDE's parallel draft verification) verifies
-  the ``m`` pending drafts plus the first of ``s`` tokens drafted meanwhile, with
-  ``s <= n - committed - m`` so no draft lies past the last position. Every rejected check
-  emits the target's correction; if all pending drafts and the first new one are accepted,
-  the round emits them and the remaining ``s - 1`` new drafts stay pending.
+  the ``m`` pending drafts plus the first of ``s`` tokens drafted meanwhile. Every rejected
+  check emits the target's correction; if all pending drafts and the first new one are
+  accepted, the round emits them and the remaining ``s - 1`` new drafts stay pending. The
+  window is capped at ``n - committed - m - 1`` (but at least 1), so that drafts left pending
+  never reach the last position: the next round always has a position for its first new draft.
+- A serial round may end with ``Decision.DROP``: the token just drafted is discarded unverified
+  (DEL's dynamic draft exit); it was drafted, so its draft step is still paid for.
+- Policies with ``needs_shadows`` are shown every exit layer's token at the positions each
+  target forward settled: position 0 after the prefill, and ``start..start+accepted`` after
+  each serial verification (:class:`Shadow`).
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from simlab.policies.base import (
     RoundState,
     Serial,
 )
-from simlab.signals import TokenSignal
+from simlab.signals import ShadowTokens, TokenSignal
 
 
 class DraftToken(NamedTuple):
@@ -71,13 +77,21 @@ class ParallelRound(NamedTuple):
     window: int
 
 
+class Shadow(NamedTuple):
+    """Every exit layer's token at positions ``start..start+count-1``, from the hidden states of
+    the target forward that settled them. Answer: a :class:`ShadowTokens`."""
+
+    start: int
+    count: int
+
+
 class ParallelResult(NamedTuple):
     accepted_pending: int  # 0..pending
     first_new_accepted: bool
     new_signals: Sequence[TokenSignal]
 
 
-Request = DraftToken | DraftRun | Verify | ParallelRound
+Request = DraftToken | DraftRun | Verify | ParallelRound | Shadow
 
 
 class PolicyError(RuntimeError):
@@ -92,13 +106,16 @@ def decode(policy: Policy, prompt: PromptInfo) -> Generator[Request, object, Non
     policy.reset(prompt)
     # Policies that keep the base class's no-op observe() are not sent outcomes of serial rounds.
     observes = type(policy).observe is not Policy.observe
+    shadows = policy.needs_shadows
+    if shadows:  # the prefill settled position 0
+        policy.observe_shadows((yield Shadow(0, 1)))
     while committed < n:
         plan = policy.plan(RoundState(committed, n - committed, len(pending), prompt.prompt_len + committed))
         if type(plan) is Parallel:
             m = len(pending)
-            window = min(plan.window, n - committed - m)
-            if window < 1:
+            if plan.window < 1:
                 raise PolicyError(f"{policy.name}: parallel window must be >= 1, got {plan.window}")
+            window = min(plan.window, max(1, n - committed - m - 1))
             res: ParallelResult = yield ParallelRound(committed, m, window)
             new = tuple(res.new_signals)
             if res.accepted_pending < m:
@@ -128,14 +145,17 @@ def decode(policy: Policy, prompt: PromptInfo) -> Generator[Request, object, Non
                 signal = yield DraftToken(committed, len(drafted) + 1, plan.layer)
                 drafted.append(signal)
                 decision = policy.on_draft(signal)
-            signals = tuple(drafted)
+            signals = tuple(drafted[:-1] if decision is Decision.DROP else drafted)
         if decision is Decision.PARALLEL:
             if not policy.parallel:
                 raise PolicyError(f"{policy.name}: returned PARALLEL but is not a parallel policy")
             pending = tuple(signals)
             continue
         k = len(signals)
-        accepted = yield Verify(committed, k, plan.layer)
+        start = committed
+        accepted = yield Verify(start, k, plan.layer)
         committed += accepted + 1
         if observes:
             policy.observe(Outcome(False, k, signals[: accepted + 1], accepted, accepted + 1))
+        if shadows:
+            policy.observe_shadows((yield Shadow(start, accepted + 1)))

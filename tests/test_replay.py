@@ -97,7 +97,11 @@ def test_cost_is_relative_to_sd_at_its_best_gamma():
 
 @pytest.mark.parametrize("policy", sorted(REGISTRY))
 def test_every_policy_emits_exactly_the_target_tokens(policy):
-    trace = hand_trace([PATTERN, "1" + "0" * 7, "1" * 30, "1" + "10" * 12])
+    patterns = [PATTERN, "1" + "0" * 7, "1" * 30, "1" + "10" * 12]
+    early_exit = {2: ["1" + "01" * (len(p) // 2) for p in patterns], 5: patterns}  # for layerskip, del
+    trace = hand_trace(patterns, layers={layer: [p[: len(q)] for p, q in zip(ps, patterns)]
+                                         for layer, ps in early_exit.items()},
+                       latency=latency_table(layers={2: 0.02, 5: 0.05}), n_layers=8)
     res = Simulator(trace).run(policy, keep_tokens=True, with_cost=False)
     for pid, tokens in res.tokens.items():
         expect = trace.positions[trace.positions.prompt_id == pid].sort_values("pos").target_token.tolist()[1:]

@@ -20,8 +20,8 @@ from simlab.metrics import SUMMARY_KEYS
 from simlab.paths import default_trace
 from simlab.sim.devices import Topology
 
-# Flags that set a policy parameter of the same name, when the policy has one.
-POLICY_FLAGS = ("gamma",)
+# Flags that set a policy parameter of the same name; a policy without it rejects the flag.
+POLICY_FLAGS = ("gamma", "tau", "threshold", "window", "h", "block")
 
 
 def load_inputs(trace: Optional[Path], latency: Optional[Path]):
@@ -44,6 +44,11 @@ def trace_label(tr) -> str:
 def simulate(
     policy: Annotated[str, typer.Option("--policy", help="Policy name (see `simlab policies`).")] = "sd",
     gamma: Annotated[Optional[int], typer.Option("--gamma", help="Draft length γ (policies that take one).")] = None,
+    tau: Annotated[Optional[float], typer.Option("--tau", help="SPIDE's reliability threshold τ.")] = None,
+    threshold: Annotated[Optional[float], typer.Option("--threshold", help="Stop threshold (hf-confidence, dv, adaedl, specdecpp, pacer).")] = None,
+    window: Annotated[Optional[int], typer.Option("--window", help="Parallel window s / γ (spide, pearl).")] = None,
+    h: Annotated[Optional[float], typer.Option("--h", help="Threshold h (ags: fixed P_rej threshold; svip: entropy threshold).")] = None,
+    block: Annotated[Optional[int], typer.Option("--block", help="Pacer's block size b.")] = None,
     param: Annotated[list[str], typer.Option("--param", "-P", help="Any policy parameter as KEY=VALUE; repeatable.")] = [],
     trace: Annotated[Optional[Path], typer.Option("--trace", help="Trace directory. [default: the shipped trace]")] = None,
     latency: Annotated[Optional[Path], typer.Option("--latency", help="Latency profile JSON. [default: the trace's own samples]")] = None,
@@ -63,7 +68,7 @@ def simulate(
     from simlab.sim.timeline import write_chrome_trace
 
     params = parse_params(param)
-    flags = {"gamma": gamma}
+    flags = dict(zip(POLICY_FLAGS, (gamma, tau, threshold, window, h, block)))
     params.update({k: v for k, v in flags.items() if v is not None})
     tr, lat = load_inputs(trace, latency)
     sim = Simulator(tr, lat, seed=seed, topology=topology)
@@ -97,6 +102,9 @@ def simulate(
     console.print(f"latency: {sim.latency.name}; topology: {sim.topology.value}")
     console.print(metrics_table(f"{policy} ({params_text})" if params_text else policy,
                                 {k: summary[k] for k in SUMMARY_KEYS}, caption))
+    if summary.get("corun_latency", "measured") != "measured" and res.summary.parallel_rounds:
+        console.print("[yellow]note:[/] one-device topology without co-running latency samples: parallel rounds "
+                      "use solo latencies (optimistic)")
     if res.summary.rollout_overruns:
         console.print(f"[yellow]note:[/] drafts ran past the recorded rollouts {res.summary.rollout_overruns} times "
                       "(their signals repeat the last rollout step)")

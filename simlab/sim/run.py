@@ -59,6 +59,9 @@ class Simulator:
         )
         self.seed = seed
         self.topology = Topology(topology)
+        # one-device runs price parallel rounds with co-running latencies; without such
+        # measurements the solo figures stand in (optimistic), and results say so.
+        self.corun_measured = bool(getattr(model, "has_corun", False))
         self.replay = TraceReplay(trace, seed)
         # One tabulated latency model shared by the executor and the policies, so that both
         # price a round identically (the oracle's plan relies on it).
@@ -69,7 +72,8 @@ class Simulator:
         m = self.trace.manifest
         typical = int(self.trace.prompts["prompt_len"].median() + self.trace.prompts["n_tokens"].median() / 2)
         return PolicyContext(latency=self.latency, exit_layers=list(m.exit_layers), n_layers=m.n_layers,
-                             context_len=typical)
+                             context_len=typical, corun=self.topology is Topology.ONE_DEVICE,
+                             best_gamma=lambda: self.reference().gamma)
 
     def run(
         self,
@@ -88,6 +92,8 @@ class Simulator:
         summary = Summary.from_counts(total(r.counts for r in sim.prompts), ref.target_calls if ref else None)
         if ref:
             summary.extra["reference_gamma"] = ref.gamma
+        if self.topology is Topology.ONE_DEVICE:
+            summary.extra["corun_latency"] = "measured" if self.corun_measured else "solo stand-in (optimistic)"
         rows = []
         for r in sim.prompts:
             s = Summary.from_counts(r.counts, ref.per_prompt_calls.get(r.prompt_id) if ref else None)

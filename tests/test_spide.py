@@ -83,11 +83,11 @@ def test_spide_reproduces_figure_2():
         ("verify (parallel) x8", 1, 8, 8, 1.75, 2.75),  # II: x1..x8, all accepted
         ("verify (parallel) x4", 9, 4, 2, 2.75, 3.75),  # III: x9..x12, x11 rejected
         ("verify (parallel) x7", 12, 7, 7, 5.25, 6.25),
-        ("verify (parallel) x2", 19, 2, 2, 6.25, 7.25),
+        ("verify (parallel) x2", 19, 2, 1, 6.25, 7.25),  # the last position is always the target's
     ]
     assert run.counts.parallel_rounds == 4 and run.counts.wall_time_s == pytest.approx(7.25)
     # the table was updated after every verification with the checked tokens only (line 29)
-    assert (policy.table.total[HIGH], policy.table.accepted[HIGH]) == (20 + 7 + 3 + 7 + 2, 19 + 7 + 2 + 7 + 2)
+    assert (policy.table.total[HIGH], policy.table.accepted[HIGH]) == (20 + 7 + 3 + 7 + 2, 19 + 7 + 2 + 7 + 1)
     assert (policy.table.total[LOW], policy.table.accepted[LOW]) == (5, 2)
     assert run.tokens == list(trace.positions.target_token[1:])
 

@@ -24,7 +24,7 @@ def describe_policy(cls) -> dict:
 
 def _default(value) -> str:
     if value is None:
-        return "auto"
+        return "none"
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
@@ -36,8 +36,8 @@ def policies(
     """List every drafting policy with its parameters, defaults and the paper section it implements.
 
     Set a parameter with `simlab simulate --policy NAME --param KEY=VALUE` (or the flag of the
-    same name: --gamma, --tau, --threshold, --window, --h, --block). A default of "auto" is
-    derived from the trace or latency model, as the parameter's help says.
+    same name: --gamma, --tau, --threshold, --window, --h, --block). A default of "none" means
+    what the parameter's help says (most are derived from the trace or the latency model).
     """
     from simlab.errors import SimlabError
     from simlab.policies import REGISTRY

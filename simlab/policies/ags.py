@@ -27,7 +27,7 @@ class AcceptanceGuided(PredictedStop):
     summary = "acceptance-guided adaptive SD: stop when P_rej = 1 − ΠP̂_acc ≥ h = (T_v − T_d(k))/T_r"
     paper = "Sun et al., acceptance-guided adaptive SD, §2.2 eqs. 6-7, §2.3 eqs. 11-12"
     params = (
-        Param("h", None, "fixed threshold on P_rej (default: eq. 12 from the latency model)"),
+        Param("h", None, "fixed threshold on P_rej (none: eq. 12 from the latency model)"),
         Param("max_draft", 6, "K_max, the upper bound on the draft length (paper: 5, 6 or 7)"),
     )
     choices = ("T_r = T_v: a rejection costs one more verification of the same size (resampling is free in "

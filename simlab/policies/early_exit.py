@@ -38,7 +38,7 @@ class LayerSkip(Policy):
     summary = "LayerSkip: draft γ tokens with the target's first E layers, verify with all layers"
     paper = "Elhoushi et al. 2024 (baselines.md §7; DEL §2, baseline LS(E-γ))"
     params = (
-        Param("exit_layer", None, "exit layer E (default: the deepest recorded exit layer)"),
+        Param("exit_layer", None, "exit layer E (none: the deepest recorded exit layer)"),
         Param("gamma", 6, "num_speculations γ (README example: E=8, γ=6 on Llama2-7B)"),
     )
 

@@ -27,7 +27,7 @@ class Pearl(Policy):
     name = "pearl"
     summary = "PEARL: draft and target always in parallel, pre-verify / post-verify, window γ = draft/target speed"
     paper = "Liu et al. 2025 (baselines.md §1; SPIDE §1, Fig. 1b, §4.1 baseline (v))"
-    params = (Param("window", None, "γ, drafts per step (default: target time / draft time from the latency "
+    params = (Param("window", None, "γ, drafts per step (none: target time / draft time from the latency "
                                     "model, SPIDE eq. 6's rule; PEARL's scripts use 3-5)"),)
     parallel = True
 

@@ -56,8 +56,12 @@ def bin_bounds(b: int) -> tuple[float, float]:
 
 
 TAU = Param("tau", 0.7, "reliability threshold τ of eq. 4 (Table 18: 0.5-0.9)")
-WINDOW = Param("window", None, "s, new drafts per parallel round (default: eq. 6 from the latency model)")
+WINDOW = Param("window", None, "s, new drafts per parallel round (none: eq. 6 from the latency model)")
 PRIOR = Param("prior", 1.0, "π_0 of eq. 5: the reliability Γ_0 a draft starts from")
+TABLE_CHOICES = ("table: one per policy run, shared by all prompts, updated with every checked token (accepted ones "
+                 "and the first rejected one; tokens after a rejection are unverified); an empty interval reads its "
+                 "mid confidence")
+WINDOW_CHOICES = "eq. 6 on a verify cost that varies with k: see simlab/policies/window.py"
 
 
 class MappingTable:
@@ -89,9 +93,7 @@ class Spide(Policy):
     summary = "SPIDE: mapping-table reliability Γ vs τ for serial drafting, parallel draft verification on Γ ≤ τ"
     paper = "Xu et al., SPIDE §3.2 eqs. 2-6, Algorithm 1, Figure 2; defaults Table 18 (DeepSeek 1.3B/33B)"
     params = (TAU, WINDOW, PRIOR)
-    choices = ("table: one per policy run, shared by all prompts, updated with every checked token (accepted "
-               "ones and the first rejected one; tokens after a rejection are unverified); an empty interval "
-               "reads its mid confidence; window on k-dependent verify cost: see simlab/policies/window.py")
+    choices = f"{TABLE_CHOICES}; {WINDOW_CHOICES}"
     parallel = True
     dyna_draft: ClassVar[bool] = True
     para_verify: ClassVar[bool] = True
@@ -150,8 +152,9 @@ class SpideNoDynaDraft(Spide):
     name = "spide-no-dyna-draft"
     summary = "SPIDE ablation w/o dyna-draft: a fixed γ serial draft, then parallel draft verification"
     paper = "Xu et al., SPIDE §4.3, Table 5"
-    params = (Param("gamma", None, "serial draft length (default: vanilla SD's best γ on the trace, as in §4.3)"),
+    params = (Param("gamma", None, "serial draft length (none: vanilla SD's best γ on the trace, as in §4.3)"),
               WINDOW)
+    choices = WINDOW_CHOICES
     dyna_draft = False
 
 
@@ -160,5 +163,6 @@ class SpideNoParaVerify(Spide):
     summary = "SPIDE ablation w/o para-verify: mapping-table reliability Γ vs τ, then a serial verification"
     paper = "Xu et al., SPIDE §4.3, Table 5, Appendix D.6"
     params = (TAU, PRIOR)
+    choices = TABLE_CHOICES
     parallel = False
     para_verify = False

@@ -19,7 +19,7 @@ from __future__ import annotations
 from simlab.policies.base import PolicyContext, check_positive_int
 from simlab.trace.schema import NO_LAYER
 
-MAX_WINDOW = 128  # (a relative 1e-9 absorbs the rounding of summed draft steps: 10 x 0.1 s fits 1 s)
+MAX_WINDOW = 128
 
 
 def balanced_window(context: PolicyContext) -> int:
@@ -27,6 +27,7 @@ def balanced_window(context: PolicyContext) -> int:
     lat, ctx, corun = context.latency, context.context_len, context.corun
     best = 1
     for s in range(1, MAX_WINDOW + 1):
+        # (1 + 1e-9: summed draft steps round up, and 10 steps of 0.1 s must fit a 1 s verify)
         if lat.draft_seconds(ctx, s, NO_LAYER, corun) <= lat.target_forward(s, ctx, corun) * (1 + 1e-9):
             best = s
     return best

@@ -127,15 +127,15 @@ def decode(policy: Policy, prompt: PromptInfo) -> Generator[Request, object, Non
                 raise PolicyError(f"{policy.name}: parallel window must be >= 1, got {plan.window}")
             window = min(plan.window, max(1, budget - committed - m - 1))
             res: ParallelResult = yield ParallelRound(committed, m, window)
-            new = tuple(res.new_signals)
+            new = res.new_signals  # read only as far as needed: most rounds drop their new drafts
             if res.accepted_pending < m:
                 checked = pending[: res.accepted_pending + 1]
                 accepted = res.accepted_pending
                 pending = ()
             else:
-                checked = pending + new[:1]
+                checked = (*pending, new[0])
                 accepted = m + res.first_new_accepted
-                pending = new[1:] if res.first_new_accepted else ()
+                pending = tuple(new[1:]) if res.first_new_accepted else ()
             emitted = res.accepted_pending + 1
             committed += emitted
             policy.observe(Outcome(True, window, checked, accepted, emitted, res.first_new_accepted))

@@ -88,7 +88,8 @@ class Del(Policy):
     choices = ("eq. 2 divides by S(u) although u+1 positions are compared (α could exceed 1): n = u+1 is used; "
                "the prefill warm-up (last 32 prompt tokens) is replaced by position 0's shadow tokens, as traces "
                "hold early-exit signals of generated positions only; statistics restart with each prompt; in eq. 3 "
-               "a side with no tokens yet reads 1 (matched) or 0 (mismatched)")
+               "a side with no tokens yet reads 1 (matched) or 0 (mismatched); TPL ties (every TPL(ℓ, 0) = 1/L, "
+               "when no layer pays off) go to the shallowest layer, and Algorithm 1 still drafts with it")
     needs_shadows = True
 
     def __init__(self, context, **values: Any):

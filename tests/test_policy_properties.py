@@ -41,7 +41,11 @@ def cases(draw):
     latency = latency_table(draft=draw(st.floats(0.01, 0.6)), verify=verify,
                             layers={layer: draw(st.floats(0.005, 0.3)) for layer in EXIT_LAYERS},
                             corun=(draw(st.floats(1.0, 2.0)), draw(st.floats(1.0, 2.0))))
-    trace = hand_trace(patterns, conf=conf, latency=latency, layers=layers, layer_conf=layer_conf, n_layers=8)
+    # prompts that end at their end token may have a budget past it (drafts are capped by the budget)
+    stop = draw(st.sampled_from(["length", "eos"]))
+    budget = max(lengths) + draw(st.integers(0, 6)) if stop == "eos" else 0
+    trace = hand_trace(patterns, conf=conf, latency=latency, layers=layers, layer_conf=layer_conf, n_layers=8,
+                       stop=stop, max_new_tokens=budget)
     return trace, draw(st.sampled_from(["two-devices", "one-device"]))
 
 

@@ -14,10 +14,12 @@ Bookkeeping rules, defined here only:
 - A serial round drafts at most ``budget - committed - 1`` tokens (the decoder knows its
   budget, not where the text will end); when that cap is 0 the round is a plain target step.
 - A parallel round (PEARL's pre-/post-verify, SPIDE's parallel draft verification) verifies
-  the ``m`` pending drafts plus the first of ``s`` tokens drafted meanwhile, with
-  ``s <= budget - committed - m``. Every rejected check emits the target's correction; if all
-  pending drafts and the first new one are accepted, the round emits them and the remaining
-  ``s - 1`` new drafts stay pending.
+  the ``m`` pending drafts plus the first of ``s`` tokens drafted meanwhile. Every rejected
+  check emits the target's correction; if all pending drafts and the first new one are
+  accepted, the round emits them and the remaining ``s - 1`` new drafts stay pending. The
+  window is capped at ``budget - committed - m - 1`` (but at least 1), so that drafts left
+  pending never reach the budget's last position: the next round always has a position for
+  its first new draft.
 - Nothing past the end is accepted, and the end token itself always counts as the target's:
   executors accept at most ``end - committed - 1`` drafts per verification, so decoding stops
   exactly at ``end`` whether the draft predicted the end token or not.
@@ -105,9 +107,9 @@ def decode(policy: Policy, prompt: PromptInfo) -> Generator[Request, object, Non
         plan = plan_round(RoundState(committed, budget - committed, len(pending), prompt_len + committed))
         if type(plan) is Parallel:
             m = len(pending)
-            window = min(plan.window, budget - committed - m)
-            if window < 1:
+            if plan.window < 1:
                 raise PolicyError(f"{policy.name}: parallel window must be >= 1, got {plan.window}")
+            window = min(plan.window, max(1, budget - committed - m - 1))
             res: ParallelResult = yield ParallelRound(committed, m, window)
             new = tuple(res.new_signals)
             if res.accepted_pending < m:

@@ -69,6 +69,13 @@ def parse_params(pairs: Iterable[str]) -> dict[str, Any]:
     return out
 
 
+def policy_params(pairs: Iterable[str], **flags: Any) -> dict[str, Any]:
+    """Policy parameters from ``--param KEY=VALUE`` pairs and the named flags that were given."""
+    params = parse_params(pairs)
+    params.update({k: v for k, v in flags.items() if v is not None})
+    return params
+
+
 def metrics_table(title: str, rows: dict[str, Any], caption: str | None = None) -> Table:
     table = Table(title=title, caption=caption, show_header=True, header_style="bold")
     table.add_column("metric")

@@ -43,6 +43,13 @@ class Reference:
     per_prompt_calls: dict[int, int]
 
 
+def latency_of(trace: Trace) -> TableLatency:
+    """The latency model of a trace's own measured samples."""
+    name = f"{trace.path.name if trace.path else 'trace'} samples"
+    return TableLatency.from_samples(trace.latency, name=name, hardware=trace.manifest.hardware,
+                                     draft_layer=trace.manifest.draft_layer)
+
+
 class Simulator:
     """A trace, a latency model and a seed, ready to simulate any number of policies."""
 
@@ -54,9 +61,7 @@ class Simulator:
         topology: Topology | str = Topology.TWO_DEVICES,
     ):
         self.trace = trace
-        model = latency or TableLatency.from_samples(
-            trace.latency, name=f"{trace.path.name if trace.path else 'trace'} samples", hardware=trace.manifest.hardware
-        )
+        model = latency or latency_of(trace)
         self.seed = seed
         self.topology = Topology(topology)
         self.replay = TraceReplay(trace, seed)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -10,8 +11,8 @@ import pandas as pd
 import typer
 from rich.table import Table
 
-from simlab.cli.app import app
-from simlab.cli.output import console, err_console, fmt, frame_path, write_frame
+from simlab.cli.app import EXIT_INTERRUPTED, app
+from simlab.cli.output import console, fmt, frame_path, write_frame
 from simlab.cli.simulate import load_inputs, trace_label
 from simlab.sim.devices import Topology
 
@@ -55,11 +56,10 @@ def sweep(
         frame_path(out)  # a bad name fails now, not after the sweep
     try:
         res = run_sweep(tr, grids, latency=lat, seed=seed, topology=topology, workers=workers,
-                        executor=executor.value, ray_address=ray_address,
-                        cache=False if no_cache else (cache or True))
-    except SweepInterrupted as exc:
-        err_console.print(f"simlab: interrupted: {exc}")
-        raise typer.Exit(130) from None
+                        executor=executor.value, ray_address=ray_address, cache=False if no_cache else (cache or True))
+    except SweepInterrupted as exc:  # said here: Typer turns Ctrl-C into an exit code and drops the message
+        print(f"simlab: interrupted: {exc}", file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)
     table = res.table
     console.print(f"trace: {trace_label(tr)}")
     console.print(f"latency: {table['latency'].iat[0]}; topology: {topology.value}; seed: {seed}")

@@ -184,8 +184,19 @@ def _run_local(sim: Simulator, key: str, configs: list[Config], workers: int) ->
         futures = [pool.submit(_pool_task, key, c) for c in configs]
         for future in as_completed(futures):
             yield future.result()
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
+    except BaseException:  # Ctrl-C, a failed task, or the consumer stopped early
+        _stop(pool)
+        raise
+    pool.shutdown()
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Drop the queued work and end the workers now: what they are computing would be thrown
+    away, and Ctrl-C should not wait for it. (``terminate_workers`` is public from Python 3.14.)"""
+    processes = list((pool._processes or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.terminate()
 
 
 def _run_ray(sim: Simulator, key: str, configs: list[Config], workers: int, address: str | None) -> Iterator[dict]:
@@ -198,10 +209,15 @@ def _run_ray(sim: Simulator, key: str, configs: list[Config], workers: int, addr
     address = address or os.environ.get("RAY_ADDRESS")
     started = not ray.is_initialized()
     if started:
-        # The simlab package travels with the tasks, so cluster nodes need only its dependencies.
-        options = dict(include_dashboard=False, log_to_driver=False,
-                       runtime_env={"py_modules": [os.path.dirname(simlab.__file__)]})
-        ray.init(address=address, **options) if address else ray.init(num_cpus=workers, **options)
+        options = dict(include_dashboard=False, log_to_driver=False)
+        try:
+            if address:  # simlab travels with the tasks: cluster nodes need only its dependencies
+                ray.init(address=address, runtime_env={"py_modules": [os.path.dirname(simlab.__file__)]}, **options)
+            else:  # local workers import simlab as this process does
+                ray.init(num_cpus=workers, **options)
+        except Exception as exc:  # Ray raises bare Exceptions (e.g. a node that timed out starting)
+            where = f"the Ray cluster at {address}" if address else "a local Ray instance"
+            raise SimlabError(f"could not start {where}: {exc}") from exc
     pending: list = []
     try:
         task = ray.remote(num_cpus=1)(_ray_task)
@@ -239,7 +255,7 @@ def run_sweep(
     """
     if executor not in EXECUTORS:
         raise SimlabError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
-    workers = workers or default_workers()
+    workers = default_workers() if workers is None else workers
     if workers < 1:
         raise SimlabError(f"--workers must be at least 1, got {workers}")
     t0 = time.perf_counter()

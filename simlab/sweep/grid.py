@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import tomllib
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -39,6 +38,11 @@ from typing import Any, Iterator
 
 from simlab.errors import SimlabError
 from simlab.params import parse_value
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 
 RANGE = ".."
 MAX_RANGE = 10_000  # values one range may expand to: beyond this it is a typo, not a sweep

@@ -17,6 +17,7 @@ the configurations still running; running the same sweep again computes only wha
 from __future__ import annotations
 
 import contextlib
+import logging
 import multiprocessing
 import os
 import signal
@@ -89,8 +90,8 @@ def setup_key(sim: Simulator) -> str:
     """Everything but the policy that a result depends on (see :mod:`simlab.sweep.store`)."""
     tr, model = sim.trace, sim.latency.model
     if not hasattr(model, "to_profile"):
-        raise SimlabError(f"latency model {model.name!r} cannot be written as a profile, so sweep results "
-                          "cannot be cached by it; run the sweep without a cache")
+        raise SimlabError(f"latency model {model.name!r} has no to_profile(), which sweeps need to tell "
+                          "its results from those of other models")
     return digest({
         "trace": [tr.manifest.to_dict(), *(frame_digest(tr.table(n)) for n in
                                             ("prompts", "positions", "rollouts", "layers", "latency"))],
@@ -209,7 +210,7 @@ def _run_ray(sim: Simulator, key: str, configs: list[Config], workers: int, addr
     address = address or os.environ.get("RAY_ADDRESS")
     started = not ray.is_initialized()
     if started:
-        options = dict(include_dashboard=False, log_to_driver=False)
+        options = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
         try:
             if address:  # simlab travels with the tasks: cluster nodes need only its dependencies
                 ray.init(address=address, runtime_env={"py_modules": [os.path.dirname(simlab.__file__)]}, **options)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 
 import simlab
 
@@ -37,12 +38,15 @@ def digest(obj: Any) -> str:
 
 
 def frame_digest(df: pd.DataFrame | None) -> str:
-    """A key for a table's content: column names, types and every value."""
+    """A key for a table's content (names, types, every value, list columns included): the
+    hash of its Arrow IPC stream, the form trace tables have on disk anyway."""
     if df is None:
         return "none"
-    h = hashlib.sha256(json.dumps([list(map(str, df.columns)), list(map(str, df.dtypes))]).encode())
-    h.update(pd.util.hash_pandas_object(df, index=False).to_numpy().tobytes())
-    return h.hexdigest()[:KEY_CHARS]
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return hashlib.sha256(sink.getvalue()).hexdigest()[:KEY_CHARS]
 
 
 def code_digest() -> str:

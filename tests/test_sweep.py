@@ -114,7 +114,12 @@ def test_a_process_pool_gives_the_same_table(trace, tmp_path):
 def test_ray_gives_the_same_table(trace):
     pytest.importorskip("ray")
     serial = run_sweep(trace, combine(GRID), cache=False, workers=1, progress=False).table
-    on_ray = run_sweep(trace, combine(GRID), cache=False, workers=2, executor="ray", progress=False)
+    try:
+        on_ray = run_sweep(trace, combine(GRID), cache=False, workers=2, executor="ray", progress=False)
+    except SimlabError as exc:  # Ray gives its local node a fixed 30 s to start: too little on a busy 2-core box
+        if "timed out during startup" in str(exc):
+            pytest.skip(f"the local Ray instance did not start: {exc}")
+        raise
     assert on_ray.executor == "ray"
     cols = [c for c in serial.columns if c != "sim_seconds"]
     pd.testing.assert_frame_equal(on_ray.table[cols], serial[cols])

@@ -10,7 +10,7 @@ from simlab.frontier import pareto_mask
 from simlab.metrics import SUMMARY_KEYS
 from simlab.sim.run import Simulator
 from simlab.sweep import combine, run_sweep
-from simlab.sweep.runner import param_columns
+from simlab.sweep.runner import TIMING_COLUMNS, param_columns
 from simlab.trace.synth import SynthSpec, synth_trace
 
 GRID = ["sd:gamma=1..4", "oracle:max_draft=2,4", "ad"]
@@ -73,7 +73,7 @@ def test_a_rerun_reads_the_cache(trace, tmp_path):
     assert (first.cached, first.computed) == (0, 7)
     again = sweep(trace, GRID + ["sd:gamma=6"], tmp_path, workers=1)
     assert (again.cached, again.computed) == (7, 1)
-    cols = [c for c in first.table.columns if c != "sim_seconds"]
+    cols = [c for c in first.table.columns if c not in TIMING_COLUMNS]
     pd.testing.assert_frame_equal(again.table[cols].iloc[:7], first.table[cols])
 
 
@@ -106,7 +106,7 @@ def test_a_process_pool_gives_the_same_table(trace, tmp_path):
     serial = run_sweep(trace, combine(GRID), cache=False, workers=1, progress=False).table
     pooled = run_sweep(trace, combine(GRID), cache=False, workers=2, progress=False)
     assert pooled.workers == 2
-    cols = [c for c in serial.columns if c != "sim_seconds"]
+    cols = [c for c in serial.columns if c not in TIMING_COLUMNS]
     pd.testing.assert_frame_equal(pooled.table[cols], serial[cols])
 
 
@@ -121,7 +121,7 @@ def test_ray_gives_the_same_table(trace):
             pytest.skip(f"the local Ray instance did not start: {exc}")
         raise
     assert on_ray.executor == "ray"
-    cols = [c for c in serial.columns if c != "sim_seconds"]
+    cols = [c for c in serial.columns if c not in TIMING_COLUMNS]
     pd.testing.assert_frame_equal(on_ray.table[cols], serial[cols])
 
 

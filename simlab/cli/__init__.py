@@ -8,9 +8,9 @@ import click
 
 from simlab.cli import analytic as _analytic  # noqa: E402,F401
 from simlab.cli import bench as _bench  # noqa: E402,F401
-from simlab.cli import plot as _plot  # noqa: E402,F401
 
 # Registration order is the order of `simlab --help`.
+from simlab.cli import plot as _plot  # noqa: E402,F401
 from simlab.cli import simulate as _simulate  # noqa: E402,F401
 from simlab.cli import sweep as _sweep  # noqa: E402,F401
 from simlab.cli import synth as _synth  # noqa: E402,F401

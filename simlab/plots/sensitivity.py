@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 from simlab.errors import SimlabError
 from simlab.plots.frontier import PARITY_STYLE, REFERENCE_STYLE
 from simlab.plots.table import require, trace_name
-from simlab.sweep.runner import varying
+from simlab.sweep.runner import param_columns, varying
 
 SPEED_COLOR, COST_COLOR = "tab:blue", "tab:orange"
 
@@ -25,7 +25,7 @@ def select(table: pd.DataFrame, param: str, policy: str | None, where: dict[str,
     """The policy's rows, filtered by ``where`` and sorted by ``param``; one row per value."""
     require(table, ("policy", "speedup", "cost", "reference_speedup"), "a sweep table")
     if param not in table.columns:
-        raise SimlabError(f"the sweep has no parameter {param!r}; its columns are {list(table.columns)}")
+        raise SimlabError(f"the sweep has no parameter {param!r}; its parameters are {param_columns(table)}")
     with_param = table[table[param].notna()]
     if policy is None:
         names = list(with_param["policy"].unique())

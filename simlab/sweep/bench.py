@@ -45,9 +45,10 @@ def main(argv: list[str] | None = None) -> None:
         res = run_sweep(trace, grids, workers=workers, executor=args.executor, cache=False, progress=False)
         seconds = time.perf_counter() - t0
         base = base or seconds
+        cpu = res.table["cpu_seconds"].sum()
         print(f"  {workers} {args.executor} worker{'s' * (workers != 1)}: {len(res.table)} configurations in "
-              f"{seconds:6.1f} s ({len(res.table) / seconds:5.1f} per s, x{base / seconds:.2f} vs the first; "
-              f"load average {load:.1f} before)")
+              f"{seconds:5.1f} s = x{base / seconds:.2f} the first line's speed; simulation CPU time "
+              f"{cpu:.1f} s, {cpu / seconds:.2f} cores busy on average (load average {load:.1f} before)")
 
 
 if __name__ == "__main__":

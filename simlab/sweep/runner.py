@@ -48,7 +48,8 @@ EXECUTORS = ("local", "ray")
 METRIC_COLUMNS = (*SUMMARY_KEYS, "drafted", "accepted", "parallel_rounds", "rollout_overruns",
                   "reference_gamma", "reference_speedup")
 SETUP_COLUMNS = ("trace", "latency", "seed", "topology")
-OTHER_COLUMNS = ("policy", "label", "pareto", "sim_seconds", "key")
+TIMING_COLUMNS = ("sim_seconds", "cpu_seconds")  # wall and CPU time of one configuration's simulation
+OTHER_COLUMNS = ("policy", "label", "pareto", *TIMING_COLUMNS, "key")
 
 
 def default_workers() -> int:
@@ -133,7 +134,7 @@ def _keep(key: str, sim: Simulator) -> Simulator:
 
 
 def simulate_config(sim: Simulator, config: Config) -> dict[str, Any]:
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     res = sim.run(config.policy, config.params)
     return {
         "key": config.key,
@@ -142,6 +143,7 @@ def simulate_config(sim: Simulator, config: Config) -> dict[str, Any]:
         **res.summary.to_dict(),
         "reference_speedup": sim.reference().speedup,
         "sim_seconds": time.perf_counter() - t0,
+        "cpu_seconds": time.process_time() - cpu0,
     }
 
 
@@ -322,7 +324,7 @@ def sweep_table(rows: list[dict], sim: Simulator) -> pd.DataFrame:
             "latency": sim.latency.name,
             "seed": sim.seed,
             "topology": sim.topology.value,
-            "sim_seconds": row["sim_seconds"],
+            **{t: row.get(t) for t in TIMING_COLUMNS},
             "key": config.key,
         })
     table = pd.DataFrame.from_records(records)

@@ -65,7 +65,8 @@ def sweep(
     console.print(f"latency: {table['latency'].iat[0]}; topology: {topology.value}; seed: {seed}")
     console.print(results_table(table))
     console.print(f"{len(table)} configurations: {res.cached} from the cache, {res.computed} simulated; "
-                  f"{res.seconds:.1f} s with {res.workers} {executor.value} worker{'s' * (res.workers != 1)}")
+                  f"{res.seconds:.1f} s with {res.workers} {executor.value} worker{'s' * (res.workers != 1)}"
+                  + (f"; cached in {res.store}" if res.store else ""))
     if out is not None:
         console.print(f"wrote {write_frame(table, out)}")
 

@@ -7,5 +7,5 @@
 from simlab.sweep.grid import PolicyGrid, combine, parse_policy, read_grid
 from simlab.sweep.runner import Config, SweepInterrupted, SweepResult, run_sweep
 
-__all__ = ["PolicyGrid", "combine", "parse_policy", "read_grid", "Config", "SweepInterrupted", "SweepResult",
+__all__ = ["Config", "PolicyGrid", "SweepInterrupted", "SweepResult", "combine", "parse_policy", "read_grid",
            "run_sweep"]

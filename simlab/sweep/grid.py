@@ -31,10 +31,11 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from simlab.errors import SimlabError
 from simlab.params import parse_value

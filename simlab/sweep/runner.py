@@ -22,10 +22,11 @@ import multiprocessing
 import os
 import signal
 import time
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import pandas as pd
 from tqdm import tqdm
@@ -212,7 +213,7 @@ def _run_ray(sim: Simulator, key: str, configs: list[Config], workers: int, addr
     address = address or os.environ.get("RAY_ADDRESS")
     started = not ray.is_initialized()
     if started:
-        options = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+        options = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING}
         try:
             if address:  # simlab travels with the tasks: cluster nodes need only its dependencies
                 ray.init(address=address, runtime_env={"py_modules": [os.path.dirname(simlab.__file__)]}, **options)

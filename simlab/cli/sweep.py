@@ -73,8 +73,9 @@ def sweep(
 
 def results_table(table: pd.DataFrame) -> Table:
     gamma = table["reference_gamma"].iat[0]
-    view = Table(caption=f"{PARETO_MARK} Pareto-optimal (highest speedup for its cost). cost: target calls / sd at "
-                         f"its best γ={gamma}; MAT excludes the bonus token, mean accept len includes it",
+    view = Table(caption=f"{PARETO_MARK} Pareto-optimal: nothing else is faster at no more cost, or cheaper at no "
+                         f"less speed. cost: target calls / sd at its best γ={gamma}; MAT excludes the bonus token, "
+                         "mean accept len includes it",
                  header_style="bold")
     view.add_column(PARETO_MARK)
     view.add_column("policy", no_wrap=True)

@@ -39,8 +39,12 @@ def live(
     chat_template: Annotated[bool, typer.Option("--chat-template/--no-chat-template", help="Use the tokenizer's chat template.")] = True,
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress output.")] = False,
 ) -> None:
-    """Decode prompts for real under a policy: KV caches, rollback, parallel rounds in two
-    threads; measured against predicted, per prompt and overall."""
+    """Decode prompts for real under a policy and compare measured with predicted.
+
+    KV caches for both models, rollback on rejection, speculative sampling at temperature > 0,
+    parallel rounds in two threads; each prompt is also decoded autoregressively (the speedup's
+    denominator) and, unless --no-compare, the policy is simulated on a trace of the same prompts.
+    """
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch starts OpenMP (see simlab record)
     from simlab.live.report import LiveReport
     from simlab.live.session import LiveConfig, LiveSession

@@ -27,8 +27,7 @@ from typing import Any, Callable, Iterator
 import pandas as pd
 
 from simlab.errors import SimlabError
-from simlab.models.install import cache_root
-from simlab.paths import TRACES
+from simlab.paths import TRACES, cache_root
 from simlab.trace.io import Trace, read_trace
 from simlab.trace.schema import MANIFEST
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from simlab.policies.base import Decision, Parallel, Policy, Serial
 from simlab.trace.io import Trace, empty_table
 from simlab.trace.schema import NO_LAYER, Manifest
 
@@ -64,3 +65,26 @@ def hand_trace(patterns: list[str], conf: list[list[float]] | None = None, laten
     return Trace(manifest=manifest, prompts=pd.DataFrame(prompts), positions=pd.concat(positions, ignore_index=True),
                  rollouts=empty_table("rollouts"), latency=latency if latency is not None else latency_table(),
                  layers=pd.concat(layer_rows, ignore_index=True) if layer_rows else None)
+
+
+class EveryRoundParallel(Policy):
+    """PEARL-shaped test policy: every round is parallel with a window of 3 (pre-verify when
+    nothing is pending, post-verify otherwise)."""
+
+    name, summary, paper, parallel = "test-parallel", "", "", True
+
+    def plan(self, state):
+        return Parallel(3)
+
+
+class SerialThenParallel(Policy):
+    """SPIDE-shaped test policy: draft serially until a low-confidence token, then hand the
+    drafts to parallel rounds until a rejection."""
+
+    name, summary, paper, parallel = "test-switch", "", "", True
+
+    def plan(self, state):
+        return Parallel(2) if state.pending else Serial(6)
+
+    def on_draft(self, signal):
+        return Decision.PARALLEL if signal.confidence < 0.6 else Decision.DRAFT

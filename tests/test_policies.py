@@ -249,3 +249,19 @@ def test_del_rounds_on_a_trace_with_early_exit_signals():
 def test_del_needs_early_exit_signals():
     with pytest.raises(SimlabError, match="early-exit signals"):
         simulate(hand_trace(["1" * 5]), "del")
+
+
+def test_latency_driven_policies_work_on_any_latency_model():
+    """Live decoding builds policies with a plain latency table (no simulator grid): the h-rule
+    and the parallel windows must price drafts through the LatencyModel protocol alike."""
+    from simlab.latency.model import TableLatency
+
+    samples = latency_table(draft=0.2, verify={1: 1.0, 4: 1.6, 8: 2.0, 40: 2.0})
+    table = PolicyContext(latency=TableLatency.from_samples(samples), context_len=20)
+    grid = Simulator(conf_trace([0.9] * 12, latency=samples)).context()
+    for name in ("pearl", "spide"):
+        assert REGISTRY[name](table).window == REGISTRY[name](grid).window == 10  # 10 x 0.2 s <= 2 s, flat from k=8
+    assert REGISTRY["ags"](table).threshold(3, 20) == pytest.approx(REGISTRY["ags"](grid).threshold(3, 20))
+    for name in ("pearl", "spide", "ags"):
+        with pytest.raises(SimlabError, match="needs a latency model"):
+            REGISTRY[name](PolicyContext(latency=None))

@@ -5,7 +5,7 @@ import pytest
 
 from simlab.policies import PolicyContext
 from simlab.policies.spide import MappingTable, Spide, SpideNoDynaDraft, SpideNoParaVerify, confidence_bin
-from simlab.policies.window import balanced_window
+from simlab.policies.timing import balanced_window
 from simlab.sim.executor import SimExecutor
 from simlab.sim.run import Simulator
 from simlab.trace.io import Trace

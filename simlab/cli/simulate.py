@@ -8,20 +8,11 @@ from typing import Annotated, Optional
 import typer
 
 from simlab.cli.app import app
-from simlab.cli.output import (
-    console,
-    metrics_table,
-    parse_params,
-    print_json,
-    write_frame,
-)
+from simlab.cli.output import console, metrics_table, policy_params, print_json, write_frame
 from simlab.errors import SimlabError
 from simlab.metrics import SUMMARY_KEYS
 from simlab.paths import default_trace
 from simlab.sim.devices import Topology
-
-# Flags that set a policy parameter of the same name; a policy without it rejects the flag.
-POLICY_FLAGS = ("gamma", "tau", "threshold", "window", "h", "block")
 
 
 def load_inputs(trace: Optional[Path], latency: Optional[Path]):
@@ -67,9 +58,7 @@ def simulate(
     from simlab.sim.run import Simulator
     from simlab.sim.timeline import write_chrome_trace
 
-    params = parse_params(param)
-    flags = dict(zip(POLICY_FLAGS, (gamma, tau, threshold, window, h, block)))
-    params.update({k: v for k, v in flags.items() if v is not None})
+    params = policy_params(param, gamma=gamma, tau=tau, threshold=threshold, window=window, h=h, block=block)
     tr, lat = load_inputs(trace, latency)
     sim = Simulator(tr, lat, seed=seed, topology=topology)
     if timeline is not None and timeline_prompt is None:

@@ -24,8 +24,8 @@ from pathlib import Path
 
 from simlab.errors import SimlabError
 from simlab.models.catalog import BUNDLES, CATALOG, ModelSpec, PackagedFile
+from simlab.paths import cache_root
 
-CACHE_ENV = "SIMLAB_CACHE"
 MARKER = "simlab-model.json"
 _CHUNK = 1 << 22
 
@@ -35,10 +35,6 @@ class InstalledModel:
     name: str
     path: Path  # a directory that transformers' from_pretrained reads
     fresh: bool  # True when this call did the work, False when the cache was already there
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "simlab")
 
 
 def model_dir(name: str) -> Path:

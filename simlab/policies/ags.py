@@ -7,6 +7,7 @@ from typing import Any
 
 from simlab.policies.base import Param, RoundState, check_probability
 from simlab.policies.stop import PredictedStop
+from simlab.policies.timing import draft_time, latency_of
 from simlab.signals import TokenSignal
 
 
@@ -38,6 +39,8 @@ class AcceptanceGuided(PredictedStop):
         super().__init__(context, **values)
         if self.h is not None:
             self.h = check_probability("h", self.h)
+        else:
+            self._latency = latency_of(context, self.name)
         self._context_len = context.context_len
         self._survive = 1.0
 
@@ -49,9 +52,8 @@ class AcceptanceGuided(PredictedStop):
         """h of eq. 12 for a candidate set of k drafts (or the fixed ``h``)."""
         if self.h is not None:
             return self.h
-        latency = self.context.latency
-        t_v = latency.target_forward(k + 1, context_len)
-        t_d = latency.draft_seconds(context_len, k)
+        t_v = self._latency.target_forward(k + 1, context_len)
+        t_d = draft_time(self._latency, context_len, k)
         t_r = t_v
         return (t_v - t_d) / t_r
 

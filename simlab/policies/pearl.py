@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from simlab.policies.base import Param, Parallel, Plan, Policy, RoundState
-from simlab.policies.window import window_param
+from simlab.policies.timing import window_param
 
 
 class Pearl(Policy):
@@ -33,7 +33,7 @@ class Pearl(Policy):
 
     def __init__(self, context, **values: Any):
         super().__init__(context, **values)
-        self.window = window_param(self.window, context)
+        self.window = window_param(self.window, context, self.name)
         self._plan = Parallel(self.window)
 
     def plan(self, state: RoundState) -> Plan:

@@ -36,7 +36,7 @@ from simlab.policies.base import (
     check_positive_int,
     check_probability,
 )
-from simlab.policies.window import window_param
+from simlab.policies.timing import window_param
 from simlab.signals import TokenSignal
 
 # Upper edges of the 20 intervals of §3.2 / Figure 4: [0, 0.1), ..., [0.8, 0.9),
@@ -61,7 +61,7 @@ PRIOR = Param("prior", 1.0, "π_0 of eq. 5: the reliability Γ_0 a draft starts 
 TABLE_CHOICES = ("table: one per policy run, shared by all prompts, updated with every checked token (accepted ones "
                  "and the first rejected one; tokens after a rejection are unverified); an empty interval reads its "
                  "mid confidence")
-WINDOW_CHOICES = "eq. 6 on a verify cost that varies with k: see simlab/policies/window.py"
+WINDOW_CHOICES = "eq. 6 on a verify cost that varies with k: see simlab/policies/timing.py"
 
 
 class MappingTable:
@@ -106,7 +106,7 @@ class Spide(Policy):
         else:
             self.gamma = self._gamma(context)
         if self.para_verify:
-            self.window = window_param(self.window, context)
+            self.window = window_param(self.window, context, self.name)
             self._parallel_plan = Parallel(self.window)
         self._stop = Decision.PARALLEL if self.para_verify else Decision.VERIFY
         self.table = MappingTable()

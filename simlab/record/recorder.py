@@ -37,10 +37,16 @@ import pandas as pd
 import torch
 
 from simlab.errors import SimlabError
-from simlab.models.load import ModelRef, eos_token_ids, load_model, load_tokenizer, resolve
+from simlab.models.load import (
+    ModelRef,
+    eos_token_ids,
+    load_model,
+    load_tokenizer,
+    resolve,
+)
 from simlab.record import machine
 from simlab.record.decode import decode, neutralise
-from simlab.record.forward import exit_logits, forced_pass, n_layers, truncated
+from simlab.record.forward import exit_logits, forced_pass, truncated
 from simlab.record.latency import DEFAULT_PROBE, ProbePlan, probe_latency
 from simlab.record.prompts import Prompt, load_prompts, render
 from simlab.record.ranges import int_ranges
@@ -127,7 +133,7 @@ def _check_args(cfg: RecordConfig) -> None:
         raise SimlabError("--draft-layer is for self-speculative traces; drop it or drop --draft")
 
 
-def _check_vocab(draft_tok, target_tok, draft: str, target: str) -> None:
+def check_vocab(draft_tok, target_tok, draft: str, target: str) -> None:
     """Speculative decoding compares token ids: both models must share one vocabulary."""
     dv, tv = draft_tok.get_vocab(), target_tok.get_vocab()
     if dv == tv:
@@ -198,7 +204,7 @@ def record(cfg: RecordConfig) -> RecordResult:
     hf_logging.disable_progress_bar()
     tokenizer = load_tokenizer(target_ref)
     if draft_ref is not None:
-        _check_vocab(load_tokenizer(draft_ref), tokenizer, cfg.draft, cfg.target)
+        check_vocab(load_tokenizer(draft_ref), tokenizer, cfg.draft, cfg.target)
     layers = _target_layers(target_ref)
     exits = _exit_layers(cfg.exit_layers, layers)
     draft_layer = NO_LAYER

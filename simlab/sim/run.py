@@ -18,8 +18,9 @@ from simlab.trace.replay import TraceReplay
 
 GRID_MARGIN = 64  # context lengths tabulated past the longest prompt (parallel drafts look ahead)
 
-# Vanilla SD's γ grid for the cost reference ("SD at its best γ", SPIDE §4.1 (ii), Table 17).
-REFERENCE_GAMMAS = tuple(range(1, 13))
+# Vanilla SD's γ grid for the cost reference ("SD at its best γ", SPIDE §4.1 (ii), Table 17
+# searched up to 13); wide enough that the optimum is not at its edge on high-acceptance traces.
+REFERENCE_GAMMAS = tuple(range(1, 25))
 
 
 @dataclass
@@ -43,6 +44,13 @@ class Reference:
     per_prompt_calls: dict[int, int]
 
 
+def latency_of(trace: Trace) -> TableLatency:
+    """The latency model of a trace's own measured samples."""
+    name = f"{trace.path.name if trace.path else 'trace'} samples"
+    return TableLatency.from_samples(trace.latency, name=name, hardware=trace.manifest.hardware,
+                                     draft_layer=trace.manifest.draft_layer)
+
+
 class Simulator:
     """A trace, a latency model and a seed, ready to simulate any number of policies."""
 
@@ -54,9 +62,7 @@ class Simulator:
         topology: Topology | str = Topology.TWO_DEVICES,
     ):
         self.trace = trace
-        model = latency or TableLatency.from_samples(
-            trace.latency, name=f"{trace.path.name if trace.path else 'trace'} samples", hardware=trace.manifest.hardware
-        )
+        model = latency or latency_of(trace)
         self.seed = seed
         self.topology = Topology(topology)
         # one-device runs price parallel rounds with co-running latencies; without such

@@ -48,12 +48,15 @@ class TraceWriter:
     def commit(self, run_started: float) -> None:
         """Write the trace; ``run_started`` is when this run began (perf_counter)."""
         prompts, positions = self.table("prompts"), self.table("positions")
-        self.manifest.extra.update(
+        extra = self.manifest.extra
+        extra.update(
             wall_seconds=round(self._previous_wall + time.perf_counter() - run_started, 1),
             peak_rss_mb=round(max(self._previous_rss, machine.peak_rss_mb()), 1),
-            other_cpu=self._load.share(),  # during this run's prompts (after the probe)
             **summary(prompts, positions),
         )
+        other = self._load.share()  # during this run's prompts (after the probe)
+        if other is not None:
+            extra["other_cpu"] = other
         trace = Trace(
             manifest=self.manifest,
             prompts=prompts,

@@ -177,7 +177,7 @@ def _prepare(cfg: RecordConfig) -> _Setup:
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise SimlabError("--device cuda: no CUDA device is available here (use --device cpu)")
     dtype = cfg.dtype or ("float32" if device == "cpu" else "bfloat16")
-    torch_dtype(dtype)
+    torch_dtype(dtype)  # an unknown --dtype fails here, before any model loads
     probe = ProbePlan.parse(cfg.latency_probe)
     tokenizer = load_tokenizer(target_ref)
     if draft_ref is not None:

@@ -24,6 +24,11 @@ def default_trace() -> Path:
     raise SimlabError(f"no shipped trace found under {TRACES}; pass --trace PATH")
 
 
+def shipped_traces() -> list[Path]:
+    """Every trace directory under ``traces/``, by name."""
+    return sorted(p for p in TRACES.iterdir() if (p / "manifest.json").exists())
+
+
 def cache_root() -> Path:
     """Where simlab keeps what it can rebuild (installed models, sweep results):
     ``$SIMLAB_CACHE``, default ``~/.cache/simlab``."""

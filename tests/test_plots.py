@@ -70,7 +70,7 @@ def test_frontier_front_and_reference(table):
     star = lines["sd at its best γ=6"]
     assert (list(star.get_xdata()), list(star.get_ydata())) == ([1.0], [2.0])
     labels = [t.get_text() for t in ax.texts]
-    assert labels == ["spide", "spide", "spide"]
+    assert labels == ["spide tau=0.5", "spide tau=0.7", "spide tau=0.9"]
 
 
 # -- tau / any parameter -----------------------------------------------------------------------

@@ -130,3 +130,12 @@ def test_unknown_executor_and_bad_workers(trace):
         run_sweep(trace, combine(["ad"]), executor="dask", cache=False)
     with pytest.raises(SimlabError, match="--workers must be at least 1"):
         run_sweep(trace, combine(["ad"]), workers=-1, cache=False)
+
+
+def test_policies_that_describe_more_than_their_parameters_sweep(trace, tmp_path):
+    # specdecpp, ags and pacer also name their acceptance predictor, which is not a parameter
+    table = sweep(trace, ["specdecpp:threshold=0.3,0.5", "ags", "pacer"], tmp_path, workers=1).table
+    assert list(table["label"]) == ["specdecpp(threshold=0.3, min_draft=2, max_draft=20)",
+                                    "specdecpp(threshold=0.5, min_draft=2, max_draft=20)",
+                                    "ags(h=None, max_draft=6)", "pacer(block=4, threshold=0.7, rho=1.05, max_draft=None)"]
+    assert "predictor" not in table.columns and table["speedup"].notna().all()

@@ -111,13 +111,17 @@ def expand(grids: Iterable[PolicyGrid], sim: Simulator, setup: str) -> list[Conf
     for grid in grids:
         for params in grid:
             try:
-                described = make_policy(grid.policy, context, **params).describe()
+                policy = make_policy(grid.policy, context, **params)
             except SimlabError as exc:
                 shown = ",".join(f"{k}={v}" for k, v in params.items())
                 raise SimlabError(f"{grid.policy}{':' + shown if shown else ''}: {exc}") from None
+            # The key covers all the policy says of itself (e.g. which acceptance predictor it
+            # uses); the configuration keeps only its parameters, which is what it is built from.
+            described = policy.describe()
             described.pop("policy")
             key = digest([setup, grid.policy, described])
-            configs.setdefault(key, Config(grid.policy, described, key))
+            own = {p.name for p in policy.params}
+            configs.setdefault(key, Config(grid.policy, {k: v for k, v in described.items() if k in own}, key))
     if not configs:
         raise SimlabError("empty grid: it expands to no configuration")
     return list(configs.values())

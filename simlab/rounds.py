@@ -43,7 +43,7 @@ from simlab.policies.base import (
     RoundState,
     Serial,
 )
-from simlab.signals import ShadowTokens, TokenSignal
+from simlab.signals import TokenSignal
 
 
 class DraftToken(NamedTuple):

@@ -1,6 +1,6 @@
 """Command-line entry point.
 
-Every module in this package except ``app`` and ``output`` defines commands on the shared Typer
+Every module in this package except ``app``, ``output`` and ``policy_options`` defines commands on the shared Typer
 app; they are imported here, in pipeline order, so ``simlab --help`` reads like DESIGN.md.
 """
 
@@ -18,7 +18,7 @@ from simlab.errors import SimlabError
 EXIT_USER_ERROR = 2
 PIPELINE_ORDER = ("models", "record", "calibrate", "simulate", "policies", "sweep", "plot", "live",
                   "synth", "analytic", "bench")
-_NOT_COMMANDS = {"app", "output"}
+_NOT_COMMANDS = {"app", "output", "policy_options"}
 
 
 def _command_modules() -> list[str]:

@@ -8,15 +8,21 @@ from typing import Annotated, Optional
 
 import typer
 
+from simlab.cli import policy_options as opt
 from simlab.cli.app import app
 from simlab.cli.output import console, err_console, policy_params, print_json
 
 
 @app.command()
 def live(
-    policy: Annotated[str, typer.Option("--policy", help="Policy name (see `simlab policies`).")] = "sd",
-    gamma: Annotated[Optional[int], typer.Option("--gamma", help="Draft length γ (policies that take one).")] = None,
-    param: Annotated[list[str], typer.Option("--param", "-P", help="Any policy parameter as KEY=VALUE.")] = [],
+    policy: opt.Policy = "sd",
+    gamma: opt.Gamma = None,
+    tau: opt.Tau = None,
+    threshold: opt.Threshold = None,
+    window: opt.Window = None,
+    h: opt.H = None,
+    block: opt.Block = None,
+    param: opt.Params = [],
     target: Annotated[str, typer.Option("--target", help="Target: installed name, HF id, directory or .gguf.")] = "smollm2",
     draft: Annotated[Optional[str], typer.Option("--draft", help="Draft model (or use --draft-layer).")] = None,
     draft_layer: Annotated[Optional[int], typer.Option("--draft-layer", help="Draft with the target's first N layers (early exit).")] = None,
@@ -49,7 +55,7 @@ def live(
     from simlab.live.report import LiveReport
     from simlab.live.session import LiveConfig, LiveSession
 
-    params = policy_params(param, gamma=gamma)
+    params = policy_params(param, gamma=gamma, tau=tau, threshold=threshold, window=window, h=h, block=block)
     say = (lambda msg: None) if quiet else (lambda msg: err_console.print(msg))
     cfg = LiveConfig(policy=policy, params=params, target=target, draft=draft, draft_layer=draft_layer,
                      prompts=prompts, max_new_tokens=max_new_tokens, device=device, draft_device=draft_device,

@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from simlab.cli import policy_options as opt
 from simlab.cli.app import app
 from simlab.cli.output import console, metrics_table, policy_params, print_json, write_frame
 from simlab.errors import SimlabError
@@ -33,14 +34,14 @@ def trace_label(tr) -> str:
 
 @app.command()
 def simulate(
-    policy: Annotated[str, typer.Option("--policy", help="Policy name (see `simlab policies`).")] = "sd",
-    gamma: Annotated[Optional[int], typer.Option("--gamma", help="Draft length γ (policies that take one).")] = None,
-    tau: Annotated[Optional[float], typer.Option("--tau", help="SPIDE's reliability threshold τ.")] = None,
-    threshold: Annotated[Optional[float], typer.Option("--threshold", help="Stop threshold (hf-confidence, dv, adaedl, specdecpp, pacer).")] = None,
-    window: Annotated[Optional[int], typer.Option("--window", help="Parallel window s / γ (spide, pearl).")] = None,
-    h: Annotated[Optional[float], typer.Option("--h", help="Threshold h (ags: fixed P_rej threshold; svip: entropy threshold).")] = None,
-    block: Annotated[Optional[int], typer.Option("--block", help="Pacer's block size b.")] = None,
-    param: Annotated[list[str], typer.Option("--param", "-P", help="Any policy parameter as KEY=VALUE; repeatable.")] = [],
+    policy: opt.Policy = "sd",
+    gamma: opt.Gamma = None,
+    tau: opt.Tau = None,
+    threshold: opt.Threshold = None,
+    window: opt.Window = None,
+    h: opt.H = None,
+    block: opt.Block = None,
+    param: opt.Params = [],
     trace: Annotated[Optional[Path], typer.Option("--trace", help="Trace directory. [default: the shipped trace]")] = None,
     latency: Annotated[Optional[Path], typer.Option("--latency", help="Latency profile JSON. [default: the trace's own samples]")] = None,
     topology: Annotated[Topology, typer.Option("--topology", help="Where the two models run.")] = Topology.TWO_DEVICES,

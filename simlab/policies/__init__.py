@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from simlab.errors import SimlabError
+from simlab.policies.ags import AcceptanceGuided
 from simlab.policies.base import (
     Decision,
     Outcome,
@@ -19,7 +20,6 @@ from simlab.policies.base import (
     RoundState,
     Serial,
 )
-from simlab.policies.ags import AcceptanceGuided
 from simlab.policies.dv import DraftVerify
 from simlab.policies.early_exit import Del, LayerSkip
 from simlab.policies.entropy import AdaEdl, Svip

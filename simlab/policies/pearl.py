@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from simlab.policies.base import Param, Parallel, Plan, Policy, RoundState
+from simlab.policies.base import Parallel, Param, Plan, Policy, RoundState
 from simlab.policies.timing import window_param
 
 

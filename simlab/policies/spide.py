@@ -26,8 +26,8 @@ from simlab.errors import SimlabError
 from simlab.policies.base import (
     Decision,
     Outcome,
-    Param,
     Parallel,
+    Param,
     Plan,
     Policy,
     PromptInfo,

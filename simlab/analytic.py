@@ -104,8 +104,9 @@ def h_threshold(t_verify: float, t_draft_k: float, t_reject: float) -> float:
 
 def parallel_window(t_draft: float, t_target: float) -> int:
     """SPIDE's window s = ⌊v_q / v_p⌋ (eq. 6) with speeds v = 1 / (seconds per forward): the
-    drafts that fit into one target forward (PEARL's γ)."""
-    return max(1, math.floor(t_target / t_draft))
+    drafts that fit into one target forward (PEARL's γ). A ratio within 1e-9 of an integer
+    counts as that integer (durations summed from tables carry rounding)."""
+    return max(1, math.floor(t_target / t_draft + 1e-9))
 
 
 def tokens_per_layer(alpha: float, d: int, layer: int, n_layers: int) -> float:

@@ -8,6 +8,7 @@ import click
 
 from simlab.cli import analytic as _analytic  # noqa: E402,F401
 from simlab.cli import bench as _bench  # noqa: E402,F401
+from simlab.cli import calibrate as _calibrate  # noqa: E402,F401
 
 # Registration order is the order of `simlab --help`.
 from simlab.cli import simulate as _simulate  # noqa: E402,F401

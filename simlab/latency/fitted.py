@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from simlab.errors import SimlabError
-from simlab.latency.model import PROFILE_FORMAT, PROFILE_VERSION, PROFILE_KINDS, TableLatency
+from simlab.latency.model import PROFILE_KINDS, TableLatency, check_k, profile_header
 from simlab.latency.surface import FORMS, Surface, available_forms, fit_best
 from simlab.trace.schema import NO_LAYER
 
@@ -74,18 +74,12 @@ class FittedLatency:
         return self._surface("exit", corun)(layer, context_len)
 
     def target_forward(self, k: int, context_len, corun: bool = False):
-        if k < 1:
-            raise SimlabError(f"a target forward needs k >= 1 new tokens, got {k}")
+        check_k(k)
         return self._surface("target", corun)(k, context_len)
 
     def to_profile(self) -> dict:
         return {
-            "format": PROFILE_FORMAT,
-            "version": PROFILE_VERSION,
-            "kind": "fitted",
-            "name": self.name,
-            "hardware": self.hardware,
-            "source": self.source,
+            **profile_header("fitted", self),
             "surfaces": [{"series": s, "corun": c, **surf.to_dict()} for (s, c), surf in sorted(self.surfaces.items())],
             "held_out": self.held_out,
         }

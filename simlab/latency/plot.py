@@ -16,6 +16,7 @@ from simlab.errors import SimlabError
 from simlab.latency.fitted import FittedLatency, series_of, size_of
 
 FORMATS = (".png", ".svg", ".pdf")
+PANELS_PER_ROW = 3
 TITLES = {"draft": "draft step", "exit": "early-exit draft step", "target": "target forward"}
 X_LABELS = {"exit": "exit layer", "target": "k (new tokens)"}
 
@@ -31,9 +32,13 @@ def plot_fit(model: FittedLatency, samples: pd.DataFrame, path: str | Path) -> P
     import matplotlib.pyplot as plt
 
     keys = sorted(model.surfaces)
-    fig, axes = plt.subplots(1, len(keys), figsize=(4.6 * len(keys), 3.8), squeeze=False)
+    cols = min(len(keys), PANELS_PER_ROW)
+    rows = -(-len(keys) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.8 * rows), squeeze=False)
+    for ax in axes.flat[len(keys):]:
+        ax.set_visible(False)
     series, size = series_of(samples), size_of(samples)
-    for ax, (name, corun) in zip(axes[0], keys):
+    for ax, (name, corun) in zip(axes.flat, keys):
         surface = model.surfaces[(name, corun)]
         sel = (series == name) & (samples["corun"].astype(bool) == corun)
         g = samples[sel].assign(x=size[sel])

@@ -27,7 +27,6 @@ Face's ``device_map="auto"``), which at batch 1 takes the time of one GPU readin
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import asdict, dataclass, field, fields
@@ -38,7 +37,8 @@ import numpy as np
 import pandas as pd
 
 from simlab.errors import SimlabError
-from simlab.latency.model import PROFILE_FORMAT, PROFILE_KINDS, PROFILE_VERSION
+from simlab.jsonfile import read_json
+from simlab.latency.model import PROFILE_KINDS, check_k, profile_header
 from simlab.paths import CALIBRATE
 from simlab.trace.schema import NO_LAYER
 
@@ -173,6 +173,8 @@ class RooflineLatency:
         if self.dtype not in DTYPE_BYTES:
             raise SimlabError(f"unknown dtype {self.dtype!r}; known: {', '.join(DTYPE_BYTES)}")
 
+    source = "roofline of model shapes and GPU datasheet figures plus a fitted framework overhead"
+
     @property
     def hardware(self) -> str:
         return self.gpu.label or self.gpu.name
@@ -192,8 +194,7 @@ class RooflineLatency:
         return self.forward(self.draft, 1, context_len)
 
     def target_forward(self, k: int, context_len, corun: bool = False):
-        if k < 1:
-            raise SimlabError(f"a target forward needs k >= 1 new tokens, got {k}")
+        check_k(k)
         return self.forward(self.target, k, context_len)
 
     def gpus_needed(self, shape: ModelShape) -> int:
@@ -201,13 +202,7 @@ class RooflineLatency:
 
     def to_profile(self) -> dict:
         return {
-            "format": PROFILE_FORMAT,
-            "version": PROFILE_VERSION,
-            "kind": "roofline",
-            "name": self.name,
-            "hardware": self.hardware,
-            "source": "roofline of model shapes and GPU datasheet figures plus a fitted framework overhead "
-                      "(simlab/latency/roofline.py)",
+            **profile_header("roofline", self),
             "dtype": self.dtype,
             "gpu": asdict(self.gpu),
             "overhead": asdict(self.overhead),
@@ -236,23 +231,14 @@ PROFILE_KINDS["roofline"] = RooflineLatency.from_profile
 
 # -- the shipped data files -------------------------------------------------------------------
 
-def _read_json(path: Path) -> dict:
-    if not path.is_file():
-        raise SimlabError(f"not found: {path}")
-    try:
-        return json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise SimlabError(f"{path} is not valid JSON ({exc})") from exc
-
-
 @lru_cache(maxsize=None)
 def known_gpus() -> dict[str, GpuSpec]:
-    return {g["name"]: GpuSpec(**g) for g in _read_json(ROOFLINE_DIR / "gpus.json")["gpus"]}
+    return {g["name"]: GpuSpec(**g) for g in read_json(ROOFLINE_DIR / "gpus.json", "GPU table")["gpus"]}
 
 
 @lru_cache(maxsize=None)
 def known_models() -> dict[str, ModelShape]:
-    return {m["name"]: ModelShape.from_dict(m) for m in _read_json(ROOFLINE_DIR / "models.json")["models"]}
+    return {m["name"]: ModelShape.from_dict(m) for m in read_json(ROOFLINE_DIR / "models.json", "model shape table")["models"]}
 
 
 def model_shape(spec: str | os.PathLike) -> ModelShape:
@@ -265,7 +251,7 @@ def model_shape(spec: str | os.PathLike) -> ModelShape:
     if not path.is_file():
         raise SimlabError(f"unknown model {str(spec)!r}: not a name in {ROOFLINE_DIR / 'models.json'} "
                           f"({', '.join(models)}) nor a JSON file")
-    return ModelShape.from_dict(_read_json(path), name=path.parent.name if path.name == "config.json" else path.stem)
+    return ModelShape.from_dict(read_json(path, "model config"), name=path.parent.name if path.name == "config.json" else path.stem)
 
 
 def gpu_spec(name: str) -> GpuSpec:

@@ -9,7 +9,6 @@ Both classes implement :class:`~simlab.policies.base.AcceptancePredictor`.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from simlab.errors import SimlabError
+from simlab.jsonfile import read_versioned, write_json
 from simlab.predictor.features import FEATURES, feature_vector
 from simlab.signals import TokenSignal
 
@@ -113,25 +113,13 @@ class MLPPredictor(_Standardised):
 
 
 def save_predictor(model: LogisticPredictor | MLPPredictor, path: str | os.PathLike) -> Path:
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(model.to_dict(), indent=2) + "\n")
-    return out
+    return write_json(model.to_dict(), path)
 
 
 def load_predictor(path: str | os.PathLike) -> LogisticPredictor | MLPPredictor:
     """Read a predictor JSON file; any problem is a one-line :class:`SimlabError`."""
     p = Path(path)
-    if not p.is_file():
-        raise SimlabError(f"predictor file not found: {p}")
-    try:
-        d = json.loads(p.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise SimlabError(f"predictor file {p} is not valid JSON ({exc})") from exc
-    if not isinstance(d, dict) or d.get("format") != PREDICTOR_FORMAT:
-        raise SimlabError(f"{p} is not a {PREDICTOR_FORMAT!r} file")
-    if d.get("version") != PREDICTOR_VERSION:
-        raise SimlabError(f"predictor {p} has version {d.get('version')!r}; this simlab reads {PREDICTOR_VERSION}")
+    d = read_versioned(p, "predictor file", PREDICTOR_FORMAT, PREDICTOR_VERSION)
     if d.get("features") != list(FEATURES):
         raise SimlabError(f"predictor {p} was trained on features {d.get('features')}; this simlab computes {list(FEATURES)}")
     try:

@@ -11,6 +11,7 @@ from simlab.latency.grid import LatencyGrid
 from simlab.latency.model import LatencyModel, TableLatency
 from simlab.metrics import SUMMARY_KEYS, PositionStats, Summary, total
 from simlab.policies import PolicyContext, make_policy
+from simlab.policies.base import AcceptancePredictor
 from simlab.sim.devices import Slice, Topology
 from simlab.sim.executor import SimExecutor
 from simlab.trace.io import Trace
@@ -52,8 +53,10 @@ class Simulator:
         latency: LatencyModel | None = None,
         seed: int = 0,
         topology: Topology | str = Topology.TWO_DEVICES,
+        predictor: AcceptancePredictor | None = None,
     ):
         self.trace = trace
+        self.predictor = predictor  # a trained acceptance predictor for the policies that use one
         model = latency or TableLatency.from_samples(
             trace.latency, name=f"{trace.path.name if trace.path else 'trace'} samples", hardware=trace.manifest.hardware
         )
@@ -69,7 +72,7 @@ class Simulator:
         m = self.trace.manifest
         typical = int(self.trace.prompts["prompt_len"].median() + self.trace.prompts["n_tokens"].median() / 2)
         return PolicyContext(latency=self.latency, exit_layers=list(m.exit_layers), n_layers=m.n_layers,
-                             context_len=typical)
+                             context_len=typical, predictor=self.predictor)
 
     def run(
         self,
@@ -112,7 +115,7 @@ class Simulator:
 
 def simulate(trace: Trace, policy: str, params: dict[str, Any] | None = None, **options: Any) -> SimResult:
     """One-shot convenience: ``simulate(trace, "sd", {"gamma": 5})``."""
-    sim_keys = {"latency", "seed", "topology"}
+    sim_keys = {"latency", "seed", "topology", "predictor"}
     sim = Simulator(trace, **{k: v for k, v in options.items() if k in sim_keys})
     return sim.run(policy, params, **{k: v for k, v in options.items() if k not in sim_keys})
 

@@ -138,12 +138,13 @@ class PositionStats:
     """
 
     def __init__(self) -> None:
-        self._checked: defaultdict[int, int] = defaultdict(int)
-        self._accepted: defaultdict[int, int] = defaultdict(int)
+        # rounds by number of draft tokens checked / accepted (executors may increment directly)
+        self.checked_hist: defaultdict[int, int] = defaultdict(int)
+        self.accepted_hist: defaultdict[int, int] = defaultdict(int)
 
     def add(self, n_checked: int, n_accepted: int) -> None:
-        self._checked[n_checked] += 1
-        self._accepted[n_accepted] += 1
+        self.checked_hist[n_checked] += 1
+        self.accepted_hist[n_accepted] += 1
 
     @staticmethod
     def _expand(hist: dict[int, int]) -> list[int]:
@@ -153,11 +154,11 @@ class PositionStats:
 
     @property
     def checked(self) -> list[int]:
-        return self._expand(self._checked)
+        return self._expand(self.checked_hist)
 
     @property
     def accepted(self) -> list[int]:
-        acc = self._expand(self._accepted)
+        acc = self._expand(self.accepted_hist)
         return acc + [0] * (len(self.checked) - len(acc))
 
     def rates(self) -> list[float]:

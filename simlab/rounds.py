@@ -9,14 +9,18 @@ the same signals and acceptances.
 
 Bookkeeping rules, defined here only:
 
-- Position 0 comes from the target's prefill; rounds decide positions 1..n-1.
-- A serial round drafts at most ``n - committed - 1`` tokens, so the target's own token
-  (bonus or correction) always exists; when that cap is 0 the round is a plain target step.
+- Position 0 comes from the target's prefill; rounds decide positions 1..end-1, where
+  ``end`` (``PromptInfo.n_tokens``) is one past the end token or the budget.
+- A serial round drafts at most ``budget - committed - 1`` tokens (the decoder knows its
+  budget, not where the text will end); when that cap is 0 the round is a plain target step.
 - A parallel round (PEARL's pre-/post-verify, SPIDE's parallel draft verification) verifies
   the ``m`` pending drafts plus the first of ``s`` tokens drafted meanwhile, with
-  ``s <= n - committed - m`` so no draft lies past the last position. Every rejected check
-  emits the target's correction; if all pending drafts and the first new one are accepted,
-  the round emits them and the remaining ``s - 1`` new drafts stay pending.
+  ``s <= budget - committed - m``. Every rejected check emits the target's correction; if all
+  pending drafts and the first new one are accepted, the round emits them and the remaining
+  ``s - 1`` new drafts stay pending.
+- Nothing past the end is accepted, and the end token itself always counts as the target's:
+  executors accept at most ``end - committed - 1`` drafts per verification, so decoding stops
+  exactly at ``end`` whether the draft predicted the end token or not.
 """
 
 from __future__ import annotations
@@ -80,23 +84,28 @@ class ParallelResult(NamedTuple):
 Request = DraftToken | DraftRun | Verify | ParallelRound
 
 
+DRAFT, VERIFY, PARALLEL = Decision.DRAFT, Decision.VERIFY, Decision.PARALLEL
+
+
 class PolicyError(RuntimeError):
     """A policy broke the protocol (a bug in the policy, not bad user input)."""
 
 
 def decode(policy: Policy, prompt: PromptInfo) -> Generator[Request, object, None]:
-    """Drive ``policy`` through one prompt of ``prompt.n_tokens`` generated tokens."""
-    n = prompt.n_tokens
+    """Drive ``policy`` through one prompt until ``prompt.n_tokens`` tokens are committed
+    (re-read every round: the live decoder lowers it when it meets an end token)."""
+    budget = prompt.budget
     committed = 1
     pending: tuple[TokenSignal, ...] = ()
     policy.reset(prompt)
     # Policies that keep the base class's no-op observe() are not sent outcomes of serial rounds.
     observes = type(policy).observe is not Policy.observe
-    while committed < n:
-        plan = policy.plan(RoundState(committed, n - committed, len(pending), prompt.prompt_len + committed))
+    plan_round, prompt_len = policy.plan, prompt.prompt_len
+    while committed < prompt.n_tokens:
+        plan = plan_round(RoundState(committed, budget - committed, len(pending), prompt_len + committed))
         if type(plan) is Parallel:
             m = len(pending)
-            window = min(plan.window, n - committed - m)
+            window = min(plan.window, budget - committed - m)
             if window < 1:
                 raise PolicyError(f"{policy.name}: parallel window must be >= 1, got {plan.window}")
             res: ParallelResult = yield ParallelRound(committed, m, window)
@@ -117,19 +126,21 @@ def decode(policy: Policy, prompt: PromptInfo) -> Generator[Request, object, Non
             raise PolicyError(f"{policy.name}: plan() must return Serial or Parallel, got {plan!r}")
         if pending:
             raise PolicyError(f"{policy.name}: planned a serial round with {len(pending)} drafts pending")
-        cap = min(plan.max_draft, n - committed - 1)
+        cap = budget - committed - 1
+        if plan.max_draft < cap:
+            cap = plan.max_draft
         if plan.fixed or cap <= 0:
             signals = (yield DraftRun(committed, cap, plan.layer)) if cap > 0 else ()
-            decision = Decision.VERIFY
+            decision = VERIFY
         else:
             drafted: list[TokenSignal] = []
-            decision = Decision.DRAFT
-            while decision is Decision.DRAFT and len(drafted) < cap:
+            decision = DRAFT
+            while decision is DRAFT and len(drafted) < cap:
                 signal = yield DraftToken(committed, len(drafted) + 1, plan.layer)
                 drafted.append(signal)
                 decision = policy.on_draft(signal)
             signals = tuple(drafted)
-        if decision is Decision.PARALLEL:
+        if decision is PARALLEL:
             if not policy.parallel:
                 raise PolicyError(f"{policy.name}: returned PARALLEL but is not a parallel policy")
             pending = tuple(signals)

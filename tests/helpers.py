@@ -18,10 +18,12 @@ def latency_table(draft: float = 0.1, verify: dict[int, float] | None = None, ct
 
 
 def hand_trace(patterns: list[str], conf: list[list[float]] | None = None, latency: pd.DataFrame | None = None,
-               temperature: float = 0.0) -> Trace:
+               temperature: float = 0.0, stop: str = "length", max_new_tokens: int = 0) -> Trace:
     """One prompt per pattern; pattern[t] is '1' if the draft matches the target at position t.
 
-    Position 0 (the prefill's token) is part of the pattern but is never drafted.
+    Position 0 (the prefill's token) is part of the pattern but is never drafted. With
+    ``stop="eos"`` the last position is the end token and drafting is capped by
+    ``max_new_tokens`` instead.
     """
     prompts, positions = [], []
     for pid, pattern in enumerate(patterns):
@@ -36,8 +38,8 @@ def hand_trace(patterns: list[str], conf: list[list[float]] | None = None, laten
             "p_draft": bits.astype(float), "accept_prob": bits.astype(float),
         }))
         prompts.append({"prompt_id": pid, "source": f"hand/{pid}", "prompt_len": 10, "n_tokens": n,
-                        "stop": "length", "prompt_text": ""})
+                        "stop": stop, "prompt_text": ""})
     manifest = Manifest(kind="synthetic", draft_model="hand", target_model="hand", dataset="hand",
-                        hardware="none", temperature=temperature)
+                        hardware="none", temperature=temperature, max_new_tokens=max_new_tokens)
     return Trace(manifest=manifest, prompts=pd.DataFrame(prompts), positions=pd.concat(positions, ignore_index=True),
                  rollouts=empty_table("rollouts"), latency=latency if latency is not None else latency_table())

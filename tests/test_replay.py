@@ -42,6 +42,17 @@ def test_sd_gamma1_rounds_by_hand():
     assert (res.summary.target_calls, res.summary.accepted, res.summary.drafted) == (7, 4, 7)
 
 
+def test_decoding_stops_at_the_end_token_even_when_drafts_run_past_it():
+    """The decoder caps drafts by its budget (20), not by where the text ends (10 tokens)."""
+    trace = hand_trace(["1" * 10], stop="eos", max_new_tokens=20)
+    res = Simulator(trace).run("sd", {"gamma": 5}, timeline_prompt=0, keep_tokens=True, with_cost=False)
+    # 1..5 accepted + bonus at 6; then 5 drafts from 7 of which only 8 and 9 exist: the end
+    # token (position 9) is always the target's, so 2 accepted and decoding ends at 10.
+    assert rounds(res) == [(1, 6, 5), (7, 6, 2)]
+    assert res.tokens[0] == trace.positions.target_token.tolist()[1:]
+    assert (res.summary.tokens, res.summary.drafted, res.summary.accepted) == (9, 10, 7)
+
+
 def test_ad_is_one_target_call_per_token():
     res = Simulator(hand_trace([PATTERN])).run("ad", with_cost=False)
     assert (res.summary.target_calls, res.summary.draft_calls, res.summary.speedup) == (11, 0, pytest.approx(1.0))

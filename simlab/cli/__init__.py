@@ -1,22 +1,34 @@
-"""Command-line entry point. Importing a subcommand module registers its commands."""
+"""Command-line entry point.
+
+Every module in this package except ``app`` and ``output`` defines commands on the shared Typer
+app; they are imported here, in pipeline order, so ``simlab --help`` reads like DESIGN.md.
+"""
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import sys
 
 import click
 
-from simlab.cli import analytic as _analytic  # noqa: E402,F401
-from simlab.cli import bench as _bench  # noqa: E402,F401
-from simlab.cli import calibrate as _calibrate  # noqa: E402,F401
-
-# Registration order is the order of `simlab --help`.
-from simlab.cli import simulate as _simulate  # noqa: E402,F401
-from simlab.cli import synth as _synth  # noqa: E402,F401
 from simlab.cli.app import app
 from simlab.errors import SimlabError
 
 EXIT_USER_ERROR = 2
+PIPELINE_ORDER = ("models", "record", "calibrate", "simulate", "policies", "sweep", "plot", "live",
+                  "synth", "analytic", "bench")
+_NOT_COMMANDS = {"app", "output"}
+
+
+def _command_modules() -> list[str]:
+    names = {m.name for m in pkgutil.iter_modules(__path__)} - _NOT_COMMANDS
+    rank = {name: i for i, name in enumerate(PIPELINE_ORDER)}
+    return sorted(names, key=lambda n: (rank.get(n, len(rank)), n))
+
+
+for _name in _command_modules():
+    importlib.import_module(f"{__name__}.{_name}")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -24,7 +24,7 @@ class LatencyGrid:
         self.name = model.name
         self.max_context = int(max_context)
         self._ctx = np.arange(self.max_context + 1)
-        self._target: dict[tuple[int, bool], list[float]] = {}
+        self._rows: dict[bool, dict[int, list[float]]] = {}
         self._draft_cum: dict[tuple[int, bool], list[float]] = {}
 
     def _column(self, fn) -> np.ndarray:
@@ -40,12 +40,20 @@ class LatencyGrid:
 
     def target_row(self, k: int, corun: bool = False) -> list[float]:
         """Seconds of a k-token target forward, indexed by context length."""
-        key = (k, corun)
-        row = self._target.get(key)
+        rows = self.target_rows(corun)
+        row = rows.get(k)
         if row is None:
             row = self._column(lambda c: self.model.target_forward(k, c, corun)).tolist()
-            self._target[key] = row
+            rows[k] = row
         return row
+
+    def target_rows(self, corun: bool = False) -> dict[int, list[float]]:
+        """The rows tabulated so far, by k (filled by :meth:`target_row`); for hot loops."""
+        return self._rows.setdefault(corun, {})
+
+    def draft_cumulative(self, layer: int = NO_LAYER, corun: bool = False) -> list[float]:
+        """cum[c] = seconds of draft steps at context 0..c-1: k steps from c cost cum[c+k] - cum[c]."""
+        return self._cum(layer, corun)
 
     def _cum(self, layer: int, corun: bool) -> list[float]:
         key = (layer, corun)

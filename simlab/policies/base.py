@@ -104,14 +104,21 @@ class Param:
 class PromptInfo:
     """What a policy may know about a prompt before decoding it.
 
-    ``replay`` is the trace replay of this prompt; only the oracle policy (the declared
-    exception, an upper bound) may read it. It is None in live decoding.
+    ``budget`` is the most tokens the prompt may generate (``--max-new-tokens``): drafting is
+    capped by it. ``n_tokens`` is where the prompt ends: a trace knows it (the EOS or the
+    budget); the live decoder starts with the budget and lowers it when the target emits an
+    end token. ``replay`` is the trace replay of this prompt; only the oracle policy (the
+    declared exception, an upper bound) may read it. It is None in live decoding.
     """
 
     prompt_id: int
     prompt_len: int
     n_tokens: int
+    budget: int = 0
     replay: Any = None
+
+    def __post_init__(self) -> None:
+        self.budget = max(self.budget, self.n_tokens)
 
 
 class AcceptancePredictor(Protocol):

@@ -9,9 +9,9 @@ the price of a serial round (k draft steps, then a (k+1)-token verify, both at c
 priced by the same :class:`~simlab.latency.grid.LatencyGrid` the simulator uses):
 
     best[n] = 0
-    best[c] = min over k in 0..min(K, n-c-1) of  T(c, k) + best[c + min(k, run[c]) + 1]
+    best[c] = min over k in 0..min(K, budget-c-1) of  T(c, k) + best[c + min(k, run[c], n-c-1) + 1]
 
-A serial round that drafts k tokens from c always emits min(k, run[c]) + 1 tokens, whatever
+A serial round that drafts k tokens from c always emits min(k, run[c], n-c-1) + 1 tokens, whatever
 the policy that chose k, so ``best[1]`` is no more than the time of any serial policy that
 drafts at most K tokens per round on the same trace and latency model.
 """
@@ -50,16 +50,17 @@ class Oracle(Policy):
     def _solve(self, prompt: PromptInfo) -> list[int]:
         lat = self.context.latency
         run = prompt.replay.draft.run
-        n, pl = prompt.n_tokens, prompt.prompt_len
-        top_k = min(self.max_draft, max(n - 2, 0))
+        n, pl, budget = prompt.n_tokens, prompt.prompt_len, prompt.budget
+        top_k = min(self.max_draft, max(budget - 2, 0))
         verify = [lat.target_forward(k + 1, pl + c) for k in range(top_k + 1) for c in range(n)]
         best = [0.0] * (n + 1)
         choice = [0] * (n + 1)
         for c in range(n - 1, 0, -1):
             ctx = pl + c
             best_k, best_t = 0, float("inf")
-            for k in range(min(top_k, n - c - 1) + 1):
-                t = lat.draft_seconds(ctx, k) + verify[k * n + c] + best[c + min(k, run[c]) + 1]
+            for k in range(min(top_k, budget - c - 1) + 1):
+                emitted = min(k, run[c], n - c - 1) + 1  # as the simulator counts (rounds.py)
+                t = lat.draft_seconds(ctx, k) + verify[k * n + c] + best[c + emitted]
                 if t < best_t:
                     best_k, best_t = k, t
             best[c], choice[c] = best_t, best_k

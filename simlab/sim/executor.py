@@ -105,15 +105,20 @@ class SimExecutor:
         draft_dev = Device("draft", record)
         target_dev = Device("target", record)
         corun = self.topology is Topology.ONE_DEVICE
-        counts, tokens, pl = run.counts, run.tokens, rp.prompt_len
+        counts, tokens, pl, end = run.counts, run.tokens, rp.prompt_len, rp.n_tokens
         overruns_before = rp.rollout_overruns
         clock = t0  # this prompt's time; env.now catches up before parallel rounds and at the end
-        gen = decode(policy, PromptInfo(rp.prompt_id, pl, rp.n_tokens, replay=rp if policy.needs_future else None))
+        gen = decode(policy, PromptInfo(rp.prompt_id, pl, end, rp.budget, replay=rp if policy.needs_future else None))
         send = gen.send
         answer = None
         unpaid = 0  # tokens drafted since the last target forward, not yet priced
         unpaid_start, unpaid_layer = 0, NO_LAYER
         target_calls = accepted_total = drafted = 0
+        # hot-path locals: one target row per verify size, cumulative draft-step times, histograms
+        rows = grid.target_rows(corun=False)
+        cum = grid.draft_cumulative(NO_LAYER, False)
+        last_ctx = len(cum) - 1
+        checked_hist, accepted_hist = positions.checked_hist, positions.accepted_hist
         while True:
             try:
                 req = send(answer)
@@ -131,7 +136,11 @@ class SimExecutor:
                 unpaid_start, unpaid_layer = req.start, NO_LAYER if req.layer is None else req.layer
                 continue
             if unpaid:  # the serial drafting that led to this forward
-                seconds = grid.draft_seconds(pl + unpaid_start, unpaid, unpaid_layer)
+                ctx = pl + unpaid_start
+                if unpaid_layer == NO_LAYER and ctx + unpaid <= last_ctx:
+                    seconds = cum[ctx + unpaid] - cum[ctx]
+                else:
+                    seconds = grid.draft_seconds(ctx, unpaid, unpaid_layer)
                 clock = draft_dev.book(clock, seconds, "draft", unpaid_start, unpaid)
                 drafted += unpaid
                 unpaid = 0
@@ -141,10 +150,14 @@ class SimExecutor:
                 accepted = path.run[c]
                 if accepted > k:
                     accepted = k
-                clock = target_dev.book(clock, grid.target_row(k + 1)[pl + c], "verify", c, k + 1, accepted)
+                if accepted >= end - c:  # the end token is always the target's (see rounds.py)
+                    accepted = end - c - 1
+                row = rows.get(k + 1) or grid.target_row(k + 1)
+                clock = target_dev.book(clock, row[pl + c], "verify", c, k + 1, accepted)
                 target_calls += 1
                 accepted_total += accepted
-                positions.add(accepted + 1 if accepted < k else k, accepted)
+                checked_hist[accepted + 1 if accepted < k else k] += 1
+                accepted_hist[accepted] += 1
                 if tokens is not None:
                     tokens.extend(rp.token_at(t, t < c + accepted, layer) for t in range(c, c + accepted + 1))
                 answer = accepted
@@ -175,8 +188,9 @@ class SimExecutor:
                   tokens: list[int] | None):
         c, m, s = req.start, req.pending, req.window
         path = rp.draft
-        accepted_pending = min(m, path.run[c])
-        first_new = accepted_pending == m and path.accept[c + m]
+        last = rp.n_tokens - 1  # the end token: always the target's (see rounds.py)
+        accepted_pending = min(m, path.run[c], last - c)
+        first_new = accepted_pending == m and c + m < last and path.accept[c + m]
         n_accepted = accepted_pending + first_new
         ctx = rp.prompt_len + c
         now = env.now

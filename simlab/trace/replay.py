@@ -15,8 +15,8 @@ seed meets the same outcomes:
 
 What the draft shows while it drafts past a mistake comes from the divergence rollouts: after
 the first rejected position d of a run, the i-th further token's confidence is step i of the
-rollout recorded at d. When a policy drafts past the end of a recorded rollout, the last
-rollout step is repeated and the overrun is counted; when no rollout was recorded at d (only
+rollout recorded at d. When a policy drafts past the end of a recorded rollout (or past
+the prompt's end token), the last recorded signal is repeated and the overrun is counted; when no rollout was recorded at d (only
 possible on stochastic traces), the true path's signals stand in for it.
 """
 
@@ -61,7 +61,8 @@ class PromptReplay:
 
     prompt_id: int
     prompt_len: int
-    n_tokens: int
+    n_tokens: int  # positions recorded: the prompt ends here (end token or budget)
+    budget: int  # the recording's max_new_tokens: what a decoder caps its drafts by
     target_tokens: list[int]
     draft_tokens: list[int]
     draft: DraftPath
@@ -86,11 +87,14 @@ class PromptReplay:
         t = start + i - 1
         r = path.run[start]
         if i - 1 <= r:  # every earlier token of the run was accepted: the draft is on the true path
+            if t >= self.n_tokens:  # past the end token, where nothing was recorded
+                self.rollout_overruns += 1
+                t = self.n_tokens - 1
             return _signal(path, i, t)
         d = start + r  # first rejected position of this run
         rollout = path.rollouts.get(d)
         if rollout is None:
-            return _signal(path, i, t)
+            return _signal(path, i, min(t, self.n_tokens - 1))
         conf, ent = rollout
         j = t - d
         if j > len(conf):
@@ -169,6 +173,7 @@ class TraceReplay:
         }
         scores = split(pos["predictor_score"].to_numpy(float)) if "predictor_score" in pos.columns else None
         rollouts = _group_rollouts(trace.rollouts)
+        budget = int(trace.manifest.max_new_tokens)
         layers = _group_layers(trace.layers, pos) if trace.layers is not None else {}
         self.prompts: list[PromptReplay] = []
         for i, row in enumerate(trace.prompts.sort_values("prompt_id").itertuples(index=False)):
@@ -185,6 +190,7 @@ class TraceReplay:
                 prompt_id=pid,
                 prompt_len=int(row.prompt_len),
                 n_tokens=int(row.n_tokens),
+                budget=max(int(row.n_tokens), budget if row.stop == "eos" else 0),
                 target_tokens=columns["target"][i],
                 draft_tokens=columns["draft"][i],
                 draft=draft,
@@ -204,7 +210,7 @@ class TraceReplay:
 
     @property
     def max_context(self) -> int:
-        return max((p.prompt_len + p.n_tokens for p in self.prompts), default=0)
+        return max((p.prompt_len + p.budget for p in self.prompts), default=0)
 
 
 def _group_rollouts(df: pd.DataFrame) -> dict[int, dict[int, tuple[list[float], list[float]]]]:

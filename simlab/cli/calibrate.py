@@ -65,9 +65,13 @@ def fit(
     from simlab.trace.io import read_trace
 
     tr = read_trace(trace)
+    note = ""
     model = fit_latency(tr.latency, name=name or out.stem, hardware=tr.manifest.hardware, form=form,
                         source=f"least-squares fit of {tr.path} latency samples (simlab calibrate)")
-    model.held_out = held_out(tr.latency, form=form).to_dict()
+    try:
+        model.held_out = held_out(tr.latency, form=form).to_dict()
+    except SimlabError as exc:  # too few repeats: the fit still stands
+        note = f"no held-out check: {exc}"
     path = save_profile(model, out)
     if plot:
         from simlab.latency.plot import plot_fit
@@ -89,9 +93,12 @@ def fit(
                       f"({_pct(w['rel_err'])})")
     console.print(table)
     h = model.held_out
-    console.print(f"held-out samples ({h['folds']} folds, one repeat left out at a time): median |error| "
-                  f"{100 * h['fitted_median']:.1f}% (90th percentile {100 * h['fitted_p90']:.1f}%); "
-                  f"the median table: {100 * h['table_median']:.1f}%")
+    if h:
+        console.print(f"held-out samples ({h['folds']} folds, one repeat left out at a time): median |error| "
+                      f"{100 * h['fitted_median']:.1f}% (90th percentile {100 * h['fitted_p90']:.1f}%); "
+                      f"the median table: {100 * h['table_median']:.1f}%")
+    else:
+        console.print(f"[yellow]note:[/] {note}")
     console.print(f"wrote {path}" + (f" and {plot}" if plot else ""))
 
 

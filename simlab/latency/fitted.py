@@ -25,7 +25,6 @@ from simlab.latency.surface import FORMS, Surface, available_forms, fit_best
 from simlab.trace.schema import NO_LAYER
 
 SERIES = ("draft", "exit", "target")
-FOLDS_WITHOUT_REPEATS = 5
 
 
 def series_of(samples: pd.DataFrame) -> pd.Series:
@@ -120,13 +119,6 @@ def fit_latency(samples: pd.DataFrame, name: str = "fitted", hardware: str = "",
     return FittedLatency(name, surfaces, hardware, source or "least-squares fit of trace samples")
 
 
-def _folds(samples: pd.DataFrame) -> np.ndarray:
-    """Fold of each sample: its repeat when the probe repeated points, else a fixed 5-way split."""
-    if samples["repeat"].nunique() >= 2:
-        return samples["repeat"].to_numpy()
-    return np.arange(len(samples)) % FOLDS_WITHOUT_REPEATS
-
-
 def predict_samples(model, samples: pd.DataFrame) -> np.ndarray:
     """The model's seconds for every row of a latency table."""
     out = np.empty(len(samples))
@@ -154,17 +146,17 @@ class HeldOut:
 
 
 def held_out(samples: pd.DataFrame, form: str = "auto") -> HeldOut:
-    """Leave one repeat out at a time: fit on the others, predict the left-out samples.
+    """Leave one probe repeat out at a time: fit on the others, predict the left-out samples.
 
     The table baseline (medians of the training repeats) sees the same points, so it shows
-    what the fit costs or gains where both have data."""
-    folds = _folds(samples)
+    what the fit costs or gains where both have data. Needs at least two repeats."""
+    if samples["repeat"].nunique() < 2:
+        raise SimlabError("held-out evaluation needs latency samples of at least two probe repeats")
+    folds = samples["repeat"].to_numpy()
     fitted_err = np.empty(len(samples))
     table_err = np.empty(len(samples))
     for f in np.unique(folds):
         train, test = samples[folds != f], samples[folds == f]
-        if train.empty:
-            raise SimlabError("held-out evaluation needs at least two repeats or five samples")
         y = test["seconds"].to_numpy()
         fitted_err[folds == f] = np.abs(predict_samples(fit_latency(train, form=form), test) / y - 1.0)
         table_err[folds == f] = np.abs(predict_samples(TableLatency.from_samples(train), test) / y - 1.0)

@@ -90,8 +90,9 @@ class Surface:
         surface = cls(form, tuple(float(v) for v in d["base"]), tuple(int(v) for v in d["xs"]),
                       float(d.get("ctx_slope", 0.0)), float(d.get("ctx_x_slope", 0.0)), int(d.get("ctx_min", 0)),
                       dict(d.get("quality", {})))
-        if form == "per-x" and len(surface.base) != len(surface.xs):
-            raise SimlabError("a per-x latency surface needs one intercept per measured x")
+        expected = {"affine": 2, "hinge": 3, "per-x": len(surface.xs)}[form]
+        if len(surface.base) != expected:
+            raise SimlabError(f"a {form} latency surface needs {expected} base parameters, got {len(surface.base)}")
         if min(surface.ctx_slope, surface.ctx_x_slope) < 0 or not all(map(math.isfinite, surface.base)):
             raise SimlabError("latency surface parameters must be finite, with non-negative context slopes")
         return surface

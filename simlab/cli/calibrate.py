@@ -82,15 +82,16 @@ def fit(
         return
     console.print(f"trace: {trace_label(tr)}")
     table = Table(title=f"latency fit {model.name}", header_style="bold")
-    for col in ("series", "form", "samples", "R² (medians)", "median |err|", "worst point (measured → fit)"):
+    for col in ("series", "form", "samples", "R² (medians)", "median |err|", "worst point", "measured ms", "fit ms",
+                "err"):
         table.add_column(col)
     for (series, corun), s in sorted(model.surfaces.items()):
         q, w = s.quality, s.quality["worst_point"]
         size = "" if series == "draft" else f"{'k' if series == 'target' else 'layer'}={w['x']} "
         table.add_row(f"{series}{' (co-run)' if corun else ''}", s.form, str(q["samples"]),
                       "-" if q["r2"] != q["r2"] else f"{q['r2']:.3f}", f"{100 * q['median_abs_rel_err']:.1f}%",
-                      f"{size}ctx={w['context_len']}: {1e3 * w['measured_s']:.1f} → {1e3 * w['fitted_s']:.1f} ms "
-                      f"({_pct(w['rel_err'])})")
+                      f"{size}ctx={w['context_len']}", f"{1e3 * w['measured_s']:.1f}", f"{1e3 * w['fitted_s']:.1f}",
+                      _pct(w["rel_err"]))
     console.print(table)
     h = model.held_out
     if h:

@@ -66,8 +66,10 @@ def fit(
 
     tr = read_trace(trace)
     note = ""
+    load = tr.manifest.extra.get("probe_other_cpu")  # the recorder's measure of a busy machine
+    busy = f"; other processes took {load:.0%} of the CPU while it was probed" if load is not None else ""
     model = fit_latency(tr.latency, name=name or out.stem, hardware=tr.manifest.hardware, form=form,
-                        source=f"least-squares fit of {tr.path} latency samples (simlab calibrate)")
+                        source=f"least-squares fit of {tr.path} latency samples (simlab calibrate){busy}")
     try:
         model.held_out = held_out(tr.latency, form=form).to_dict()
     except SimlabError as exc:  # too few repeats: the fit still stands

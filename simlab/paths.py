@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from simlab.errors import SimlabError
@@ -21,3 +22,9 @@ def default_trace() -> Path:
         if (path / "manifest.json").exists():
             return path
     raise SimlabError(f"no shipped trace found under {TRACES}; pass --trace PATH")
+
+
+def cache_root() -> Path:
+    """Where simlab keeps what it can rebuild (installed models, sweep results):
+    ``$SIMLAB_CACHE``, default ``~/.cache/simlab``."""
+    return Path(os.environ.get("SIMLAB_CACHE") or Path.home() / ".cache" / "simlab")

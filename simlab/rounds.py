@@ -14,10 +14,17 @@ Bookkeeping rules, defined here only:
 - A serial round drafts at most ``budget - committed - 1`` tokens (the decoder knows its
   budget, not where the text will end); when that cap is 0 the round is a plain target step.
 - A parallel round (PEARL's pre-/post-verify, SPIDE's parallel draft verification) verifies
-  the ``m`` pending drafts plus the first of ``s`` tokens drafted meanwhile, with
-  ``s <= budget - committed - m``. Every rejected check emits the target's correction; if all
-  pending drafts and the first new one are accepted, the round emits them and the remaining
-  ``s - 1`` new drafts stay pending.
+  the ``m`` pending drafts plus the first of ``s`` tokens drafted meanwhile. Every rejected
+  check emits the target's correction; if all pending drafts and the first new one are
+  accepted, the round emits them and the remaining ``s - 1`` new drafts stay pending. The
+  window is capped at ``budget - committed - m - 1`` (but at least 1), so that drafts left
+  pending never reach the budget's last position: the next round always has a position for
+  its first new draft.
+- A serial round may end with ``Decision.DROP``: the token just drafted is discarded unverified
+  (DEL's dynamic draft exit); it was drafted, so its draft step is still paid for.
+- Policies with ``needs_shadows`` are shown every exit layer's token at the positions each
+  target forward settled: position 0 after the prefill, and ``start..start+accepted`` after
+  each serial verification (:class:`Shadow`).
 - Nothing past the end is accepted, and the end token itself always counts as the target's:
   executors accept at most ``end - committed - 1`` drafts per verification, so decoding stops
   exactly at ``end`` whether the draft predicted the end token or not.
@@ -75,16 +82,24 @@ class ParallelRound(NamedTuple):
     window: int
 
 
+class Shadow(NamedTuple):
+    """Every exit layer's token at positions ``start..start+count-1``, from the hidden states of
+    the target forward that settled them. Answer: a :class:`ShadowTokens`."""
+
+    start: int
+    count: int
+
+
 class ParallelResult(NamedTuple):
     accepted_pending: int  # 0..pending
     first_new_accepted: bool
     new_signals: Sequence[TokenSignal]
 
 
-Request = DraftToken | DraftRun | Verify | ParallelRound
+Request = DraftToken | DraftRun | Verify | ParallelRound | Shadow
 
 
-DRAFT, VERIFY, PARALLEL = Decision.DRAFT, Decision.VERIFY, Decision.PARALLEL
+DRAFT, VERIFY, PARALLEL, DROP = Decision.DRAFT, Decision.VERIFY, Decision.PARALLEL, Decision.DROP
 
 
 class PolicyError(RuntimeError):
@@ -101,23 +116,26 @@ def decode(policy: Policy, prompt: PromptInfo) -> Generator[Request, object, Non
     # Policies that keep the base class's no-op observe() are not sent outcomes of serial rounds.
     observes = type(policy).observe is not Policy.observe
     plan_round, prompt_len = policy.plan, prompt.prompt_len
+    shadows = policy.needs_shadows
+    if shadows:  # the prefill settled position 0
+        policy.observe_shadows((yield Shadow(0, 1)))
     while committed < prompt.n_tokens:
         plan = plan_round(RoundState(committed, budget - committed, len(pending), prompt_len + committed))
         if type(plan) is Parallel:
             m = len(pending)
-            window = min(plan.window, budget - committed - m)
-            if window < 1:
+            if plan.window < 1:
                 raise PolicyError(f"{policy.name}: parallel window must be >= 1, got {plan.window}")
+            window = min(plan.window, max(1, budget - committed - m - 1))
             res: ParallelResult = yield ParallelRound(committed, m, window)
-            new = tuple(res.new_signals)
+            new = res.new_signals  # read only as far as needed: most rounds drop their new drafts
             if res.accepted_pending < m:
                 checked = pending[: res.accepted_pending + 1]
                 accepted = res.accepted_pending
                 pending = ()
             else:
-                checked = pending + new[:1]
+                checked = (*pending, new[0])
                 accepted = m + res.first_new_accepted
-                pending = new[1:] if res.first_new_accepted else ()
+                pending = tuple(new[1:]) if res.first_new_accepted else ()
             emitted = res.accepted_pending + 1
             committed += emitted
             policy.observe(Outcome(True, window, checked, accepted, emitted, res.first_new_accepted))
@@ -139,14 +157,17 @@ def decode(policy: Policy, prompt: PromptInfo) -> Generator[Request, object, Non
                 signal = yield DraftToken(committed, len(drafted) + 1, plan.layer)
                 drafted.append(signal)
                 decision = policy.on_draft(signal)
-            signals = tuple(drafted)
+            signals = tuple(drafted[:-1] if decision is DROP else drafted)
         if decision is PARALLEL:
             if not policy.parallel:
                 raise PolicyError(f"{policy.name}: returned PARALLEL but is not a parallel policy")
             pending = tuple(signals)
             continue
         k = len(signals)
-        accepted = yield Verify(committed, k, plan.layer)
+        start = committed
+        accepted = yield Verify(start, k, plan.layer)
         committed += accepted + 1
         if observes:
             policy.observe(Outcome(False, k, signals[: accepted + 1], accepted, accepted + 1))
+        if shadows:
+            policy.observe_shadows((yield Shadow(start, accepted + 1)))

@@ -8,7 +8,7 @@ decoder knows at that moment: never whether the token will be accepted.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 
 class TokenSignal(NamedTuple):
@@ -23,3 +23,19 @@ class TokenSignal(NamedTuple):
     confidence: float
     entropy: float
     score: float = math.nan
+
+
+class ShadowTokens(NamedTuple):
+    """Every exit layer's greedy token at the positions a target forward has just settled.
+
+    After the prefill and after each verification, the target's hidden states at every layer are
+    at hand; DEL (§4.2) sends them through the LM head to get, per exit layer ℓ, the token that
+    layer would have drafted (a *shadow token*). ``matches[ℓ][i]`` says whether layer ℓ's token
+    at position ``start + i`` equals the target's, ``confidence[ℓ][i]`` is its top-1
+    probability. Only positions whose prefix the target has confirmed are included (the
+    accepted drafts and the target's own token), so nothing here is a future acceptance bit.
+    """
+
+    start: int
+    matches: dict[int, Sequence[bool]]
+    confidence: dict[int, Sequence[float]]

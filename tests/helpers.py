@@ -5,15 +5,22 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from simlab.policies.base import Decision, Parallel, Policy, Serial
 from simlab.trace.io import Trace, empty_table
 from simlab.trace.schema import NO_LAYER, Manifest
 
 
-def latency_table(draft: float = 0.1, verify: dict[int, float] | None = None, ctx=(0, 10_000)) -> pd.DataFrame:
-    """Flat-in-context latency samples: draft step ``draft`` s, k-token verify ``verify[k]`` s."""
+def latency_table(draft: float = 0.1, verify: dict[int, float] | None = None, ctx=(0, 10_000),
+                  layers: dict[int, float] | None = None, corun: tuple[float, float] | None = None) -> pd.DataFrame:
+    """Flat-in-context latency samples: draft step ``draft`` s, k-token verify ``verify[k]`` s;
+    ``layers`` adds early-exit draft steps (exit layer -> s); ``corun`` = (draft factor, verify
+    factor) adds co-running samples, each solo figure times its factor."""
     verify = verify or {k: 1.0 for k in range(1, 40)}
     rows = [("draft_step", 1, c, NO_LAYER, False, 0, draft) for c in ctx]
     rows += [("target_forward", k, c, NO_LAYER, False, 0, s) for k, s in verify.items() for c in ctx]
+    rows += [("draft_step", 1, c, layer, False, 0, s) for layer, s in (layers or {}).items() for c in ctx]
+    if corun:
+        rows += [(op, k, c, layer, True, 0, s * corun[op == "target_forward"]) for op, k, c, layer, _, _, s in rows]
     return pd.DataFrame(rows, columns=["op", "k", "context_len", "layer", "corun", "repeat", "seconds"])
 
 
@@ -27,14 +34,19 @@ def noisy_latency(fn, ks, contexts, repeats=5, noise=0.02, seed=0, op="target_fo
 
 
 def hand_trace(patterns: list[str], conf: list[list[float]] | None = None, latency: pd.DataFrame | None = None,
-               temperature: float = 0.0, stop: str = "length", max_new_tokens: int = 0) -> Trace:
+               temperature: float = 0.0, stop: str = "length", max_new_tokens: int = 0,
+               layers: dict[int, list[str]] | None = None, layer_conf: dict[int, list[list[float]]] | None = None,
+               n_layers: int | None = None) -> Trace:
     """One prompt per pattern; pattern[t] is '1' if the draft matches the target at position t.
 
     Position 0 (the prefill's token) is part of the pattern but is never drafted. With
     ``stop="eos"`` the last position is the end token and drafting is capped by
-    ``max_new_tokens`` instead.
+    ``max_new_tokens`` instead. ``layers`` adds early-exit signals: exit layer -> one pattern
+    per prompt, '1' where that layer's token matches the target's, with confidences from
+    ``layer_conf`` (default 0.9 on a match, 0.4 elsewhere); ``n_layers`` is the target's layer
+    count (default: deepest exit layer + 1).
     """
-    prompts, positions = [], []
+    prompts, positions, layer_rows = [], [], []
     for pid, pattern in enumerate(patterns):
         bits = np.array([ch == "1" for ch in pattern])
         n = len(bits)
@@ -48,7 +60,40 @@ def hand_trace(patterns: list[str], conf: list[list[float]] | None = None, laten
         }))
         prompts.append({"prompt_id": pid, "source": f"hand/{pid}", "prompt_len": 10, "n_tokens": n,
                         "stop": stop, "prompt_text": ""})
+        for layer, layer_patterns in (layers or {}).items():
+            match = np.array([ch == "1" for ch in layer_patterns[pid]])
+            lc = np.array(layer_conf[layer][pid]) if layer_conf else np.where(match, 0.9, 0.4)
+            layer_rows.append(pd.DataFrame({
+                "prompt_id": pid, "pos": np.arange(n), "layer": layer, "token": np.where(match, target, target + 70_000),
+                "draft_conf": lc, "draft_entropy": 1.0 - lc,
+            }))
+    exits = sorted(layers or {})
     manifest = Manifest(kind="synthetic", draft_model="hand", target_model="hand", dataset="hand",
-                        hardware="none", temperature=temperature, max_new_tokens=max_new_tokens)
+                        hardware="none", temperature=temperature, max_new_tokens=max_new_tokens, exit_layers=exits,
+                        n_layers=n_layers or (exits[-1] + 1 if exits else 0))
     return Trace(manifest=manifest, prompts=pd.DataFrame(prompts), positions=pd.concat(positions, ignore_index=True),
-                 rollouts=empty_table("rollouts"), latency=latency if latency is not None else latency_table())
+                 rollouts=empty_table("rollouts"), latency=latency if latency is not None else latency_table(),
+                 layers=pd.concat(layer_rows, ignore_index=True) if layer_rows else None)
+
+
+class EveryRoundParallel(Policy):
+    """PEARL-shaped test policy: every round is parallel with a window of 3 (pre-verify when
+    nothing is pending, post-verify otherwise)."""
+
+    name, summary, paper, parallel = "test-parallel", "", "", True
+
+    def plan(self, state):
+        return Parallel(3)
+
+
+class SerialThenParallel(Policy):
+    """SPIDE-shaped test policy: draft serially until a low-confidence token, then hand the
+    drafts to parallel rounds until a rejection."""
+
+    name, summary, paper, parallel = "test-switch", "", "", True
+
+    def plan(self, state):
+        return Parallel(2) if state.pending else Serial(6)
+
+    def on_draft(self, signal):
+        return Decision.PARALLEL if signal.confidence < 0.6 else Decision.DRAFT

@@ -24,6 +24,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+# As `simlab record` does (simlab/cli/record.py): on a shared CPU, spinning OpenMP threads slow
+# every forward tenfold. Effective only if torch is not loaded yet.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 torch = pytest.importorskip("torch", reason="simlab record needs the models extra (torch)")
 pytest.importorskip("transformers", reason="simlab record needs the models extra (transformers)")
 
@@ -41,11 +44,11 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
 TOKENS = 16
 PROBE = "k=1,2;ctx=32;repeats=1"
-SELFSPEC = dict(target="smollm2", exit_layers="22-29", draft_layer=24, rollout=4)
+SELFSPEC = {"target": "smollm2", "exit_layers": "22-29", "draft_layer": 24, "rollout": 4}
 
 
 def _config(out: Path, **kw) -> RecordConfig:
-    base = dict(prompts="humaneval:2", max_new_tokens=TOKENS, latency_probe=PROBE, progress=False)
+    base = {"prompts": "humaneval:2", "max_new_tokens": TOKENS, "latency_probe": PROBE, "progress": False}
     return RecordConfig(out=out, **{**base, **kw})
 
 

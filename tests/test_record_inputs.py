@@ -43,7 +43,10 @@ def test_prompt_files_jsonl_and_txt(tmp_path):
 
 @pytest.mark.parametrize(
     "content, message",
-    [('{"prompt": "a"}\n{"q": 1}\n', r"p\.jsonl:2: needs a non-empty string field 'prompt'"), ("{oops\n", "not valid JSON")],
+    [
+        ('{"prompt": "a"}\n{"q": 1}\n', r"p\.jsonl:2: needs a non-empty string field 'prompt'"),
+        ("{oops\n", "not valid JSON"),
+    ],
 )
 def test_bad_jsonl_lines_are_named(tmp_path, content, message):
     path = tmp_path / "p.jsonl"

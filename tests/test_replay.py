@@ -5,9 +5,15 @@ import math
 import pytest
 
 from simlab.policies import REGISTRY
+from simlab.sim.executor import SimExecutor
 from simlab.sim.run import Simulator
-from simlab.trace.replay import runs_of
-from tests.helpers import hand_trace, latency_table
+from simlab.trace.replay import TraceReplay, runs_of
+from tests.helpers import (
+    EveryRoundParallel,
+    SerialThenParallel,
+    hand_trace,
+    latency_table,
+)
 
 # position:  0 | 1 2 3 4 5 6 7 8 9 10 11   (position 0 comes from the prefill)
 PATTERN = "1" + "11011110010"
@@ -99,7 +105,7 @@ def test_oracle_is_the_fastest_serial_schedule_even_when_verify_is_not_monotone(
 def test_cost_is_relative_to_sd_at_its_best_gamma():
     sim = Simulator(hand_trace([PATTERN, "1" + "1111111110" + "11"]))
     ref = sim.reference()
-    best = max(range(1, 13), key=lambda g: sim.run("sd", {"gamma": g}, with_cost=False).summary.speedup)
+    best = max(range(1, 25), key=lambda g: sim.run("sd", {"gamma": g}, with_cost=False).summary.speedup)
     assert ref.gamma == best
     res = sim.run("sd", {"gamma": 1})
     assert res.summary.cost == pytest.approx(res.summary.target_calls / ref.target_calls)
@@ -108,7 +114,11 @@ def test_cost_is_relative_to_sd_at_its_best_gamma():
 
 @pytest.mark.parametrize("policy", sorted(REGISTRY))
 def test_every_policy_emits_exactly_the_target_tokens(policy):
-    trace = hand_trace([PATTERN, "1" + "0" * 7, "1" * 30, "1" + "10" * 12])
+    patterns = [PATTERN, "1" + "0" * 7, "1" * 30, "1" + "10" * 12]
+    early_exit = {2: ["1" + "01" * (len(p) // 2) for p in patterns], 5: patterns}  # for layerskip, del
+    trace = hand_trace(patterns, layers={layer: [p[: len(q)] for p, q in zip(ps, patterns)]
+                                         for layer, ps in early_exit.items()},
+                       latency=latency_table(layers={2: 0.02, 5: 0.05}), n_layers=8)
     res = Simulator(trace).run(policy, keep_tokens=True, with_cost=False)
     for pid, tokens in res.tokens.items():
         expect = trace.positions[trace.positions.prompt_id == pid].sort_values("pos").target_token.tolist()[1:]
@@ -125,3 +135,18 @@ def test_seed_makes_stochastic_replay_reproducible():
     assert runs[2].target_calls != a.target_calls or runs[2].accepted != a.accepted
     rate = a.accepted / a.drafted
     assert 0.2 < rate < 0.9 and not math.isnan(rate)
+
+
+@pytest.mark.parametrize("policy", [EveryRoundParallel, SerialThenParallel])
+@pytest.mark.parametrize("stop", ["length", "eos"])
+def test_parallel_rounds_are_lossless_up_to_the_budget(policy, stop):
+    """Pending drafts that reach the budget are verified alone; nothing passes the end."""
+    patterns = [PATTERN, "1" * 13, "1" + "110" * 6, "1" + "0" * 9]
+    trace = hand_trace(patterns, stop=stop, max_new_tokens=16 if stop == "eos" else 0)
+    sim = Simulator(trace)
+    run = SimExecutor(sim.latency, keep_tokens=True).run(TraceReplay(trace), policy(sim.context()))
+    for prompt, pattern in zip(run.prompts, patterns):
+        target = trace.positions[trace.positions.prompt_id == prompt.prompt_id].target_token.tolist()
+        assert prompt.tokens == target[1:]
+        assert prompt.counts.accepted <= prompt.counts.drafted
+    assert sum(p.counts.parallel_rounds for p in run.prompts) > 0

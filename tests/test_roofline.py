@@ -59,6 +59,8 @@ def test_early_exit_steps_cost_grows_with_the_exit_layer():
     assert steps[-1] == pytest.approx(model.target_forward(1, 256))
     with pytest.raises(rf.SimlabError, match="no draft model"):
         model.draft_step(256, NO_LAYER)
+    model.draft_layer = 8  # the trace's drafting exit layer prices draft-model steps
+    assert model.draft_step(256) == steps[1]
 
 
 def test_profile_round_trips(tmp_path):

@@ -1,6 +1,6 @@
 """Command-line entry point.
 
-Every module in this package except ``app`` and ``output`` defines commands on the shared Typer
+Every module in this package except ``app``, ``output`` and ``policy_options`` defines commands on the shared Typer
 app; they are imported here, in pipeline order, so ``simlab --help`` reads like DESIGN.md.
 """
 
@@ -12,13 +12,13 @@ import sys
 
 import click
 
-from simlab.cli.app import app
+from simlab.cli.app import EXIT_INTERRUPTED, app
 from simlab.errors import SimlabError
 
 EXIT_USER_ERROR = 2
 PIPELINE_ORDER = ("models", "record", "calibrate", "simulate", "policies", "sweep", "plot", "live",
                   "synth", "analytic", "bench")
-_NOT_COMMANDS = {"app", "output"}
+_NOT_COMMANDS = {"app", "output", "policy_options"}
 
 
 def _command_modules() -> list[str]:
@@ -34,7 +34,7 @@ for _name in _command_modules():
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; a :class:`SimlabError` becomes one line on stderr and exit status 2."""
     try:
-        app(args=argv, standalone_mode=False)
+        code = app(args=argv, standalone_mode=False)
     except SimlabError as exc:
         print(f"simlab: error: {exc}", file=sys.stderr)
         sys.exit(EXIT_USER_ERROR)
@@ -45,4 +45,10 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except (KeyboardInterrupt, click.exceptions.Abort):
         print("simlab: interrupted", file=sys.stderr)
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
+    # Typer returns, instead of raising, the code of a typer.Exit, and turns Ctrl-C in a
+    # command into typer.Exit(130); commands themselves return None.
+    if code == EXIT_INTERRUPTED:
+        print("simlab: interrupted", file=sys.stderr)
+    if code:
+        sys.exit(code)

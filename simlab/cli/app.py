@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import typer
 
+EXIT_INTERRUPTED = 130  # the shell's code for a process stopped by Ctrl-C (128 + SIGINT)
+
 app = typer.Typer(
     name="simlab",
     help="A lab for speculative decoding: record traces, simulate policies, check against live decoding.",

@@ -69,7 +69,8 @@ def fit(
     load = tr.manifest.extra.get("probe_other_cpu")  # the recorder's measure of a busy machine
     busy = f"; other processes took {load:.0%} of the CPU while it was probed" if load is not None else ""
     model = fit_latency(tr.latency, name=name or out.stem, hardware=tr.manifest.hardware, form=form,
-                        source=f"least-squares fit of {tr.path} latency samples (simlab calibrate){busy}")
+                        source=f"least-squares fit of {tr.path} latency samples (simlab calibrate){busy}",
+                        draft_layer=tr.manifest.draft_layer)
     try:
         model.held_out = held_out(tr.latency, form=form).to_dict()
     except SimlabError as exc:  # too few repeats: the fit still stands
@@ -109,6 +110,7 @@ def fit(
 def roofline(
     target_config: Annotated[Optional[str], typer.Option("--target-config", help="Target model: a name (see --list) or a JSON file (simlab shape or Hugging Face config.json).")] = None,
     draft_config: Annotated[Optional[str], typer.Option("--draft-config", help="Draft model, as --target-config; leave out for self-speculative drafting.")] = None,
+    draft_layer: Annotated[Optional[int], typer.Option("--draft-layer", help="Self-speculative: the exit layer that drafts (without --draft-config).")] = None,
     gpu: Annotated[str, typer.Option("--gpu", help="GPU name (see --list).")] = "a100-80g",
     out: Annotated[Optional[Path], typer.Option("--out", help="Profile to write, e.g. calibrate/roofline/NAME.json.")] = None,
     dtype: Annotated[str, typer.Option("--dtype", help="Weight and KV-cache dtype: bfloat16, float16, float32 or int8.")] = "bfloat16",
@@ -123,6 +125,7 @@ def roofline(
     per forward fitted to published figures."""
     from simlab.latency import roofline as rf
     from simlab.latency.model import save_profile
+    from simlab.trace.schema import NO_LAYER
 
     if list_known:
         return _list_known(rf, json_out)
@@ -137,10 +140,11 @@ def roofline(
         gpu=rf.gpu_spec(gpu),
         dtype=dtype,
         overhead=rf.fit_overhead(framework),
+        draft_layer=NO_LAYER if draft_layer is None else draft_layer,
     )
     path = save_profile(model, out)
     rows = [{"k": k, "target_ms": 1e3 * model.target_forward(k, REPORT_CONTEXT)} for k in REPORT_KS]
-    draft_ms = 1e3 * model.draft_step(REPORT_CONTEXT) if model.draft else None
+    draft_ms = 1e3 * model.draft_step(REPORT_CONTEXT) if model.draft or model.draft_layer != NO_LAYER else None
     if json_out:
         print_json({"profile": str(path), "context_len": REPORT_CONTEXT, "draft_step_ms": draft_ms,
                     "target_forward_ms": rows, **model.to_profile()})

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from simlab.errors import SimlabError
+from simlab.params import parse_value
 
 console = Console()
 err_console = Console(stderr=True)
@@ -46,19 +47,6 @@ def fmt(key: str, value: Any) -> str:
         return str(value)
 
 
-def parse_value(text: str) -> Any:
-    """'5' -> 5, '0.7' -> 0.7, 'true' -> True, anything else stays a string."""
-    low = text.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return text
-
-
 def parse_params(pairs: Iterable[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for pair in pairs:
@@ -67,6 +55,13 @@ def parse_params(pairs: Iterable[str]) -> dict[str, Any]:
             raise SimlabError(f"--param takes KEY=VALUE, got {pair!r}")
         out[key.strip().replace("-", "_")] = parse_value(value.strip())
     return out
+
+
+def policy_params(pairs: Iterable[str], **flags: Any) -> dict[str, Any]:
+    """Policy parameters from ``--param KEY=VALUE`` pairs and the named flags that were given."""
+    params = parse_params(pairs)
+    params.update({k: v for k, v in flags.items() if v is not None})
+    return params
 
 
 def metrics_table(title: str, rows: dict[str, Any], caption: str | None = None) -> Table:
@@ -79,18 +74,34 @@ def metrics_table(title: str, rows: dict[str, Any], caption: str | None = None) 
     return table
 
 
+def frame_path(path: str | Path, what: str = "--out") -> Path:
+    """``path`` if it names a table file (.csv or .parquet); check before long work."""
+    out = Path(path)
+    if out.suffix.lower() not in (".csv", ".parquet"):
+        raise SimlabError(f"{what} must end in .csv or .parquet, got {out.name!r}")
+    return out
+
+
 def write_frame(df: pd.DataFrame, path: str | Path) -> Path:
     """Write a table as CSV or Parquet, chosen by the file suffix."""
-    out = Path(path)
-    suffix = out.suffix.lower()
-    if suffix not in (".csv", ".parquet"):
-        raise SimlabError(f"--out must end in .csv or .parquet, got {out.name!r}")
+    out = frame_path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    if suffix == ".csv":
+    if out.suffix.lower() == ".csv":
         df.to_csv(out, index=False)
     else:
         df.to_parquet(out, index=False)
     return out
+
+
+def read_frame(path: str | Path) -> pd.DataFrame:
+    """Read a table written by :func:`write_frame` (or any CSV/Parquet file)."""
+    p = frame_path(path, "a table file")
+    if not p.is_file():
+        raise SimlabError(f"table not found: {p}")
+    try:
+        return pd.read_csv(p) if p.suffix.lower() == ".csv" else pd.read_parquet(p)
+    except (ValueError, OSError, pd.errors.ParserError) as exc:
+        raise SimlabError(f"cannot read {p} ({exc})") from exc
 
 
 def print_json(obj: Any) -> None:

@@ -23,19 +23,27 @@ def record_command(
     target: str = typer.Option(..., "--target", help="Target: installed name, HF id, directory or .gguf file."),
     out: Path = typer.Option(..., "--out", help="Trace directory to write (e.g. traces/NAME)."),
     prompts: str = typer.Option("humaneval:40", "--prompts", help="humaneval[:N], mtbench[:N], or a .jsonl/.txt file."),
-    draft: str | None = typer.Option(None, "--draft", help="Draft model; omit with --exit-layers for self-speculation."),
+    draft: str | None = typer.Option(
+        None, "--draft", help="Draft model; omit with --exit-layers for self-speculation."
+    ),
     max_new_tokens: int = typer.Option(128, "--max-new-tokens", help="Tokens the target generates per prompt."),
     device: str | None = typer.Option(None, "--device", help="cuda or cpu (default: cuda when available)."),
     dtype: str | None = typer.Option(None, "--dtype", help="float32, bfloat16 or float16 (default: float32 on cpu)."),
     temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy; > 0 samples and records p/q for replay."),
     seed: int = typer.Option(0, "--seed", help="Sampling seed (each prompt derives its own)."),
     rollout: int = typer.Option(16, "--rollout", help="Draft continuation length after each divergence."),
-    exit_layers: str | None = typer.Option(None, "--exit-layers", help="Record early exits: 'all', '20-29' or '8,16,24'."),
-    draft_layer: int | None = typer.Option(None, "--draft-layer", help="Self-speculative: exit layer for the draft columns."),
+    exit_layers: str | None = typer.Option(
+        None, "--exit-layers", help="Record early exits: 'all', '20-29' or '8,16,24'."
+    ),
+    draft_layer: int | None = typer.Option(
+        None, "--draft-layer", help="Self-speculative: exit layer for the draft columns."
+    ),
     latency_probe: str = typer.Option("", "--latency-probe", help=PROBE_HELP),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted trace in --out."),
     reprobe: bool = typer.Option(False, "--reprobe", help="With --resume: measure the latencies again."),
-    chat_template: bool = typer.Option(True, "--chat-template/--no-chat-template", help="Use the tokenizer's chat template."),
+    chat_template: bool = typer.Option(
+        True, "--chat-template/--no-chat-template", help="Use the tokenizer's chat template."
+    ),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
 ) -> None:
     """Record a trace: per-position signals, divergence rollouts and forward latencies."""

@@ -7,21 +7,13 @@ from typing import Annotated, Optional
 
 import typer
 
+from simlab.cli import policy_options as opt
 from simlab.cli.app import app
-from simlab.cli.output import (
-    console,
-    metrics_table,
-    parse_params,
-    print_json,
-    write_frame,
-)
+from simlab.cli.output import console, metrics_table, policy_params, print_json, write_frame
 from simlab.errors import SimlabError
 from simlab.metrics import SUMMARY_KEYS
 from simlab.paths import default_trace
 from simlab.sim.devices import Topology
-
-# Flags that set a policy parameter of the same name, when the policy has one.
-POLICY_FLAGS = ("gamma",)
 
 
 def load_inputs(trace: Optional[Path], latency: Optional[Path]):
@@ -42,9 +34,14 @@ def trace_label(tr) -> str:
 
 @app.command()
 def simulate(
-    policy: Annotated[str, typer.Option("--policy", help="Policy name (see `simlab policies`).")] = "sd",
-    gamma: Annotated[Optional[int], typer.Option("--gamma", help="Draft length γ (policies that take one).")] = None,
-    param: Annotated[list[str], typer.Option("--param", "-P", help="Any policy parameter as KEY=VALUE; repeatable.")] = [],
+    policy: opt.Policy = "sd",
+    gamma: opt.Gamma = None,
+    tau: opt.Tau = None,
+    threshold: opt.Threshold = None,
+    window: opt.Window = None,
+    h: opt.H = None,
+    block: opt.Block = None,
+    param: opt.Params = [],
     trace: Annotated[Optional[Path], typer.Option("--trace", help="Trace directory. [default: the shipped trace]")] = None,
     latency: Annotated[Optional[Path], typer.Option("--latency", help="Latency profile JSON. [default: the trace's own samples]")] = None,
     predictor: Annotated[Optional[Path], typer.Option("--predictor", help="Acceptance predictor JSON (simlab calibrate predictor) for the policies that use one. [default: the draft's confidence]")] = None,
@@ -64,9 +61,7 @@ def simulate(
     from simlab.sim.run import Simulator
     from simlab.sim.timeline import write_chrome_trace
 
-    params = parse_params(param)
-    flags = {"gamma": gamma}
-    params.update({k: v for k, v in flags.items() if v is not None})
+    params = policy_params(param, gamma=gamma, tau=tau, threshold=threshold, window=window, h=h, block=block)
     tr, lat = load_inputs(trace, latency)
     pred = load_predictor(predictor) if predictor else None
     sim = Simulator(tr, lat, seed=seed, topology=topology, predictor=pred)
@@ -101,6 +96,9 @@ def simulate(
     console.print(f"latency: {sim.latency.name}; topology: {sim.topology.value}")
     console.print(metrics_table(f"{policy} ({params_text})" if params_text else policy,
                                 {k: summary[k] for k in SUMMARY_KEYS}, caption))
+    if summary.get("corun_latency", "measured") != "measured" and res.summary.parallel_rounds:
+        console.print("[yellow]note:[/] one-device topology without co-running latency samples: parallel rounds "
+                      "use solo latencies (optimistic)")
     if res.summary.rollout_overruns:
         console.print(f"[yellow]note:[/] drafts ran past the recorded rollouts {res.summary.rollout_overruns} times "
                       "(their signals repeat the last rollout step)")

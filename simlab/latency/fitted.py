@@ -49,6 +49,8 @@ class FittedLatency:
     hardware: str = ""
     source: str = ""
     held_out: dict = field(default_factory=dict)
+    # Self-speculative traces have no separate draft model: its step is that of this exit layer.
+    draft_layer: int = NO_LAYER
 
     def __post_init__(self) -> None:
         if ("target", False) not in self.surfaces:
@@ -68,6 +70,8 @@ class FittedLatency:
         return s
 
     def draft_step(self, context_len, layer: int = NO_LAYER, corun: bool = False):
+        if layer == NO_LAYER and ("draft", False) not in self.surfaces:
+            layer = self.draft_layer
         if layer == NO_LAYER:
             return self._surface("draft", corun)(1, context_len)
         return self._surface("exit", corun)(layer, context_len)
@@ -79,6 +83,7 @@ class FittedLatency:
     def to_profile(self) -> dict:
         return {
             **profile_header("fitted", self),
+            "draft_layer": self.draft_layer,
             "surfaces": [{"series": s, "corun": c, **surf.to_dict()} for (s, c), surf in sorted(self.surfaces.items())],
             "held_out": self.held_out,
         }
@@ -93,16 +98,18 @@ class FittedLatency:
         if unknown:
             raise SimlabError(f"latency profile {data.get('name', '?')!r} has unknown series {sorted(unknown)}")
         return cls(str(data.get("name", "fitted")), surfaces, str(data.get("hardware", "")),
-                   str(data.get("source", "")), dict(data.get("held_out", {})))
+                   str(data.get("source", "")), dict(data.get("held_out", {})),
+                   int(data.get("draft_layer", NO_LAYER)))
 
 
 PROFILE_KINDS["fitted"] = FittedLatency.from_profile
 
 
 def fit_latency(samples: pd.DataFrame, name: str = "fitted", hardware: str = "", form: str = "auto",
-                source: str = "") -> FittedLatency:
+                source: str = "", draft_layer: int = NO_LAYER) -> FittedLatency:
     """Fit every series of a trace's latency table; ``form`` is ``auto`` (smallest BIC) or one
-    of :data:`~simlab.latency.surface.FORMS` (where the series has enough sizes for it)."""
+    of :data:`~simlab.latency.surface.FORMS` (where the series has enough sizes for it).
+    ``draft_layer``: the manifest's exit layer that drafts in a self-speculative trace."""
     if form != "auto" and form not in FORMS:
         raise SimlabError(f"unknown form {form!r}; choose auto or one of {', '.join(FORMS)}")
     if samples.empty:
@@ -116,7 +123,8 @@ def fit_latency(samples: pd.DataFrame, name: str = "fitted", hardware: str = "",
         surface, bics = fit_best(x, g["context_len"], g["seconds"], forms)
         surface.quality["bic_by_form"] = bics
         surfaces[(str(s), bool(corun))] = surface
-    return FittedLatency(name, surfaces, hardware, source or "least-squares fit of trace samples")
+    return FittedLatency(name, surfaces, hardware, source or "least-squares fit of trace samples",
+                         draft_layer=draft_layer)
 
 
 def predict_samples(model, samples: pd.DataFrame) -> np.ndarray:

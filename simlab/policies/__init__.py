@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from simlab.errors import SimlabError
+from simlab.policies.ags import AcceptanceGuided
 from simlab.policies.base import (
     Decision,
     Outcome,
@@ -19,10 +20,23 @@ from simlab.policies.base import (
     RoundState,
     Serial,
 )
+from simlab.policies.dv import DraftVerify
+from simlab.policies.early_exit import Del, LayerSkip
+from simlab.policies.entropy import AdaEdl, Svip
 from simlab.policies.fixed import Autoregressive, VanillaSD
+from simlab.policies.hf import HfConfidence, HfHeuristic
 from simlab.policies.oracle import Oracle
+from simlab.policies.pacer import Pacer
+from simlab.policies.pearl import Pearl
+from simlab.policies.specdecpp import SpecDecPP
+from simlab.policies.spide import Spide, SpideNoDynaDraft, SpideNoParaVerify
 
-REGISTRY: dict[str, type[Policy]] = {cls.name: cls for cls in (Autoregressive, VanillaSD, Oracle)}
+# Order of `simlab policies`: baselines, then the serial adaptive rules, the parallel methods,
+# self-speculative drafting, and the upper bound.
+REGISTRY: dict[str, type[Policy]] = {cls.name: cls for cls in (
+    Autoregressive, VanillaSD, HfHeuristic, HfConfidence, Svip, AdaEdl, DraftVerify, SpecDecPP,
+    AcceptanceGuided, Pacer, Pearl, Spide, SpideNoDynaDraft, SpideNoParaVerify, LayerSkip, Del, Oracle,
+)}
 
 
 def make_policy(name: str, context: PolicyContext, **params: Any) -> Policy:

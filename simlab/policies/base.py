@@ -21,10 +21,10 @@ import enum
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, NamedTuple, Protocol, Sequence
+from typing import Any, Callable, ClassVar, NamedTuple, Protocol, Sequence
 
 from simlab.errors import SimlabError
-from simlab.signals import TokenSignal
+from simlab.signals import ShadowTokens, TokenSignal
 
 
 class Decision(enum.Enum):
@@ -33,6 +33,7 @@ class Decision(enum.Enum):
     DRAFT = "draft"  # draft another token
     VERIFY = "verify"  # stop; the target verifies the drafts now (serial)
     PARALLEL = "parallel"  # stop; hand the drafts to a parallel round (SPIDE's switch)
+    DROP = "drop"  # stop; discard the token just drafted and verify the ones before it (DEL Alg. 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,26 +150,39 @@ class ConfidencePredictor:
 
 @dataclass
 class PolicyContext:
-    """What policies are built with: the latency model and facts about the trace/models."""
+    """What policies are built with: the latency model and facts about the trace/models.
+
+    ``corun`` says that parallel rounds will run both models on one device (the one-device
+    topology), so windows sized from latencies should use the co-running figures.
+    ``best_gamma``, when given, returns vanilla SD's best γ on the same trace and latency model
+    (tuned offline, as the papers do; SPIDE w/o dyna-draft drafts that many tokens).
+    """
 
     latency: Any
     exit_layers: list[int] = field(default_factory=list)
     n_layers: int = 0
     context_len: int = 128  # a typical context length, for policies that size windows up front
     predictor: AcceptancePredictor | None = None
+    corun: bool = False
+    best_gamma: Callable[[], int] | None = None
 
 
 class Policy(ABC):
-    """Base class. Subclasses set ``name``, ``summary``, ``paper`` and ``params``."""
+    """Base class. Subclasses set ``name``, ``summary``, ``paper`` and ``params``, and say in
+    ``choices`` what they decided where their paper is silent (``simlab policies`` prints it)."""
 
     name: ClassVar[str]
     summary: ClassVar[str]
     paper: ClassVar[str]
     params: ClassVar[tuple[Param, ...]] = ()
+    choices: ClassVar[str] = ""
     #: True for the oracle: it reads the replay (future acceptance) and is only an upper bound.
     needs_future: ClassVar[bool] = False
     #: True if the policy may plan parallel rounds.
     parallel: ClassVar[bool] = False
+    #: True if the policy reads every exit layer's token after the prefill and each serial
+    #: verification (:meth:`observe_shadows`; DEL's shadow tokens).
+    needs_shadows: ClassVar[bool] = False
 
     def __init__(self, context: PolicyContext, **values: Any):
         self.context = context
@@ -195,6 +209,9 @@ class Policy(ABC):
     def observe(self, outcome: Outcome) -> None:
         """After each target verification."""
 
+    def observe_shadows(self, shadows: ShadowTokens) -> None:
+        """After the prefill and each serial verification, for policies with ``needs_shadows``."""
+
     def describe(self) -> dict[str, Any]:
         return {"policy": self.name, **{p.name: getattr(self, p.name) for p in self.params}}
 
@@ -210,3 +227,16 @@ def check_probability(name: str, value: Any) -> float:
     if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value) or not 0 <= value <= 1:
         raise SimlabError(f"{name} must be a number in [0, 1], got {value!r}")
     return float(value)
+
+
+def check_positive(name: str, value: Any) -> float:
+    """A finite number > 0 (scales, growth factors)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not (math.isfinite(value) and value > 0):
+        raise SimlabError(f"{name} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def check_bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise SimlabError(f"{name} must be true or false, got {value!r}")
+    return value

@@ -1,9 +1,11 @@
 """``simlab record``: real draft/target models decode real prompts into a trace.
 
-Modules, in the order a recording uses them: ``prompts`` (prompt sources and chat templates),
-``forward`` (teacher-forced passes and early exits), ``signals`` (per-position statistics),
-``rollouts`` (the draft's own continuation after each divergence), ``latency`` (forward-time
-probes), ``machine`` (hardware and library descriptions) and ``recorder`` (the loop that ties
-them together and writes the trace after every prompt). All of them import torch; the CLI
-imports this package only inside the command.
+Modules, in the order a recording uses them: ``recorder`` (checks the request before any
+model loads, then drives the rest), ``prompts`` (prompt sources and chat templates),
+``latency`` (forward-time probes), ``prompt_rows`` (one prompt through the models:
+``decode`` for the target's path, ``forward`` for teacher-forced passes and early exits,
+``signals`` for per-position statistics, ``rollouts`` for the draft's continuation after each
+divergence) and ``writer`` (the trace rewritten crash-safely after every prompt); ``machine``
+describes the hardware and libraries. These modules import torch; the CLI imports them only
+inside the command.
 """

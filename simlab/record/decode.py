@@ -57,5 +57,7 @@ def decode(
     eos = set(model.generation_config.eos_token_id)
     stop = "eos" if int(tokens[-1]) in eos else "length"
     if temperature == 0 and not torch.equal(logits.argmax(dim=-1), tokens):
-        raise RuntimeError("generate's greedy tokens are not the argmax of its raw logits: a logits processor is active")
+        raise RuntimeError(
+            "generate's greedy tokens are not the argmax of its raw logits: a logits processor is active"
+        )
     return Decoded(tokens=tokens, logits=logits, stop=stop)

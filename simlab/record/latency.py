@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass
+from functools import partial
 
 import pandas as pd
 import torch
@@ -46,7 +47,7 @@ class ProbePlan:
     corun: bool = True  # only when there is a separate draft model
 
     @classmethod
-    def parse(cls, spec: str) -> "ProbePlan":
+    def parse(cls, spec: str) -> ProbePlan:
         fields = dict(_parse_field(item, spec) for item in DEFAULT_PROBE.split(";"))
         for item in filter(None, (s.strip() for s in spec.split(";"))):
             key, value = _parse_field(item, spec)
@@ -172,7 +173,7 @@ def _ops(target, draft, exit_layers: list[int], plan: ProbePlan, ctx: int, vocab
     tgt = _Stepper(target, ctx, vocab, gen)
     ops = [_Op("target_forward", k, ctx, NO_LAYER, lambda k=k: tgt(k)) for k in plan.ks]
     for layer in exit_layers:
-        scope = lambda layer=layer: truncated(target, layer)  # noqa: E731
+        scope = partial(truncated, target, layer)
         with scope():
             early = _Stepper(target, ctx, vocab, gen)
         ops.append(_Op("draft_step", 1, ctx, layer, lambda early=early: early(1), scope=scope))
@@ -213,11 +214,17 @@ def probe_latency(
             for op in ops:
                 with op.scope():
                     seconds = _timed(op.run, device) if op.load is None else _corun(op.run, op.load, device)
+                corun = op.load is not None
                 rows.append(
-                    dict(
-                        op=op.op, k=op.k, context_len=ctx, layer=op.layer, corun=op.load is not None,
-                        repeat=repeat, seconds=seconds,
-                    )
+                    {
+                        "op": op.op,
+                        "k": op.k,
+                        "context_len": ctx,
+                        "layer": op.layer,
+                        "corun": corun,
+                        "repeat": repeat,
+                        "seconds": seconds,
+                    }
                 )
     if not rows:
         raise SimlabError("the latency probe timed nothing")

@@ -51,6 +51,9 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+_MIN_SPAN = 1.0  # seconds
+
+
 class OtherLoad:
     """Share of the machine's CPU time that other processes have used since construction.
 
@@ -66,10 +69,10 @@ class OtherLoad:
     def share(self) -> float | None:
         busy0, own0, t0 = self._start
         busy1, own1, t1 = _busy_seconds(), _own_cpu_seconds(), time.perf_counter()
-        if busy0 is None or busy1 is None or t1 <= t0:
-            return None
+        if busy0 is None or busy1 is None or t1 - t0 < _MIN_SPAN:
+            return None  # /proc/stat counts in clock ticks: too coarse for a short span
         other = (busy1 - busy0) - (own1 - own0)
-        return round(max(0.0, other) / ((t1 - t0) * (os.cpu_count() or 1)), 3)
+        return round(min(1.0, max(0.0, other) / ((t1 - t0) * (os.cpu_count() or 1))), 3)
 
 
 def _busy_seconds() -> float | None:

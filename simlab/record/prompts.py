@@ -81,7 +81,7 @@ def _package_file(module: str, relative: str, pip_name: str) -> Path:
     spec = importlib.util.find_spec(module)
     if spec is None or not spec.submodule_search_locations:
         raise SimlabError(f"this prompt source needs the {pip_name!r} package (pip install {pip_name})")
-    path = Path(list(spec.submodule_search_locations)[0]) / relative
+    path = Path(next(iter(spec.submodule_search_locations))) / relative
     if not path.is_file():
         raise SimlabError(f"package {pip_name!r} does not ship {relative} (looked in {path.parent})")
     return path

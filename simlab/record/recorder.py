@@ -1,25 +1,12 @@
-"""The recording loop: real models, real prompts, one trace written after every prompt.
-
-Per prompt:
-
-1. the target decodes with ``generate`` (its output path and raw logits, see ``decode``);
-2. the draft runs one teacher-forced pass over the prompt and that path, giving its greedy
-   token, confidence, entropy and probabilities at every position (``forward``, ``signals``);
-   for self-speculative traces the target's own teacher-forced pass gives every exit layer's
-   early-exit token and confidence, and the chosen ``draft_layer`` fills the draft columns;
-3. after every divergence the draft continues on its own for ``rollout`` tokens, all of a
-   prompt's rollouts in one batch branching from the teacher-forced cache (``rollouts``);
-4. the trace is rewritten crash-safely, so an interrupted recording loses at most the prompt
-   in flight and ``resume`` continues from what is on disk.
-
-Latencies are probed once, before the first prompt, and committed with an empty prompt list
-so that a long recording interrupted early keeps its probe. The share of CPU time other
-processes took meanwhile is stored with it; ``reprobe`` measures again on a quieter machine
-without recording the prompts again.
+"""``simlab record``: check the request, load the models, probe latencies, record prompts.
 
 Every problem with the user's input (unknown model or prompts, vocabularies that differ, a
 trace recorded with other settings) is found before any model runs, and raised as
-:class:`~simlab.errors.SimlabError`.
+:class:`~simlab.errors.SimlabError`. Then the models load, latencies are probed (once, before
+the first prompt, and committed with an empty prompt list so that a long recording
+interrupted early keeps its probe; ``reprobe`` measures them again on a quieter machine
+without recording the prompts again) and the prompts are recorded one by one
+(``prompt_rows``), the trace being rewritten after each (``writer``).
 """
 
 from __future__ import annotations
@@ -27,26 +14,24 @@ from __future__ import annotations
 import os
 import sys
 import time
-from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
 import torch
+from tqdm import tqdm
 
 from simlab.errors import SimlabError
-from simlab.models.load import ModelRef, eos_token_ids, load_model, load_tokenizer, resolve
+from simlab.models.load import ModelRef, eos_token_ids, load_model, load_tokenizer, resolve, torch_dtype
 from simlab.record import machine
-from simlab.record.decode import decode, neutralise
-from simlab.record.forward import exit_logits, forced_pass, n_layers, truncated
+from simlab.record.decode import neutralise
 from simlab.record.latency import DEFAULT_PROBE, ProbePlan, probe_latency
-from simlab.record.prompts import Prompt, load_prompts, render
+from simlab.record.prompt_rows import Models, record_prompt
+from simlab.record.prompts import Prompt, load_prompts
 from simlab.record.ranges import int_ranges
-from simlab.record.rollouts import Rollout, rollouts
-from simlab.record.signals import GreedyStats, greedy_stats, position_signals
-from simlab.trace.io import Trace, empty_table, read_trace, write_trace
+from simlab.record.writer import ROW_TABLES, TraceWriter, agreement
+from simlab.trace.io import Trace, read_trace
 from simlab.trace.schema import MANIFEST, NO_LAYER, Manifest
 
 # Manifest fields that must match for --resume to append to an existing trace.
@@ -100,20 +85,6 @@ class RecordResult:
     seconds: float  # wall time of this call
 
 
-@dataclass
-class _Tables:
-    """The trace's rows so far, one list of frames per table."""
-
-    prompts: list[pd.DataFrame] = field(default_factory=list)
-    positions: list[pd.DataFrame] = field(default_factory=list)
-    rollouts: list[pd.DataFrame] = field(default_factory=list)
-    layers: list[pd.DataFrame] = field(default_factory=list)
-
-    def frame(self, name: str) -> pd.DataFrame:
-        frames = [f for f in getattr(self, name) if not f.empty]
-        return pd.concat(frames, ignore_index=True) if frames else empty_table(name)
-
-
 def _check_args(cfg: RecordConfig) -> None:
     if cfg.max_new_tokens < 1:
         raise SimlabError(f"--max-new-tokens must be at least 1, got {cfg.max_new_tokens}")
@@ -127,7 +98,7 @@ def _check_args(cfg: RecordConfig) -> None:
         raise SimlabError("--draft-layer is for self-speculative traces; drop it or drop --draft")
 
 
-def _check_vocab(draft_tok, target_tok, draft: str, target: str) -> None:
+def check_vocab(draft_tok, target_tok, draft: str, target: str) -> None:
     """Speculative decoding compares token ids: both models must share one vocabulary."""
     dv, tv = draft_tok.get_vocab(), target_tok.get_vocab()
     if dv == tv:
@@ -180,9 +151,24 @@ def _open_existing(cfg: RecordConfig, manifest: Manifest) -> Trace | None:
     return trace
 
 
-def record(cfg: RecordConfig) -> RecordResult:
-    """Record (or continue) the trace ``cfg.out``; see the module docstring for the steps."""
-    started = time.perf_counter()
+@dataclass
+class _Setup:
+    """Everything decided before a model loads."""
+
+    prompts: list[Prompt]
+    target_ref: ModelRef
+    draft_ref: ModelRef | None
+    tokenizer: object
+    device: str
+    dtype: str
+    probe: ProbePlan
+    exit_layers: list[int]
+    draft_layer: int
+    manifest: Manifest
+    existing: Trace | None
+
+
+def _prepare(cfg: RecordConfig) -> _Setup:
     _check_args(cfg)
     prompts = load_prompts(cfg.prompts)
     target_ref = resolve(cfg.target)
@@ -191,14 +177,11 @@ def record(cfg: RecordConfig) -> RecordResult:
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise SimlabError("--device cuda: no CUDA device is available here (use --device cpu)")
     dtype = cfg.dtype or ("float32" if device == "cpu" else "bfloat16")
-    plan = ProbePlan.parse(cfg.latency_probe)
-
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
+    torch_dtype(dtype)  # an unknown --dtype fails here, before any model loads
+    probe = ProbePlan.parse(cfg.latency_probe)
     tokenizer = load_tokenizer(target_ref)
     if draft_ref is not None:
-        _check_vocab(load_tokenizer(draft_ref), tokenizer, cfg.draft, cfg.target)
+        check_vocab(load_tokenizer(draft_ref), tokenizer, cfg.draft, cfg.target)
     layers = _target_layers(target_ref)
     exits = _exit_layers(cfg.exit_layers, layers)
     draft_layer = NO_LAYER
@@ -206,7 +189,6 @@ def record(cfg: RecordConfig) -> RecordResult:
         draft_layer = cfg.draft_layer if cfg.draft_layer is not None else exits[-1]
         if draft_layer not in exits:
             raise SimlabError(f"--draft-layer {draft_layer} must be one of --exit-layers {exits}")
-
     manifest = Manifest(
         kind="recorded",
         draft_model=cfg.draft if cfg.draft is not None else f"{cfg.target}[:{draft_layer}]",
@@ -232,232 +214,82 @@ def record(cfg: RecordConfig) -> RecordResult:
         },
     )
     existing = _open_existing(cfg, manifest)
+    return _Setup(
+        prompts, target_ref, draft_ref, tokenizer, device, dtype, probe, exits, draft_layer, manifest, existing
+    )
 
-    target = load_model(target_ref, device, dtype)
-    draft = load_model(draft_ref, device, dtype) if draft_ref is not None else None
-    eos = eos_token_ids(target, tokenizer)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
+
+def record(cfg: RecordConfig) -> RecordResult:
+    """Record (or continue) the trace ``cfg.out``; see the module docstring for the steps."""
+    started = time.perf_counter()
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    setup = _prepare(cfg)
+    target = load_model(setup.target_ref, setup.device, setup.dtype)
+    draft = load_model(setup.draft_ref, setup.device, setup.dtype) if setup.draft_ref is not None else None
+    eos = eos_token_ids(target, setup.tokenizer)
+    pad = setup.tokenizer.pad_token_id if setup.tokenizer.pad_token_id is not None else eos[0]
     neutralise(target, eos, pad)
-    manifest.eos_token_ids = eos
+    models = Models(
+        tokenizer=setup.tokenizer,
+        target=target,
+        draft=draft,
+        exit_layers=setup.exit_layers,
+        draft_layer=setup.draft_layer,
+        eos_token_ids=set(eos),
+        chat_template=cfg.chat_template,
+        max_new_tokens=cfg.max_new_tokens,
+        temperature=cfg.temperature,
+        seed=cfg.seed,
+        rollout=cfg.rollout,
+    )
 
-    tables = _Tables()
-    if existing is not None:
-        latency = existing.latency
-        manifest = replace(
-            existing.manifest,
-            extra={**existing.manifest.extra, "resumed": [*existing.manifest.extra.get("resumed", []), cfg.command]},
-        )
-        for name in ("prompts", "positions", "rollouts", "layers"):
-            df = existing.table(name)
-            if df is not None:
-                getattr(tables, name).append(df)
-    if existing is None or cfg.reprobe:
-        probe_started = time.perf_counter()
-        load = machine.OtherLoad()
-        latency = probe_latency(target, draft, exits, plan, len(tokenizer), log=_log if cfg.progress else _quiet)
+    manifest, latency = setup.manifest, None
+    manifest.eos_token_ids = eos
+    if setup.existing is not None:
+        old = setup.existing.manifest
+        manifest = replace(old, extra={**old.extra, "resumed": [*old.extra.get("resumed", []), cfg.command]})
+        latency = setup.existing.latency
+    if latency is None or cfg.reprobe:
+        probe_started, load = time.perf_counter(), machine.OtherLoad()
+        latency = probe_latency(target, draft, setup.exit_layers, setup.probe, len(setup.tokenizer), log=_log(cfg))
         manifest.extra.update(
-            latency_probe=plan.to_dict(),
+            latency_probe=setup.probe.to_dict(),
             probe_seconds=round(time.perf_counter() - probe_started, 1),
             probe_other_cpu=load.share(),
             threads=torch.get_num_threads(),
         )
-    done = set(tables.frame("prompts")["prompt_id"].tolist())
-    todo = [p for p in prompts if p.prompt_id not in done]
-    previous_wall = float(manifest.extra.get("wall_seconds", 0.0))
-    previous_rss = float(manifest.extra.get("peak_rss_mb", 0.0))
+    writer = TraceWriter(cfg.out, manifest, latency, with_layers=bool(setup.exit_layers))
+    if setup.existing is not None:
+        writer.add({name: setup.existing.table(name) for name in ROW_TABLES if setup.existing.table(name) is not None})
+    done = set(writer.table("prompts")["prompt_id"].tolist())
+    todo = [p for p in setup.prompts if p.prompt_id not in done]
     cfg.out.mkdir(parents=True, exist_ok=True)
-    load = machine.OtherLoad()
+    writer.commit(started)
 
-    def commit() -> None:
-        prompts_df = tables.frame("prompts")
-        positions = tables.frame("positions")
-        manifest.extra.update(
-            wall_seconds=round(previous_wall + time.perf_counter() - started, 1),
-            peak_rss_mb=round(max(previous_rss, machine.peak_rss_mb()), 1),
-            other_cpu=load.share(),  # of this run's recording (after the probe)
-            **_summary(prompts_df, positions),
-        )
-        trace = Trace(
-            manifest=manifest,
-            prompts=prompts_df,
-            positions=positions,
-            rollouts=tables.frame("rollouts"),
-            latency=latency,
-            layers=tables.frame("layers") if exits else None,
-        )
-        write_trace(trace, cfg.out)
-
-    commit()
-    recording = _Recording(cfg, tokenizer, target, draft, exits, draft_layer, set(eos))
-    tokens = 0
-    loop_started = time.perf_counter()
-    from tqdm import tqdm
-
+    tokens, loop_started = 0, time.perf_counter()
     with tqdm(total=len(todo), unit="prompt", desc=cfg.out.name, file=sys.stderr, disable=not cfg.progress) as bar:
         for prompt in todo:
-            rows = recording.prompt(prompt)
-            for name, df in rows.items():
-                getattr(tables, name).append(df)
-            commit()
+            rows = record_prompt(models, prompt)
+            writer.add(rows)
+            writer.commit(started)
             tokens += len(rows["positions"])
-            agree = _agreement(tables.frame("positions"))
-            bar.set_postfix_str(f"{tokens / (time.perf_counter() - loop_started):.2f} tok/s, agree {agree:.2f}")
+            rate = tokens / (time.perf_counter() - loop_started)
+            bar.set_postfix_str(f"{rate:.2f} tok/s, agree {agreement(writer.table('positions')):.2f}")
             bar.update(1)
-    positions = tables.frame("positions")
+    positions = writer.table("positions")
     return RecordResult(
         path=cfg.out,
         recorded=len(todo),
-        total=len(tables.frame("prompts")),
+        total=len(writer.table("prompts")),
         tokens=len(positions),
-        agreement=_agreement(positions),
+        agreement=agreement(positions),
         seconds=time.perf_counter() - started,
     )
 
 
-def _log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def _quiet(message: str) -> None:
-    return None
-
-
-def _agreement(positions: pd.DataFrame) -> float:
-    if positions.empty:
-        return float("nan")
-    return float((positions["draft_token"] == positions["target_token"]).mean())
-
-
-def _summary(prompts: pd.DataFrame, positions: pd.DataFrame) -> dict:
-    """Manifest figures: agreement and what recording cost relative to plain generation."""
-    if prompts.empty:
-        return {}
-    gen = float(prompts["generate_seconds"].sum())
-    signals = float(prompts["signals_seconds"].sum())
-    roll = float(prompts["rollout_seconds"].sum())
-    return {
-        "agreement": round(_agreement(positions), 4),
-        "cost": {
-            "generate_seconds": round(gen, 2),
-            "signals_seconds": round(signals, 2),
-            "rollout_seconds": round(roll, 2),
-            "ratio_without_rollouts": round((gen + signals) / gen, 3),
-            "ratio_with_rollouts": round((gen + signals + roll) / gen, 3),
-        },
-    }
-
-
-@dataclass
-class _Recording:
-    """Records one prompt at a time with loaded models."""
-
-    cfg: RecordConfig
-    tokenizer: object
-    target: object
-    draft: object | None
-    exits: list[int]
-    draft_layer: int
-    eos: set[int]
-
-    def prompt(self, prompt: Prompt) -> dict[str, pd.DataFrame]:
-        rendered = render(prompt, self.tokenizer, self.cfg.chat_template)
-        device = self.target.device
-        ids = torch.tensor([rendered.ids], device=device)
-        t0 = time.perf_counter()
-        out = decode(self.target, ids, self.cfg.max_new_tokens, self.cfg.temperature, self.cfg.seed, prompt.prompt_id)
-        t1 = time.perf_counter()
-        layer_rows = None
-        if self.exits:
-            tforced = forced_pass(self.target, ids, out.tokens, hidden=True)
-            layer_rows = self._layer_rows(prompt.prompt_id, tforced.hidden)
-        if self.draft is not None:
-            forced = forced_pass(self.draft, ids, out.tokens)
-            draft_logits = forced.logits
-        else:
-            forced = tforced
-            draft_logits = exit_logits(self.target, tforced.hidden, self.draft_layer)
-        signals = position_signals(draft_logits, out.logits, out.tokens, self.cfg.temperature)
-        t2 = time.perf_counter()
-        target_tokens = out.tokens.cpu().numpy()
-        diverged = [int(t) for t in np.flatnonzero(signals.draft.token != target_tokens)]
-        runs: list[Rollout] = []
-        if diverged and self.cfg.rollout > 0:
-            first = [int(signals.draft.token[t]) for t in diverged]
-            with self._drafter() as drafter:
-                runs = rollouts(drafter, forced.cache, len(rendered.ids), diverged, first, self.cfg.rollout, self.eos)
-        t3 = time.perf_counter()
-        n = len(target_tokens)
-        pid = prompt.prompt_id
-        tables = {
-            "prompts": pd.DataFrame(
-                {
-                    "prompt_id": [pid],
-                    "source": [prompt.source],
-                    "prompt_len": [len(rendered.ids)],
-                    "n_tokens": [n],
-                    "stop": [out.stop],
-                    "prompt_text": [rendered.text],
-                    "prompt_token_ids": [list(rendered.ids)],
-                    "generate_seconds": [t1 - t0],
-                    "signals_seconds": [t2 - t1],
-                    "rollout_seconds": [t3 - t2],
-                }
-            ),
-            "positions": pd.DataFrame(
-                {
-                    "prompt_id": pid,
-                    "pos": np.arange(n),
-                    "target_token": target_tokens,
-                    "draft_token": signals.draft.token,
-                    "draft_conf": signals.draft.conf,
-                    "draft_entropy": signals.draft.entropy,
-                    "q_target": signals.q_target,
-                    "p_target": signals.p_target,
-                    "p_draft": signals.p_draft,
-                    "accept_prob": signals.accept_prob,
-                }
-            ),
-            "rollouts": _rollout_rows(pid, runs),
-        }
-        if layer_rows is not None:
-            tables["layers"] = layer_rows
-        return tables
-
-    def _drafter(self) -> AbstractContextManager:
-        """The draft model as it is, or the target cut at the draft layer."""
-        if self.draft is not None:
-            return nullcontext(self.draft)
-        return truncated(self.target, self.draft_layer)
-
-    def _layer_rows(self, prompt_id: int, hidden: tuple[torch.Tensor, ...]) -> pd.DataFrame:
-        frames = []
-        for layer in self.exits:
-            stats: GreedyStats = greedy_stats(exit_logits(self.target, hidden, layer))
-            frames.append(
-                pd.DataFrame(
-                    {
-                        "prompt_id": prompt_id,
-                        "pos": np.arange(len(stats.token)),
-                        "layer": layer,
-                        "token": stats.token,
-                        "draft_conf": stats.conf,
-                        "draft_entropy": stats.entropy,
-                    }
-                )
-            )
-        return pd.concat(frames, ignore_index=True)
-
-
-def _rollout_rows(prompt_id: int, runs: list[Rollout]) -> pd.DataFrame:
-    if not runs:
-        return empty_table("rollouts")
-    return pd.DataFrame(
-        {
-            "prompt_id": prompt_id,
-            "pos": np.concatenate([np.full(len(r.tokens), r.pos) for r in runs]),
-            "step": np.concatenate([np.arange(1, len(r.tokens) + 1) for r in runs]),
-            "token": np.concatenate([r.tokens for r in runs]),
-            "draft_conf": np.concatenate([r.conf for r in runs]),
-            "draft_entropy": np.concatenate([r.entropy for r in runs]),
-        }
-    )
+def _log(cfg: RecordConfig) -> Callable[[str], None]:
+    if not cfg.progress:
+        return lambda _: None
+    return lambda message: print(message, file=sys.stderr, flush=True)

@@ -53,7 +53,13 @@ def rollouts(
     out: list[Rollout] = []
     for lo in range(0, len(positions), MAX_BATCH):
         out += _batch(
-            model, cache, prompt_len, positions[lo : lo + MAX_BATCH], first_tokens[lo : lo + MAX_BATCH], steps, eos_token_ids
+            model,
+            cache,
+            prompt_len,
+            positions[lo : lo + MAX_BATCH],
+            first_tokens[lo : lo + MAX_BATCH],
+            steps,
+            eos_token_ids,
         )
     return out
 

@@ -31,6 +31,7 @@ from simlab.rounds import (
     DraftToken,
     ParallelResult,
     ParallelRound,
+    Shadow,
     Verify,
     decode,
 )
@@ -167,6 +168,8 @@ class SimExecutor:
                 answer = yield from self._parallel(env, grid, rp, req, draft_dev, target_dev, corun, counts,
                                                    positions, tokens)
                 clock = env.now
+            elif kind is Shadow:  # DEL's shadow tokens: read from the last forward, no time
+                answer = rp.shadows(req.start, req.count)
             else:  # pragma: no cover - decode() yields only the types above
                 raise TypeError(f"unknown request {req!r}")
         if clock > env.now:

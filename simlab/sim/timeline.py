@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Iterable
 
+from simlab.errors import SimlabError
 from simlab.sim.devices import Slice
 
 DEVICES = ("draft", "target")
@@ -29,3 +30,22 @@ def write_chrome_trace(slices: Iterable[Slice], path: str | Path, title: str = "
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(chrome_trace(slices, title)))
     return out
+
+
+def read_chrome_trace(path: str | Path) -> tuple[str, list[Slice]]:
+    """The title and the slices of a Chrome trace JSON file (the inverse of
+    :func:`write_chrome_trace`; a live decode log in the same format reads the same way).
+    A row's device is its thread name, or ``tid N`` when the file names none."""
+    p = Path(path)
+    if not p.is_file():
+        raise SimlabError(f"timeline not found: {p}")
+    try:
+        events = json.loads(p.read_text())["traceEvents"]
+        title = next((e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"), p.stem)
+        threads = {e.get("tid"): e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "thread_name"}
+        slices = [Slice(threads.get(e.get("tid"), f"tid {e.get('tid')}"), e["name"], e["ts"] / 1e6,
+                        (e["ts"] + e["dur"]) / 1e6, e.get("args", {}))
+                  for e in events if e.get("ph") == "X"]
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as exc:
+        raise SimlabError(f"{p} is not a Chrome trace JSON file with traceEvents ({exc!r})") from None
+    return title, slices

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from simlab.errors import SimlabError
-from simlab.signals import TokenSignal
+from simlab.signals import ShadowTokens, TokenSignal
 from simlab.trace.io import Trace
 
 
@@ -101,6 +101,16 @@ class PromptReplay:
             self.rollout_overruns += 1
             j = len(conf)
         return TokenSignal(i, conf[j - 1], ent[j - 1])
+
+    def shadows(self, start: int, count: int) -> ShadowTokens:
+        """Every recorded exit layer's token at positions ``start..start+count-1`` (DEL's shadow
+        tokens; layer signals are teacher-forced on the true prefix, as in a verification)."""
+        end = start + count
+        return ShadowTokens(
+            start,
+            {layer: p.accept[start:end] for layer, p in self.layers.items()},
+            {layer: p.confidence[start:end] for layer, p in self.layers.items()},
+        )
 
     def token_at(self, t: int, accepted: bool, layer: int | None = None) -> int:
         """The token emitted at position t: the draft's if it was accepted, else the target's."""

@@ -1,0 +1,373 @@
+"""The live executor: real models answer the requests of :func:`simlab.rounds.decode`.
+
+It is the simulator's twin. Both drive the same protocol loop with the same policy object;
+where the simulator looks a drafted token's signal and its acceptance up in a trace, this
+executor runs the draft and the target:
+
+- draft steps: one forward of the draft over the tokens its KV cache lacks (the last committed
+  token, once more after a rejection or a bonus token), then one token per step;
+- verification: one target forward over the last committed token and the drafts; greedy
+  acceptance is the longest prefix where the draft's token is the target's argmax; with
+  temperature > 0, speculative sampling (accept x with probability min(1, p(x)/q(x)); on
+  rejection sample norm(max(0, p - q)); a bonus token from p when all are accepted —
+  Leviathan et al. 2023, baselines.md §0, SPIDE eq. 1);
+- rollback: both KV caches are cropped to the committed prefix (transformers >= 5:
+  ``DynamicCache.crop`` takes the negative number of tokens to remove);
+- parallel rounds (PEARL, SPIDE): the draft drafts while the target verifies, in two threads
+  with one intra-op thread each on CPU (DESIGN.md measured this overlap at 0.74x of running
+  them one after the other on 2 cores), restoring the full thread count afterwards.
+
+The end of a prompt follows :mod:`simlab.rounds`: drafts are capped by the budget, and when
+the target's end token appears the executor lowers ``PromptInfo.n_tokens`` and counts that
+token as the target's, exactly as the simulator does.
+
+Every forward is timed with a monotonic clock (``time.perf_counter``; on CUDA after a
+synchronize) and logged with its device, so measured and simulated timelines can be compared.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import torch
+
+from simlab.metrics import Counts
+from simlab.policies.base import Policy, PromptInfo
+from simlab.rounds import (
+    DraftRun,
+    DraftToken,
+    ParallelResult,
+    ParallelRound,
+    Verify,
+    decode,
+)
+from simlab.signals import TokenSignal
+
+
+@dataclass
+class Forward:
+    """One timed model forward, for the decode log."""
+
+    device: str  # "draft" or "target"
+    what: str  # "prefill", "draft", "verify", "draft (parallel)", "verify (parallel)"
+    start: float  # seconds since the prompt's decode phase began (negative for prefills)
+    end: float
+    tokens: int  # new tokens fed
+    position: int  # first generated position this forward concerns
+
+
+@dataclass
+class LiveRun:
+    """One decoded prompt."""
+
+    prompt_id: int
+    tokens: list[int]  # every generated token, position 0 (from the prefill) first
+    counts: Counts
+    forwards: list[Forward] = field(default_factory=list)
+    rounds: list[dict] = field(default_factory=list)
+
+
+def crop_to(cache, length: int) -> None:
+    """Keep the first ``length`` positions of a transformers KV cache."""
+    remove = cache.get_seq_length() - length
+    if remove > 0:
+        cache.crop(-remove)
+
+
+def signal_of(logits: torch.Tensor, index: int) -> TokenSignal:
+    """Confidence (top-1 probability, SPIDE eq. 2) and entropy (nats) of raw-softmax logits."""
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    p = logp.exp()
+    return TokenSignal(index, float(p.max()), float(-(p * logp).sum()))
+
+
+class _Model:
+    """A causal LM with its own KV cache and a count of the tokens that cache holds."""
+
+    def __init__(self, model, name: str, sync):
+        self.model, self.name, self.sync = model, name, sync
+        self.cache = None
+        self.length = 0
+
+    @torch.inference_mode()
+    def forward(self, ids: list[int]) -> torch.Tensor:
+        """Feed ``ids`` after the cached prefix; return logits for each fed position (len(ids), V)."""
+        device = self.model.device
+        x = torch.tensor([ids], device=device)
+        out = self.model(input_ids=x, past_key_values=self.cache, use_cache=True)
+        self.cache = out.past_key_values
+        self.length += len(ids)
+        self.sync()
+        return out.logits[0]
+
+    def crop(self, length: int) -> None:
+        if length < self.length:
+            crop_to(self.cache, length)
+            self.length = length
+
+
+class LiveExecutor:
+    """Decode prompts for real under a policy; see the module docstring."""
+
+    def __init__(self, draft, target, eos_token_ids: list[int], temperature: float = 0.0, seed: int = 0,
+                 threads: int | None = None):
+        self.draft_model, self.target_model = draft, target
+        self.eos = set(int(t) for t in eos_token_ids)
+        self.temperature = float(temperature)
+        self.generator = torch.Generator().manual_seed(seed)
+        self.threads = threads or torch.get_num_threads()
+        cuda = any(p.is_cuda for p in target.parameters())
+        self._sync = torch.cuda.synchronize if cuda else (lambda: None)
+        self._cuda = cuda
+        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="simlab-live")
+
+    # -- sampling -------------------------------------------------------------------------
+
+    def _dist(self, logits: torch.Tensor) -> torch.Tensor:
+        """The decoding distribution at the executor's temperature; greedy decoding needs only
+        the argmax, so at temperature 0 the logits themselves stand for it."""
+        if self.temperature == 0:
+            return logits
+        return torch.softmax(logits.float() / self.temperature, dim=-1)
+
+    def _pick(self, dist: torch.Tensor) -> int:
+        if self.temperature == 0:
+            return int(dist.argmax())
+        return int(torch.multinomial(dist.cpu(), 1, generator=self.generator))
+
+    def _accepts(self, p: torch.Tensor, q: torch.Tensor | None, token: int) -> bool:
+        if self.temperature == 0:
+            return int(p.argmax()) == token
+        u = float(torch.rand((), generator=self.generator))
+        return u <= float(p[token]) / max(float(q[token]), 1e-30)
+
+    def _correction(self, p: torch.Tensor, q: torch.Tensor | None) -> int:
+        """The target's own token: after a rejection from norm(max(0, p - q)), else from p."""
+        if self.temperature == 0 or q is None:
+            return self._pick(p)
+        residual = torch.clamp(p - q, min=0)
+        total = float(residual.sum())
+        return self._pick(residual / total if total > 0 else p)
+
+    # -- one prompt -----------------------------------------------------------------------
+
+    def run(self, policy: Policy, prompt_id: int, prompt_ids: list[int], budget: int) -> LiveRun:
+        """Decode one prompt of ``budget`` new tokens at most; prefills are timed but not counted."""
+        draft = _Model(self.draft_model, "draft", self._sync)
+        target = _Model(self.target_model, "target", self._sync)
+        pl = len(prompt_ids)
+        forwards: list[Forward] = []
+        origin = time.perf_counter()
+        logits = self._timed(forwards, origin, target, "prefill", prompt_ids, 0)
+        first = self._pick(self._dist(logits[-1]))
+        self._timed(forwards, origin, draft, "prefill", prompt_ids, 0)
+        out = [first]
+        run = LiveRun(prompt_id, out, Counts(), forwards)
+        info = PromptInfo(prompt_id, pl, 1 if first in self.eos else budget, budget)
+        state = _PromptState(out=out, pl=pl)
+        t0 = time.perf_counter()
+        for f in forwards:  # prefills happened before the decode phase
+            f.start -= t0 - origin
+            f.end -= t0 - origin
+        self._origin = t0
+        gen = decode(policy, info)
+        answer = None
+        while True:
+            try:
+                req = gen.send(answer)
+            except StopIteration:
+                break
+            kind = type(req)
+            if kind is DraftToken:
+                answer = self._draft_step(state, draft, forwards, req.start, req.index).signal
+            elif kind is DraftRun:
+                answer = SignalList(self._draft_step(state, draft, forwards, req.start, i)
+                                    for i in range(1, req.count + 1))
+            elif kind is Verify:
+                answer = self._verify(state, draft, target, forwards, info, req, run)
+            elif kind is ParallelRound:
+                answer = self._parallel(state, draft, target, forwards, info, req, run)
+            else:  # pragma: no cover
+                raise TypeError(f"unknown request {req!r}")
+        wall = time.perf_counter() - t0
+        del out[info.n_tokens:]
+        c = run.counts
+        c.tokens = len(out) - 1
+        c.wall_time_s = wall
+        c.draft_busy_s = sum(f.end - f.start for f in forwards if f.device == "draft" and f.what != "prefill")
+        c.target_busy_s = sum(f.end - f.start for f in forwards if f.device == "target" and f.what != "prefill")
+        return run
+
+    def _timed(self, forwards, origin, model: _Model, what: str, ids: list[int], position: int) -> torch.Tensor:
+        start = time.perf_counter()
+        logits = model.forward(ids)
+        end = time.perf_counter()
+        forwards.append(Forward(model.name, what, start - origin, end - origin, len(ids), position))
+        return logits
+
+    def _draft_step(self, state: "_PromptState", draft: _Model, forwards, start: int, index: int,
+                    what: str = "draft") -> "LazySignal":
+        """Draft the ``index``-th token of a run from committed position ``start``; its signal is
+        computed only if the policy reads it (a fixed-length policy never does)."""
+        if index == 1 and what == "draft":
+            state.drafts, state.q = [], []
+        known = state.out + state.drafts  # committed tokens, then this run's drafts so far
+        feed = known[draft.length - state.pl:]
+        logits = self._timed(forwards, self._origin, draft, what, feed, start + index - 1)[-1]
+        q = self._dist(logits)
+        token = self._pick(q)
+        state.drafts.append(token)
+        state.q.append(q)
+        return LazySignal(logits, index)
+
+    def _settle(self, state: "_PromptState", info: PromptInfo, c: int, emitted: list[int], accepted: int) -> int:
+        """Commit ``emitted`` from position c; stop at an end token (counted as the target's)."""
+        for j, tok in enumerate(emitted):
+            if tok in self.eos:
+                emitted = emitted[: j + 1]
+                accepted = min(accepted, j)
+                info.n_tokens = c + j + 1
+                break
+        state.out.extend(emitted)
+        return accepted
+
+    def _verify(self, state, draft: _Model, target: _Model, forwards, info: PromptInfo, req: Verify, run: LiveRun) -> int:
+        c, k = req.start, req.drafts
+        drafts = state.drafts[:k] if k else []
+        feed = state.out[target.length - state.pl:] + drafts
+        logits = self._timed(forwards, self._origin, target, "verify", feed, c)[-(k + 1):]
+        accepted, emitted = self._judge(logits, drafts, state.q[:k] if k else [])
+        accepted = self._settle(state, info, c, emitted, accepted)
+        committed = c + accepted + 1
+        target.crop(state.pl + committed - 1)
+        draft.crop(state.pl + committed - 1)
+        state.drafts, state.q = [], []
+        run.counts.target_calls += 1
+        run.counts.draft_calls += k
+        run.counts.drafted += k
+        run.counts.accepted += accepted
+        run.rounds.append({"mode": "serial", "start": c, "drafted": k, "accepted": accepted})
+        return accepted
+
+    def _judge(self, logits: torch.Tensor, drafts: list[int], qs: list[torch.Tensor],
+               bonus: bool = True) -> tuple[int, list[int]]:
+        """Check drafts in order against the target's logits (row j judges draft j).
+
+        Returns the number accepted and the tokens to emit: the accepted drafts, then the
+        correction at the first rejection, or (``bonus``) the target's token after them all.
+        """
+        for j, tok in enumerate(drafts):
+            p = self._dist(logits[j])
+            if not self._accepts(p, qs[j], tok):
+                return j, drafts[:j] + [self._correction(p, qs[j])]
+        tail = [self._correction(self._dist(logits[len(drafts)]), None)] if bonus else []
+        return len(drafts), list(drafts) + tail
+
+    def _parallel(self, state, draft: _Model, target: _Model, forwards, info: PromptInfo, req: ParallelRound,
+                  run: LiveRun) -> ParallelResult:
+        c, m, s = req.start, req.pending, req.window
+        pending, pending_q = state.drafts[:m], state.q[:m]
+        feed = state.out[target.length - state.pl:] + pending
+        state.drafts, state.q = list(pending), list(pending_q)
+
+        def drafting() -> SignalList:
+            return SignalList(self._draft_step(state, draft, forwards, c, m + j, "draft (parallel)")
+                              for j in range(1, s + 1))
+
+        def verifying() -> torch.Tensor:
+            return self._timed(forwards, self._origin, target, "verify (parallel)", feed, c)[-(m + 1):]
+
+        with _intra_op_threads(1 if not self._cuda else self.threads):
+            new_future = self._pool.submit(drafting)
+            logits = self._pool.submit(verifying).result()
+            new = new_future.result()
+        new_tokens, new_q = state.drafts[m:], state.q[m:]
+        accepted, emitted = self._judge(logits, pending, pending_q, bonus=False)
+        first_new = False
+        if accepted == m:  # all pending accepted: check the first new draft against p at c + m
+            p = self._dist(logits[m])
+            first_new = self._accepts(p, new_q[0], new_tokens[0])
+            emitted = list(pending) + ([new_tokens[0]] if first_new else [self._correction(p, new_q[0])])
+        n_ok = self._settle(state, info, c, emitted, accepted + first_new)
+        first_new = first_new and n_ok == m + 1
+        accepted = min(accepted, n_ok)
+        committed = len(state.out)
+        target.crop(state.pl + committed - 1)
+        if first_new:
+            state.drafts, state.q = new_tokens[1:], new_q[1:]
+        else:
+            state.drafts, state.q = [], []
+            draft.crop(state.pl + committed - 1)
+        run.counts.target_calls += 1
+        run.counts.draft_calls += s
+        run.counts.drafted += s
+        run.counts.accepted += accepted + first_new
+        run.counts.parallel_rounds += 1
+        run.rounds.append({"mode": "parallel", "start": c, "drafted": s, "accepted": accepted + first_new})
+        return ParallelResult(accepted, first_new, new)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+
+class LazySignal:
+    """A drafted token's logits; its :class:`TokenSignal` (a softmax over the vocabulary) is
+    computed on first use."""
+
+    __slots__ = ("logits", "index", "_signal")
+
+    def __init__(self, logits: torch.Tensor, index: int):
+        self.logits, self.index, self._signal = logits, index, None
+
+    @property
+    def signal(self) -> TokenSignal:
+        if self._signal is None:
+            self._signal = signal_of(self.logits, self.index)
+            self.logits = None
+        return self._signal
+
+
+class SignalList(list):
+    """Signals of drafted tokens, built when read (see :class:`LazySignal`)."""
+
+    def __getitem__(self, i):
+        item = super().__getitem__(i)
+        if isinstance(i, slice):
+            return SignalList(item)
+        return item.signal
+
+    def __iter__(self):
+        return (item.signal for item in super().__iter__())
+
+
+@dataclass
+class _PromptState:
+    out: list[int]  # committed tokens (position 0 first)
+    pl: int  # prompt length
+    drafts: list[int] = field(default_factory=list)  # the current run's drafts / pending drafts
+    q: list[torch.Tensor] = field(default_factory=list)  # their draft distributions
+
+
+_thread_lock = threading.Lock()
+
+
+class _intra_op_threads:
+    """Give each of the two concurrent models ``n`` intra-op threads for the duration."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __enter__(self):
+        _thread_lock.acquire()
+        self.before = torch.get_num_threads()
+        torch.set_num_threads(self.n)
+
+    def __exit__(self, *exc):
+        torch.set_num_threads(self.before)
+        _thread_lock.release()
+
+
+__all__ = ["LiveExecutor", "LiveRun", "Forward", "crop_to", "signal_of"]

@@ -1,0 +1,200 @@
+"""Running a live session and reporting it: progress, files written as prompts finish, a clean
+stop on Ctrl-C (finished prompts are kept and reported), measured vs predicted tables."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import pandas as pd
+from rich.table import Table
+
+from simlab.cli.output import write_frame
+from simlab.live.session import Comparison, LiveSession, PromptOutcome
+from simlab.sim.devices import Slice
+from simlab.sim.timeline import write_chrome_trace
+
+
+def _forward_slices(run) -> list[Slice]:
+    return [Slice(f.device, f"{f.what} x{f.tokens}", f.start, f.end, {"position": f.position, "tokens": f.tokens})
+            for f in run.forwards if f.what != "prefill"]
+
+
+class LiveReport:
+    def __init__(self, session: LiveSession, out: Path | None = None, log_dir: Path | None = None,
+                 against_hf: bool = False, say: Callable[[str], None] = print):
+        self.session, self.out, self.log_dir, self.against_hf, self.say = session, out, log_dir, against_hf, say
+        self.outcomes: list[PromptOutcome] = []
+        self.hf_rows: list[dict[str, Any]] = []
+        self.comparison: Comparison | None = None
+        self.interrupted = False
+
+    # -- running ----------------------------------------------------------------------------
+
+    def run(self) -> None:
+        s = self.session
+        if s.cfg.compare:
+            s.load_trace()
+            self.say(f"comparison trace: {s.trace.path} ({len(s.trace.prompts)} of its prompts)")
+        self.say(f"loading {s.draft_name()} and {s.cfg.target} on {s.target_device} ({s.dtype})")
+        s.load_models()
+        started = time.perf_counter()
+        try:
+            for i, outcome in enumerate(s.decode(), 1):
+                self.outcomes.append(outcome)
+                if self.against_hf:
+                    self._hf(outcome)
+                self._write(outcome)
+                c = outcome.policy.counts
+                self.say(f"[{i}/{len(s.prompts)}] {outcome.source}: {c.tokens} tokens, "
+                         f"{c.tokens / c.wall_time_s:.2f} tok/s, speedup {c.ad_wall_time_s / c.wall_time_s:.3f}x, "
+                         f"{c.target_calls} target calls{'' if outcome.lossless else ', NOT lossless'} "
+                         f"({time.perf_counter() - started:.0f}s elapsed)")
+        except KeyboardInterrupt:
+            self.interrupted = True
+            self.say(f"interrupted: keeping the {len(self.outcomes)} finished prompts")
+        if s.trace is not None and self.outcomes:
+            self.comparison = s.compare(self.outcomes)
+            self._write_table()
+            self._write_sim_timelines()
+
+    def _hf(self, outcome: PromptOutcome) -> None:
+        from simlab.live.hf import assisted_generate
+
+        s = self.session
+        gamma = s.cfg.params.get("gamma")
+        if s.cfg.policy != "sd" or gamma is None:
+            gamma = gamma or 5
+        ex = s.executor
+        hf = assisted_generate(ex.target_model, ex.draft_model, s.ids[outcome.prompt_id], s.cfg.max_new_tokens,
+                               int(gamma), s.eos)
+        run = outcome.policy
+        prefill = sum(f.end - f.start for f in run.forwards if f.what == "prefill")
+        ours = prefill + run.counts.wall_time_s
+        self.hf_rows.append({
+            "prompt_id": outcome.prompt_id, "hf_gamma": int(gamma), "hf_tokens": len(hf.tokens),
+            "hf_seconds": hf.seconds, "hf_tokens_per_s": len(hf.tokens) / hf.seconds, "hf_target_calls": hf.target_calls,
+            "simlab_seconds": ours, "simlab_tokens_per_s": len(run.tokens) / ours,
+            "simlab_target_calls": run.counts.target_calls, "same_tokens": hf.tokens == run.tokens,
+        })
+
+    def _write(self, outcome: PromptOutcome) -> None:
+        if self.out is not None:
+            self._write_table()
+        if self.log_dir is not None:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            run = outcome.policy
+            write_chrome_trace(_forward_slices(run), self.log_dir / f"live-{outcome.prompt_id}.json",
+                               title=f"live {self.session.cfg.policy}, prompt {outcome.prompt_id}")
+            (self.log_dir / f"rounds-{outcome.prompt_id}.json").write_text(json.dumps(run.rounds))
+
+    def _write_sim_timelines(self) -> None:
+        if self.log_dir is None or self.comparison is None:
+            return
+        from simlab.sim.run import Simulator
+
+        s = self.session
+        sim = Simulator(s.trace, seed=s.cfg.seed)
+        for outcome in self.outcomes:
+            pid = int(s.trace.prompts.set_index("source").loc[outcome.source, "prompt_id"])
+            res = sim.run(s.cfg.policy, s.cfg.params, timeline_prompt=pid, with_cost=False)
+            write_chrome_trace(res.timeline, self.log_dir / f"sim-{outcome.prompt_id}.json",
+                               title=f"simulated {s.cfg.policy}, prompt {outcome.prompt_id}")
+
+    def table(self) -> pd.DataFrame:
+        if self.comparison is not None:
+            df = self.comparison.table
+        else:
+            df = self.session.compare(self.outcomes).table if self.outcomes else pd.DataFrame()
+        if self.hf_rows:
+            df = df.merge(pd.DataFrame(self.hf_rows), on="prompt_id", how="left")
+        return df
+
+    def _write_table(self) -> None:
+        if self.out is not None and self.outcomes:
+            write_frame(self.table(), self.out)
+
+    # -- summarising ------------------------------------------------------------------------
+
+    def summary(self) -> dict[str, Any]:
+        s = self.session
+        df = self.table()
+        out: dict[str, Any] = {"policy": s.cfg.policy, "params": s.cfg.params, "draft": s.draft_name(),
+                               "target": s.cfg.target, "hardware": s.hardware, "prompts": len(self.outcomes),
+                               "interrupted": self.interrupted}
+        if df.empty:
+            return out
+        wall, ad = df["measured_wall_time_s"].sum(), df["measured_ad_wall_time_s"].sum()
+        tokens = df["measured_tokens"].sum()
+        out.update(measured_tokens=int(tokens), measured_tokens_per_s=tokens / wall, measured_speedup=ad / wall,
+                   measured_target_calls=int(df["measured_target_calls"].sum()), lossless=int(df["lossless"].sum()))
+        if "predicted_wall_time_s" in df:
+            pw, pad = df["predicted_wall_time_s"].sum(), df["predicted_ad_wall_time_s"].sum()
+            ptok = df["predicted_tokens"].sum()
+            out.update(trace=str(self.comparison.trace_path), predicted_tokens_per_s=ptok / pw,
+                       predicted_speedup=pad / pw, predicted_target_calls=int(df["predicted_target_calls"].sum()),
+                       median_abs_error_speedup=float(df["error_speedup"].abs().median()),
+                       median_abs_error_tokens_per_s=float(df["error_tokens_per_s"].abs().median()),
+                       target_calls_equal=int((df["measured_target_calls"] == df["predicted_target_calls"]).sum()),
+                       tokens_equal=int((df["measured_tokens"] == df["predicted_tokens"]).sum()))
+            out["error_speedup"] = out["predicted_speedup"] / out["measured_speedup"] - 1
+        if self.hf_rows:
+            hf = pd.DataFrame(self.hf_rows)
+            out.update(hf_gamma=int(hf["hf_gamma"].iloc[0]),
+                       hf_tokens_per_s=hf["hf_tokens"].sum() / hf["hf_seconds"].sum(),
+                       hf_target_calls=int(hf["hf_target_calls"].sum()),
+                       simlab_tokens_per_s_incl_prefill=sum(len(o.policy.tokens) for o in self.outcomes)
+                       / hf["simlab_seconds"].sum(),
+                       simlab_vs_hf=(hf["hf_seconds"].sum() / hf["simlab_seconds"].sum()))
+        return out
+
+    def print(self, console) -> None:
+        summ = self.summary()
+        df = self.table()
+        if df.empty:
+            console.print("no prompt finished")
+            return
+        t = Table(title=f"live {summ['policy']} {summ['params']} — {summ['draft']} -> {summ['target']} on {summ['hardware']}")
+        cols = [("prompt", "prompt_id", "{}"), ("tokens", "measured_tokens", "{}"),
+                ("tok/s meas", "measured_tokens_per_s", "{:.2f}"), ("tok/s pred", "predicted_tokens_per_s", "{:.2f}"),
+                ("speedup meas", "measured_speedup", "{:.3f}"), ("speedup pred", "predicted_speedup", "{:.3f}"),
+                ("err", "error_speedup", "{:+.1%}"), ("calls meas", "measured_target_calls", "{}"),
+                ("calls pred", "predicted_target_calls", "{}"), ("MAT meas", "measured_mat", "{:.2f}"),
+                ("MAT pred", "predicted_mat", "{:.2f}"), ("lossless", "lossless", "{}")]
+        cols = [c for c in cols if c[1] in df]
+        for name, _, _ in cols:
+            t.add_column(name, justify="right")
+        for _, row in df.iterrows():
+            t.add_row(*[_fmt(spec, row[key]) for _, key, spec in cols])
+        console.print(t)
+        lines = [f"overall: {summ['measured_tokens']} tokens, measured {summ['measured_tokens_per_s']:.2f} tok/s, "
+                 f"speedup {summ['measured_speedup']:.3f}x; lossless on {summ['lossless']}/{summ['prompts']} prompts"]
+        if "predicted_speedup" in summ:
+            lines.append(f"predicted: {summ['predicted_tokens_per_s']:.2f} tok/s, speedup "
+                         f"{summ['predicted_speedup']:.3f}x ({summ['error_speedup']:+.1%}); median |error| per prompt: "
+                         f"speedup {summ['median_abs_error_speedup']:.1%}, tok/s {summ['median_abs_error_tokens_per_s']:.1%}")
+            lines.append(f"target calls equal on {summ['target_calls_equal']}/{summ['prompts']} prompts "
+                         f"(measured {summ['measured_target_calls']}, predicted {summ['predicted_target_calls']}); "
+                         f"trace {summ['trace']}")
+        if "hf_tokens_per_s" in summ:
+            lines.append(f"HF assisted generation (γ={summ['hf_gamma']}, prefill included): "
+                         f"{summ['hf_tokens_per_s']:.2f} tok/s, {summ['hf_target_calls']} target calls; simlab "
+                         f"{summ['simlab_tokens_per_s_incl_prefill']:.2f} tok/s = {summ['simlab_vs_hf']:.3f}x HF")
+        if self.interrupted:
+            lines.append("interrupted: the figures cover the finished prompts only")
+        for line in lines:
+            console.print(line)
+
+
+def _fmt(spec: str, value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    try:
+        return spec.format(value)
+    except (ValueError, TypeError):
+        return str(value)
+
+

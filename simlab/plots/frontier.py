@@ -1,0 +1,58 @@
+"""Speedup against cost for every configuration of a sweep, with the Pareto front.
+
+One series per policy (its points joined in the order of the parameter it sweeps, when it
+sweeps one), the front as a staircase (the best speedup any configuration reaches at or below
+each cost), and vanilla SD at its best γ as a star at cost 1 — the reference every ``cost``
+is relative to (SPIDE §4.1). Its speed and cost parity are drawn as a dashed red and a solid
+black line, as in SPIDE Figure 6, so the quadrant above and left of them holds what is both
+faster and cheaper than the best vanilla SD.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from simlab.frontier import pareto_front
+from simlab.plots.table import require, series_of, trace_name
+
+REFERENCE_STYLE = {"color": "tab:red", "linestyle": "--", "linewidth": 1}
+PARITY_STYLE = {"color": "black", "linestyle": "-", "linewidth": 0.8}
+FRONT_LABEL = "Pareto front"
+
+
+def frontier_figure(table: pd.DataFrame, title: str | None = None) -> Figure:
+    require(table, ("policy", "label", "speedup", "cost", "reference_gamma", "reference_speedup"), "a sweep table")
+    fig = Figure(figsize=(7.5, 5))
+    ax = fig.add_subplot()
+    for name, rows, param in series_of(table):
+        label = f"{name} ({param} {_span(rows[param])})" if param else name
+        ax.plot(rows["cost"], rows["speedup"], "o-" if param else "o", markersize=5, label=label)
+    front = pareto_front(table)
+    # The staircase runs on to the costliest configuration: beyond its last point the front's
+    # best speedup is still to be had.
+    xs = [*front["cost"], max(table["cost"].max(), front["cost"].iat[-1])] if len(front) else []
+    ys = [*front["speedup"], front["speedup"].iat[-1]] if len(front) else []
+    ax.step(xs, ys, where="post", color="black", linestyle=":", linewidth=1.5, label=FRONT_LABEL)
+    ax.plot(front["cost"], front["speedup"], "o", markersize=10, markerfacecolor="none", markeredgecolor="black",
+            label="Pareto-optimal")
+    for row in front.itertuples():
+        ax.annotate(row.label, (row.cost, row.speedup), xytext=(7, -3), textcoords="offset points", fontsize=7,
+                    va="top")
+    gamma, speed = int(table["reference_gamma"].iat[0]), float(table["reference_speedup"].iat[0])
+    ax.axhline(speed, **REFERENCE_STYLE)
+    ax.axvline(1.0, **PARITY_STYLE)
+    ax.plot([1.0], [speed], "*", color="tab:red", markersize=14, markeredgecolor="black",
+            label=f"sd at its best γ={gamma}")
+    ax.set_xlabel("cost (target calls / sd at its best γ)")
+    ax.set_ylabel("speedup over autoregressive decoding")
+    ax.set_title(title or f"Speed vs cost: {trace_name(table)}")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    return fig
+
+
+def _span(values: pd.Series) -> str:
+    v = values.dropna()
+    return f"{v.min():g}..{v.max():g}"
+

@@ -1,0 +1,62 @@
+"""Acceptance-guided adaptive SD (Sun et al.): stop when the predicted probability of a
+rejection exceeds a threshold derived from a runtime cost model (§2.2-2.3, eqs. 6-7, 11-12)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from simlab.policies.base import Param, RoundState, check_probability
+from simlab.policies.stop import PredictedStop
+from simlab.policies.timing import draft_time, latency_of
+from simlab.signals import TokenSignal
+
+
+class AcceptanceGuided(PredictedStop):
+    """After drafting the k-th token of a round:
+
+        P_rej(k) = 1 − Π_{i≤k} P̂_acc,i                          (eq. 6, one branch)
+        continue only if  T_d(k) + P_rej(k)·T_r < T_v            (eq. 11)
+        i.e. stop when    P_rej(k) ≥ h = (T_v − T_d(k)) / T_r    (eq. 12; K_eff ≤ K_max, eq. 7)
+
+    with T_d(k) the time of the k drafts, T_v the time to verify them now (a (k+1)-token target
+    forward) and T_r the extra cost of a rejection, all at the round's context length from the
+    latency model; ``h`` fixes the threshold instead. P̂_acc comes from the acceptance head
+    (``context.predictor``) or, untrained, the draft's confidence.
+    """
+
+    name = "ags"
+    summary = "acceptance-guided adaptive SD: stop when P_rej = 1 − ΠP̂_acc ≥ h = (T_v − T_d(k))/T_r"
+    paper = "Sun et al., acceptance-guided adaptive SD, §2.2 eqs. 6-7, §2.3 eqs. 11-12"
+    params = (
+        Param("h", None, "fixed threshold on P_rej (none: eq. 12 from the latency model)"),
+        Param("max_draft", 6, "K_max, the upper bound on the draft length (paper: 5, 6 or 7)"),
+    )
+    choices = ("T_r = T_v: a rejection costs one more verification of the same size (resampling is free in "
+               "the simulator's time model), so h = 1 − T_d(k)/T_v(k+1); k counts the drafts so far; "
+               "stop on P_rej ≥ h (eq. 11's strict continue condition)")
+
+    def __init__(self, context, **values: Any):
+        super().__init__(context, **values)
+        if self.h is not None:
+            self.h = check_probability("h", self.h)
+        else:
+            self._latency = latency_of(context, self.name)
+        self._context_len = context.context_len
+        self._survive = 1.0
+
+    def begin_round(self, state: RoundState) -> None:
+        self._context_len = state.context_len
+        self._survive = 1.0
+
+    def threshold(self, k: int, context_len: int) -> float:
+        """h of eq. 12 for a candidate set of k drafts (or the fixed ``h``)."""
+        if self.h is not None:
+            return self.h
+        t_v = self._latency.target_forward(k + 1, context_len)
+        t_d = draft_time(self._latency, context_len, k)
+        t_r = t_v
+        return (t_v - t_d) / t_r
+
+    def stops(self, signal: TokenSignal) -> bool:
+        self._survive *= self.p_accept(signal)
+        return 1.0 - self._survive >= self.threshold(signal.index, self._context_len)

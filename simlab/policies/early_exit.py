@@ -1,0 +1,142 @@
+"""Self-speculative drafting with the target's own first layers: LayerSkip and DEL.
+
+The draft of exit layer ℓ runs the target's first ℓ decoder layers and its LM head; the trace
+must carry per-layer early-exit signals (``layers.parquet``, recorded with ``--exit-layers``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from simlab.errors import SimlabError
+from simlab.policies.base import (
+    Decision,
+    Param,
+    Plan,
+    Policy,
+    PolicyContext,
+    PromptInfo,
+    RoundState,
+    Serial,
+    check_bool,
+    check_positive_int,
+    check_probability,
+)
+from simlab.signals import ShadowTokens, TokenSignal
+
+
+def exit_layers(name: str, context: PolicyContext) -> list[int]:
+    if not context.exit_layers:
+        raise SimlabError(f"{name} needs a trace with early-exit signals (layers.parquet; record with --exit-layers)")
+    return sorted(context.exit_layers)
+
+
+class LayerSkip(Policy):
+    """LayerSkip self-speculative decoding: a fixed exit layer E and a fixed γ (baselines.md §7)."""
+
+    name = "layerskip"
+    summary = "LayerSkip: draft γ tokens with the target's first E layers, verify with all layers"
+    paper = "Elhoushi et al. 2024 (baselines.md §7; DEL §2, baseline LS(E-γ))"
+    params = (
+        Param("exit_layer", None, "exit layer E (none: the deepest recorded exit layer)"),
+        Param("gamma", 6, "num_speculations γ (README example: E=8, γ=6 on Llama2-7B)"),
+    )
+
+    def __init__(self, context, **values: Any):
+        super().__init__(context, **values)
+        layers = exit_layers(self.name, context)
+        self.exit_layer = layers[-1] if self.exit_layer is None else check_positive_int("exit_layer", self.exit_layer)
+        if self.exit_layer not in layers:
+            raise SimlabError(f"exit_layer {self.exit_layer} was not recorded; the trace has layers {layers}")
+        self.gamma = check_positive_int("gamma", self.gamma)
+        self._plan = Serial(self.gamma, fixed=True, layer=self.exit_layer)
+
+    def plan(self, state: RoundState) -> Plan:
+        return self._plan
+
+
+def tpl(alpha: float, layer: int, d: int, n_layers: int) -> float:
+    """Token-per-Layer (DEL eq. 1): expected tokens of a round, (1 − α^(d+1))/(1 − α), over the
+    layers it loads, d·ℓ + L."""
+    tokens = d + 1.0 if alpha >= 1.0 else (1.0 - alpha ** (d + 1)) / (1.0 - alpha)
+    return tokens / (d * layer + n_layers)
+
+
+class Del(Policy):
+    """DEL Algorithm 1 (Appendix A): each round drafts with exit layer E, up to d_max tokens,
+    and stops at the first token whose confidence is below τ_E (that token is dropped, line
+    9-10). After the prefill and each verification, DEL_UPDATE reads every layer's shadow
+    tokens at the settled positions and sets, with decayed sums S(a) = Σ ω^(r−i−1) a[i]:
+
+        α_ℓ = S(c^ℓ) / S(n)                                   (eq. 2)
+        (E, γ) = argmax over ℓ, d ∈ [0, d_max] of TPL(ℓ, d)   (§4.3, eq. 1)
+        τ_ℓ = ½ (S(tcs^ℓ)/S(c^ℓ) + S(fcs^ℓ)/S(n − c^ℓ))       (eq. 3)
+
+    where per round c^ℓ counts layer ℓ's tokens that match the target's, tcs^ℓ / fcs^ℓ sum the
+    confidences of its matching / mismatching tokens, and n counts the settled positions.
+    With ``dynamic_exit`` off (the DEL-E ablation, §5.3) a round drafts exactly γ tokens.
+    """
+
+    name = "del"
+    summary = "DEL: exit layer by max Token-per-Layer from decayed shadow-token acceptance, dynamic draft exit"
+    paper = "Entezari Zarch et al., DEL §4.1-4.4 eqs. 1-3, Algorithm 1; defaults Appendix B.2"
+    params = (
+        Param("omega", 0.95, "ω, decay of past rounds in S(·)"),
+        Param("d_max", 18, "largest speculation length d"),
+        Param("dynamic_exit", True, "stop drafting at confidence < τ_E (§4.4); false: draft γ (DEL-E)"),
+    )
+    choices = ("eq. 2 divides by S(u) although u+1 positions are compared (α could exceed 1): n = u+1 is used; "
+               "the prefill warm-up (last 32 prompt tokens) is replaced by position 0's shadow tokens, as traces "
+               "hold early-exit signals of generated positions only; statistics restart with each prompt; in eq. 3 "
+               "a side with no tokens yet reads 1 (matched) or 0 (mismatched); TPL ties (every TPL(ℓ, 0) = 1/L, "
+               "when no layer pays off) go to the shallowest layer, and Algorithm 1 still drafts with it")
+    needs_shadows = True
+
+    def __init__(self, context, **values: Any):
+        super().__init__(context, **values)
+        self.layers = exit_layers(self.name, context)
+        self.n_layers = context.n_layers
+        if self.n_layers <= self.layers[-1]:
+            raise SimlabError(f"del needs the target's layer count L > exit layers {self.layers}; the trace says "
+                              f"n_layers={self.n_layers}")
+        self.omega = check_probability("omega", self.omega)
+        self.d_max = check_positive_int("d_max", self.d_max)
+        self.dynamic_exit = check_bool("dynamic_exit", self.dynamic_exit)
+        self.reset(None)
+
+    def reset(self, prompt: PromptInfo | None) -> None:
+        self.exit_layer, self.gamma = self.layers[-1], self.d_max
+        self.tau = {layer: 0.0 for layer in self.layers}
+        self.alpha = {layer: 0.0 for layer in self.layers}
+        self._n = 0.0
+        self._c = dict.fromkeys(self.layers, 0.0)
+        self._tcs = dict.fromkeys(self.layers, 0.0)
+        self._fcs = dict.fromkeys(self.layers, 0.0)
+
+    def observe_shadows(self, shadows: ShadowTokens) -> None:  # DEL_UPDATE, Alg. 1 lines 18-30
+        w = self.omega
+        self._n = w * self._n + len(shadows.matches[self.layers[0]])
+        for layer in self.layers:
+            match, conf = shadows.matches[layer], shadows.confidence[layer]
+            self._c[layer] = w * self._c[layer] + sum(match)
+            self._tcs[layer] = w * self._tcs[layer] + sum(c for c, m in zip(conf, match) if m)
+            self._fcs[layer] = w * self._fcs[layer] + sum(c for c, m in zip(conf, match) if not m)
+            c, mismatched = self._c[layer], self._n - self._c[layer]
+            self.alpha[layer] = c / self._n  # eq. 2
+            matched_conf = self._tcs[layer] / c if c > 0 else 1.0
+            mismatched_conf = self._fcs[layer] / mismatched if mismatched > 1e-12 else 0.0
+            self.tau[layer] = (matched_conf + mismatched_conf) / 2  # eq. 3
+        best = -1.0
+        for layer in self.layers:  # §4.3: (E, γ) = argmax TPL(ℓ, d)
+            for d in range(self.d_max + 1):
+                value = tpl(self.alpha[layer], layer, d, self.n_layers)
+                if value > best:
+                    best, self.exit_layer, self.gamma = value, layer, d
+
+    def plan(self, state: RoundState) -> Plan:
+        if self.dynamic_exit:
+            return Serial(self.d_max, layer=self.exit_layer)  # Alg. 1 line 7
+        return Serial(self.gamma, fixed=True, layer=self.exit_layer)
+
+    def on_draft(self, signal: TokenSignal) -> Decision:
+        return Decision.DROP if signal.confidence < self.tau[self.exit_layer] else Decision.DRAFT  # lines 9-10

@@ -1,0 +1,116 @@
+"""Hugging Face transformers' assisted generation: the heuristic schedule and the confidence
+criterion (baselines.md §4; ``AssistedCandidateGenerator`` in ``candidate_generator.py``)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+from simlab.policies.base import (
+    Outcome,
+    Param,
+    Plan,
+    Policy,
+    PromptInfo,
+    RoundState,
+    Serial,
+    check_bool,
+    check_positive_int,
+    check_probability,
+)
+from simlab.policies.stop import StopRule
+from simlab.signals import TokenSignal
+
+
+class HfHeuristic(Policy):
+    """``num_assistant_tokens_schedule="heuristic"``: draft N tokens; after a round in which
+    every drafted token was accepted N += 2, otherwise N = max(1, N − 1); no upper cap.
+
+    N is written back to the assistant's generation config at the end of ``generate()``, so it
+    persists from prompt to prompt (``"heuristic_transient"`` would restart it).
+    """
+
+    name = "hf-heuristic"
+    summary = "HF assisted generation's heuristic schedule: +2 after a fully accepted round, -1 otherwise"
+    paper = "baselines.md §4 (transformers AssistedCandidateGenerator, schedule 'heuristic')"
+    params = (Param("gamma", 5, "initial num_assistant_tokens N (5: the default that came with 'heuristic')"),)
+    choices = "a round that drafts nothing (a prompt's last position) leaves N unchanged"
+
+    def __init__(self, context, **values: Any):
+        super().__init__(context, **values)
+        self.gamma = check_positive_int("gamma", self.gamma)
+        self.n = self.gamma
+
+    def plan(self, state: RoundState) -> Plan:
+        return Serial(self.n, fixed=True)
+
+    def observe(self, outcome: Outcome) -> None:
+        if not outcome.drafted:
+            return
+        self.n = self.n + 2 if outcome.accepted == outcome.drafted else max(1, self.n - 1)
+
+
+def roc_threshold(scores: Sequence[float], accepted: Sequence[bool]) -> float:
+    """HF's re-tuned threshold: over the thresholds of scikit-learn's ``roc_curve`` (+inf, then
+    every distinct score, descending; predict "accept" when score >= threshold), the first that
+    minimises FPR + 3·FNR."""
+    pairs = sorted(zip(scores, accepted), reverse=True)
+    positives = sum(accepted)
+    negatives = len(pairs) - positives
+    best, best_cost = math.inf, 3.0  # at +inf nothing is predicted accepted: FPR 0, FNR 1
+    tp = fp = 0
+    for i, (score, label) in enumerate(pairs):
+        tp += label
+        fp += not label
+        if i + 1 < len(pairs) and pairs[i + 1][0] == score:
+            continue  # all samples with this score count at this threshold
+        cost = fp / negatives + 3 * (1 - tp / positives)
+        if cost < best_cost:
+            best, best_cost = score, cost
+    return best
+
+
+class HfConfidence(StopRule):
+    """``assistant_confidence_threshold``: stop drafting after a token whose probability is below
+    the threshold (the token is kept), at most ``num_assistant_tokens`` per round.
+
+    With ``retune``, the online ROC re-tuning ("an unsupervised DISCO", Mamou et al. 2024) runs
+    as transformers does when scikit-learn is installed: after each verification every checked
+    token is a sample (accepted = 1, the first rejected = 0); with more than 5 samples of both
+    kinds the threshold becomes :func:`roc_threshold` of them.
+    """
+
+    name = "hf-confidence"
+    summary = "HF assisted generation's confidence criterion: stop when the draft's probability < threshold"
+    paper = "baselines.md §4 (transformers ConfidenceCriteria; ROC re-tuning of PR #33258)"
+    params = (
+        Param("threshold", 0.4, "assistant_confidence_threshold"),
+        Param("max_draft", 20, "num_assistant_tokens (schedule 'constant')"),
+        Param("retune", False, "re-tune the threshold online from the ROC of past drafts"),
+    )
+    choices = ("retune: the new threshold applies from the next round; samples and threshold restart with "
+               "each prompt (one generate() call), as in the newest transformers source")
+
+    def __init__(self, context, **values: Any):
+        super().__init__(context, **values)
+        self.threshold = check_probability("threshold", self.threshold)
+        self.retune = check_bool("retune", self.retune)
+        self.reset(None)
+
+    def reset(self, prompt: PromptInfo | None) -> None:
+        self.level = self.threshold
+        self._scores: list[float] = []
+        self._labels: list[bool] = []
+
+    def stops(self, signal: TokenSignal) -> bool:
+        return signal.confidence < self.level
+
+    def observe(self, outcome: Outcome) -> None:
+        if not self.retune:
+            return
+        for i, signal in enumerate(outcome.checked):
+            self._scores.append(signal.confidence)
+            self._labels.append(i < outcome.accepted)
+        positives = sum(self._labels)
+        if len(self._labels) > 5 and 0 < positives < len(self._labels):
+            self.level = roc_threshold(self._scores, self._labels)

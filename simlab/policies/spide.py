@@ -1,0 +1,168 @@
+"""SPIDE: serial and parallel intertwined speculative decoding (Xu et al.; §3.2, Algorithm 1).
+
+Two modules alternate (Figure 2):
+
+- *serial dynamic drafting*: the draft drafts x_1, x_2, ... one by one; each token's confidence
+  C (eq. 2, the draft's top-1 probability) is looked up in the confidence→acceptance mapping
+  table, and the reliability Γ_i = Π_{k≤i} α_{b_k} (eq. 3, Γ_0 = π_0, eq. 5) decides (eq. 4):
+  draft on while Γ_i > τ, else switch to parallel verification (Alg. 1 lines 4-15);
+- *parallel draft verification*: the target verifies the k drafted tokens plus the first of
+  s new ones while the draft drafts those s (lines 18-28); if all are accepted, the next round
+  verifies the s − 1 others plus one more new token, and so on; at the first rejection the
+  target's correction is emitted and drafting returns to serial (lines 30-40).
+
+The table is updated after every verification (line 29) and is kept across prompts: the
+paper's Figure 4 snapshot holds counts from a whole dataset. Ablations (§4.3, Table 5) are the
+same class with a module switched off: ``spide-no-dyna-draft`` drafts a fixed γ (vanilla SD's
+best) before each parallel phase, ``spide-no-para-verify`` verifies serially when Γ ≤ τ.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from typing import Any, ClassVar
+
+from simlab.errors import SimlabError
+from simlab.policies.base import (
+    Decision,
+    Outcome,
+    Parallel,
+    Param,
+    Plan,
+    Policy,
+    PromptInfo,
+    RoundState,
+    Serial,
+    check_positive_int,
+    check_probability,
+)
+from simlab.policies.timing import window_param
+from simlab.signals import TokenSignal
+
+# Upper edges of the 20 intervals of §3.2 / Figure 4: [0, 0.1), ..., [0.8, 0.9),
+# [0.90, 0.91), ..., [0.99, 1.0) and [1.0].
+BIN_EDGES = tuple(round(0.1 * i, 1) for i in range(1, 10)) + tuple(round(0.9 + 0.01 * i, 2) for i in range(1, 10)) + (1.0,)
+N_BINS = len(BIN_EDGES) + 1
+
+
+def confidence_bin(confidence: float) -> int:
+    """Index 0..19 of the interval that holds ``confidence``."""
+    return bisect_right(BIN_EDGES, confidence)
+
+
+def bin_bounds(b: int) -> tuple[float, float]:
+    low = BIN_EDGES[b - 1] if b else 0.0
+    return low, BIN_EDGES[b] if b < len(BIN_EDGES) else 1.0
+
+
+TAU = Param("tau", 0.7, "reliability threshold τ of eq. 4 (Table 18: 0.5-0.9)")
+WINDOW = Param("window", None, "s, new drafts per parallel round (none: eq. 6 from the latency model)")
+PRIOR = Param("prior", 1.0, "π_0 of eq. 5: the reliability Γ_0 a draft starts from")
+TABLE_CHOICES = ("table: one per policy run, shared by all prompts, updated with every checked token (accepted ones "
+                 "and the first rejected one; tokens after a rejection are unverified); an empty interval reads its "
+                 "mid confidence")
+WINDOW_CHOICES = "eq. 6 on a verify cost that varies with k: see simlab/policies/timing.py"
+
+
+class MappingTable:
+    """The confidence→acceptance mapping table (§3.2, Figure 4): per interval b, the draft
+    tokens verified so far (N_T) and those accepted (N_A); α_b = N_A / N_T.
+
+    Cold start (the paper only says it is negligible after ~500 tokens): an interval with no
+    verified token yet reads the middle of its confidence range, i.e. confidence is taken as
+    the acceptance probability until measured — the premise of §3.2.
+    """
+
+    def __init__(self) -> None:
+        self.total = [0] * N_BINS
+        self.accepted = [0] * N_BINS
+        self.rate = [sum(bin_bounds(b)) / 2 for b in range(N_BINS)]
+
+    def alpha(self, confidence: float) -> float:
+        return self.rate[confidence_bin(confidence)]
+
+    def record(self, confidence: float, accepted: bool) -> None:
+        b = confidence_bin(confidence)
+        self.total[b] += 1
+        self.accepted[b] += accepted
+        self.rate[b] = self.accepted[b] / self.total[b]
+
+
+class Spide(Policy):
+    name = "spide"
+    summary = "SPIDE: mapping-table reliability Γ vs τ for serial drafting, parallel draft verification on Γ ≤ τ"
+    paper = "Xu et al., SPIDE §3.2 eqs. 2-6, Algorithm 1, Figure 2; defaults Table 18 (DeepSeek 1.3B/33B)"
+    params = (TAU, WINDOW, PRIOR)
+    choices = f"{TABLE_CHOICES}; {WINDOW_CHOICES}"
+    parallel = True
+    dyna_draft: ClassVar[bool] = True
+    para_verify: ClassVar[bool] = True
+
+    def __init__(self, context, **values: Any):
+        super().__init__(context, **values)
+        if self.dyna_draft:
+            self.tau = check_probability("tau", self.tau)
+            self.prior = check_probability("prior", self.prior)
+        else:
+            self.gamma = self._gamma(context)
+        if self.para_verify:
+            self.window = window_param(self.window, context, self.name)
+            self._parallel_plan = Parallel(self.window)
+        self._stop = Decision.PARALLEL if self.para_verify else Decision.VERIFY
+        self.table = MappingTable()
+        self.reliability = 1.0
+        self.parallel_mode = False
+
+    def _gamma(self, context) -> int:
+        if self.gamma is not None:
+            return check_positive_int("gamma", self.gamma)
+        if context.best_gamma is None:
+            raise SimlabError(f"{self.name} needs --gamma (vanilla SD's best γ on this model pair, §4.3)")
+        return context.best_gamma()
+
+    def reset(self, prompt: PromptInfo) -> None:
+        self.parallel_mode = False
+
+    def plan(self, state: RoundState) -> Plan:
+        if self.parallel_mode:
+            return self._parallel_plan
+        if not self.dyna_draft:
+            return Serial(self.gamma)
+        self.reliability = self.prior  # Γ_0 (Alg. 1 line 4)
+        return Serial(state.remaining)  # line 5: for k = 1 to L - len(x)
+
+    def on_draft(self, signal: TokenSignal) -> Decision:
+        if self.dyna_draft:
+            self.reliability *= self.table.alpha(signal.confidence)  # eq. 3; lines 8-10
+            stop = self.reliability <= self.tau  # eq. 4; line 11
+        else:
+            stop = signal.index == self.gamma
+        if not stop:
+            return Decision.DRAFT
+        self.parallel_mode = self.para_verify  # line 12
+        return self._stop
+
+    def observe(self, outcome: Outcome) -> None:
+        for i, signal in enumerate(outcome.checked):  # line 29
+            self.table.record(signal.confidence, i < outcome.accepted)
+        self.parallel_mode = outcome.parallel and not outcome.rejected  # lines 30-39
+
+
+class SpideNoDynaDraft(Spide):
+    name = "spide-no-dyna-draft"
+    summary = "SPIDE ablation w/o dyna-draft: a fixed γ serial draft, then parallel draft verification"
+    paper = "Xu et al., SPIDE §4.3, Table 5"
+    params = (Param("gamma", None, "serial draft length (none: vanilla SD's best γ on the trace, as in §4.3)"),
+              WINDOW)
+    choices = WINDOW_CHOICES
+    dyna_draft = False
+
+
+class SpideNoParaVerify(Spide):
+    name = "spide-no-para-verify"
+    summary = "SPIDE ablation w/o para-verify: mapping-table reliability Γ vs τ, then a serial verification"
+    paper = "Xu et al., SPIDE §4.3, Table 5, Appendix D.6"
+    params = (TAU, PRIOR)
+    choices = TABLE_CHOICES
+    parallel = False
+    para_verify = False

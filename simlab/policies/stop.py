@@ -1,0 +1,139 @@
+"""Serial rounds that stop on a per-token rule, and the pieces several such rules share.
+
+Most adaptive-length methods draft one token at a time and stop after the first token for which
+a rule fires; that token is kept and verified with the others (HF's confidence criterion, SVIP,
+AdaEDL, Draft & Verify, SpecDec++, the h-rule, Pacer). :class:`StopRule` is that round, and a
+subclass only says when to stop. Two refinements are shared:
+
+- :class:`AdaptiveStop`: Draft & Verify's online threshold, moved after every verification
+  toward a target acceptance rate (baselines.md §3); AdaEDL's λ reuses it.
+- :class:`PredictedStop`: rules on a predicted P(accept) (SpecDec++, the h-rule, Pacer), read
+  from the context's trained predictor, or from the draft's confidence when there is none.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections import deque
+from typing import Any
+
+from simlab.policies.base import (
+    RECENT_WINDOW,
+    ConfidencePredictor,
+    Decision,
+    Outcome,
+    Param,
+    Plan,
+    Policy,
+    PromptInfo,
+    RoundState,
+    Serial,
+    check_positive,
+    check_positive_int,
+    check_probability,
+)
+from simlab.signals import TokenSignal
+
+
+class StopRule(Policy):
+    """Serial rounds of at most ``max_draft`` tokens (None: up to the end of the prompt) that end
+    after the first drafted token for which :meth:`stops` is true."""
+
+    max_draft: int | None
+
+    def __init__(self, context, **values: Any):
+        super().__init__(context, **values)
+        if self.max_draft is not None:
+            self.max_draft = check_positive_int("max_draft", self.max_draft)
+        self._plan = Serial(self.max_draft) if self.max_draft is not None else None
+
+    def plan(self, state: RoundState) -> Plan:
+        self.begin_round(state)
+        return self._plan or Serial(state.remaining)
+
+    def begin_round(self, state: RoundState) -> None:
+        """Called before each round's first token (per-round state starts here)."""
+
+    def on_draft(self, signal: TokenSignal) -> Decision:
+        return Decision.VERIFY if self.stops(signal) else Decision.DRAFT
+
+    @abstractmethod
+    def stops(self, signal: TokenSignal) -> bool:
+        """True: verify now, with this token as the last draft."""
+
+
+# Draft & Verify's defaults (function signature of exact_self_speculative_generate).
+ADAPTIVE_PARAMS = (
+    Param("target_rate", 0.9, "α_target: the acceptance rate the threshold steers toward"),
+    Param("epsilon", 0.01, "ε: step of the threshold per verification"),
+    Param("beta1", 0.5, "β₁: smoothing of the observed acceptance rate"),
+    Param("beta2", 0.9, "β₂: smoothing of the threshold"),
+)
+
+
+class AdaptiveStop(StopRule):
+    """A stop threshold adjusted after every verification (Draft & Verify, baselines.md §3):
+
+        r   = accepted / drafted of the round (the target's own token excluded)
+        ÃR ← β₁·ÃR + (1 − β₁)·r                          (ÃR = 0 at the start of each prompt)
+        θ'  = θ + ε if ÃR < α_target, else θ − ε (but θ' = θ if the round drafted max_draft)
+        θ  ← β₂·θ + (1 − β₂)·θ'
+
+    A higher threshold stops drafting earlier. θ carries over from prompt to prompt (the D&V
+    notebooks pass the returned ``th_stop_draft`` into the next call); ÃR restarts at 0.
+    Subclasses compare their signal with :attr:`level` (θ) and declare ``threshold`` (θ's
+    initial value) and the :data:`ADAPTIVE_PARAMS`.
+    """
+
+    threshold: float
+
+    def __init__(self, context, **values: Any):
+        super().__init__(context, **values)
+        for name in ("threshold", "target_rate", "beta1", "beta2"):
+            setattr(self, name, check_probability(name, getattr(self, name)))
+        self.epsilon = check_positive("epsilon", self.epsilon)
+        self.level = self.threshold
+        self._rate = 0.0
+
+    def reset(self, prompt: PromptInfo) -> None:
+        self._rate = 0.0
+
+    def observe(self, outcome: Outcome) -> None:
+        if not outcome.drafted:  # the last position of a prompt: nothing was drafted
+            return
+        self._rate = self.beta1 * self._rate + (1 - self.beta1) * outcome.accepted / outcome.drafted
+        if self._rate < self.target_rate:
+            moved = self.level + self.epsilon
+        elif outcome.drafted == self.max_draft:
+            moved = self.level
+        else:
+            moved = self.level - self.epsilon
+        self.level = self.beta2 * self.level + (1 - self.beta2) * moved
+
+
+class PredictedStop(StopRule):
+    """A stop rule on P(accept) of each drafted token, from ``context.predictor`` (a trained
+    acceptance head, ``simlab calibrate predictor``) or, untrained, the draft's confidence.
+
+    Predictors may use the acceptance of the last :data:`RECENT_WINDOW` checked tokens; it is
+    tracked from the outcomes and restarts (at 1.0) with each prompt.
+    """
+
+    def __init__(self, context, **values: Any):
+        super().__init__(context, **values)
+        self.predictor = context.predictor or ConfidencePredictor()
+        self._recent: deque[bool] = deque(maxlen=RECENT_WINDOW)
+
+    def reset(self, prompt: PromptInfo) -> None:
+        self._recent.clear()
+
+    def observe(self, outcome: Outcome) -> None:
+        checked = len(outcome.checked)
+        self._recent.extend([True] * outcome.accepted + [False] * (checked - outcome.accepted))
+
+    def p_accept(self, signal: TokenSignal) -> float:
+        recent = sum(self._recent) / len(self._recent) if self._recent else 1.0
+        return self.predictor.predict_accept(signal, recent)
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "predictor": self.predictor.name}

@@ -1,0 +1,151 @@
+"""One prompt through the models, into rows of the trace tables.
+
+1. the target decodes with ``generate`` (its output path and raw logits, see ``decode``);
+2. the draft runs one teacher-forced pass over the prompt and that path, giving its greedy
+   token, confidence, entropy and probabilities at every position (``forward``, ``signals``);
+   with exit layers, the target's own teacher-forced pass gives every exit layer's early-exit
+   token and confidence, and for self-speculative traces the chosen ``draft_layer`` is the
+   draft;
+3. after every divergence the draft continues on its own for ``rollout`` tokens, all of a
+   prompt's rollouts in one batch branching from the teacher-forced cache (``rollouts``).
+
+Each step is timed, so that the trace itself says what recording cost relative to plain
+generation (the ``*_seconds`` columns of prompts.parquet).
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+
+from simlab.record.decode import decode
+from simlab.record.forward import exit_logits, forced_pass, truncated
+from simlab.record.prompts import Prompt, render
+from simlab.record.rollouts import Rollout, rollouts
+from simlab.record.signals import PositionSignals, greedy_stats, position_signals
+from simlab.trace.io import empty_table
+
+
+@dataclass
+class Models:
+    """Loaded models and how to run them."""
+
+    tokenizer: object
+    target: object
+    draft: object | None  # None: self-speculative, the draft is the target cut at draft_layer
+    exit_layers: list[int]
+    draft_layer: int
+    eos_token_ids: set[int]
+    chat_template: bool
+    max_new_tokens: int
+    temperature: float
+    seed: int
+    rollout: int
+
+    def drafter(self) -> AbstractContextManager:
+        """The draft model as it is, or the target cut at the draft layer."""
+        if self.draft is not None:
+            return nullcontext(self.draft)
+        return truncated(self.target, self.draft_layer)
+
+
+def record_prompt(m: Models, prompt: Prompt) -> dict[str, pd.DataFrame]:
+    """Rows of every table for one prompt (``layers`` only when exit layers are recorded)."""
+    rendered = render(prompt, m.tokenizer, m.chat_template)
+    ids = torch.tensor([rendered.ids], device=m.target.device)
+    t0 = time.perf_counter()
+    out = decode(m.target, ids, m.max_new_tokens, m.temperature, m.seed, prompt.prompt_id)
+    t1 = time.perf_counter()
+    tables: dict[str, pd.DataFrame] = {}
+    if m.exit_layers:
+        target_pass = forced_pass(m.target, ids, out.tokens, hidden=True)
+        tables["layers"] = _layer_rows(m, prompt.prompt_id, target_pass.hidden)
+    if m.draft is not None:
+        draft_pass = forced_pass(m.draft, ids, out.tokens)
+        draft_logits = draft_pass.logits
+    else:
+        draft_pass = target_pass
+        draft_logits = exit_logits(m.target, target_pass.hidden, m.draft_layer)
+    signals = position_signals(draft_logits, out.logits, out.tokens, m.temperature)
+    t2 = time.perf_counter()
+    path = out.tokens.cpu().numpy()
+    diverged = [int(t) for t in np.flatnonzero(signals.draft.token != path)]
+    runs: list[Rollout] = []
+    if diverged and m.rollout > 0:
+        first = [int(signals.draft.token[t]) for t in diverged]
+        with m.drafter() as drafter:
+            runs = rollouts(drafter, draft_pass.cache, len(rendered.ids), diverged, first, m.rollout, m.eos_token_ids)
+    t3 = time.perf_counter()
+    tables["prompts"] = pd.DataFrame(
+        {
+            "prompt_id": [prompt.prompt_id],
+            "source": [prompt.source],
+            "prompt_len": [len(rendered.ids)],
+            "n_tokens": [len(path)],
+            "stop": [out.stop],
+            "prompt_text": [rendered.text],
+            "prompt_token_ids": [list(rendered.ids)],
+            "generate_seconds": [t1 - t0],
+            "signals_seconds": [t2 - t1],
+            "rollout_seconds": [t3 - t2],
+        }
+    )
+    tables["positions"] = _position_rows(prompt.prompt_id, path, signals)
+    tables["rollouts"] = _rollout_rows(prompt.prompt_id, runs)
+    return tables
+
+
+def _position_rows(prompt_id: int, path: np.ndarray, s: PositionSignals) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "prompt_id": prompt_id,
+            "pos": np.arange(len(path)),
+            "target_token": path,
+            "draft_token": s.draft.token,
+            "draft_conf": s.draft.conf,
+            "draft_entropy": s.draft.entropy,
+            "q_target": s.q_target,
+            "p_target": s.p_target,
+            "p_draft": s.p_draft,
+            "accept_prob": s.accept_prob,
+        }
+    )
+
+
+def _layer_rows(m: Models, prompt_id: int, hidden: tuple[torch.Tensor, ...]) -> pd.DataFrame:
+    frames = []
+    for layer in m.exit_layers:
+        stats = greedy_stats(exit_logits(m.target, hidden, layer))
+        frames.append(
+            pd.DataFrame(
+                {
+                    "prompt_id": prompt_id,
+                    "pos": np.arange(len(stats.token)),
+                    "layer": layer,
+                    "token": stats.token,
+                    "draft_conf": stats.conf,
+                    "draft_entropy": stats.entropy,
+                }
+            )
+        )
+    return pd.concat(frames, ignore_index=True)
+
+
+def _rollout_rows(prompt_id: int, runs: list[Rollout]) -> pd.DataFrame:
+    if not runs:
+        return empty_table("rollouts")
+    return pd.DataFrame(
+        {
+            "prompt_id": prompt_id,
+            "pos": np.concatenate([np.full(len(r.tokens), r.pos) for r in runs]),
+            "step": np.concatenate([np.arange(1, len(r.tokens) + 1) for r in runs]),
+            "token": np.concatenate([r.tokens for r in runs]),
+            "draft_conf": np.concatenate([r.conf for r in runs]),
+            "draft_entropy": np.concatenate([r.entropy for r in runs]),
+        }
+    )

@@ -1,0 +1,107 @@
+"""Finished sweep results on disk, keyed by configuration, so sweeps resume.
+
+A configuration is everything a simulated result depends on: the trace's content, the
+latency model, the seed, the topology, the policy and its parameters (defaults filled in),
+and the source code of the simulator and policies (a fixed policy must not be answered from
+a cache filled by the buggy one). :func:`digest` turns such a description into a key.
+
+Rows are appended to one JSON-lines file per (trace, latency, seed, topology, code) as they
+finish, and flushed at once, so Ctrl-C or a killed process keeps every finished row; a line
+torn by a kill mid-write is skipped on reading. Only the sweep's main process writes; two
+sweeps sharing a cache append whole lines (one ``write`` each, in append mode), so they do not
+corrupt each other.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+
+import simlab
+
+KEY_CHARS = 20  # hex digits of sha256 kept in keys: collisions are not a practical concern
+
+# Parts of the package that cannot change a simulated result.
+NOT_SIMULATION = ("cli", "sweep", "plots", "frontier.py", "bench.py", "record", "models")
+
+
+def digest(obj: Any) -> str:
+    """A stable key for a JSON-able description."""
+    text = json.dumps(obj, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:KEY_CHARS]
+
+
+def frame_digest(df: pd.DataFrame | None) -> str:
+    """A key for a table's content (names, types, every value, list columns included): the
+    hash of its Arrow IPC stream, the form trace tables have on disk anyway."""
+    if df is None:
+        return "none"
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return hashlib.sha256(sink.getvalue()).hexdigest()[:KEY_CHARS]
+
+
+def code_digest() -> str:
+    """A key for the source of every simlab module that can change a simulated result."""
+    root = Path(simlab.__file__).parent
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root)
+        if rel.parts[0] in NOT_SIMULATION:
+            continue
+        h.update(str(rel).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:KEY_CHARS]
+
+
+class ResultStore:
+    """An append-only JSON-lines file of finished rows, each with a ``key``."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def load(self) -> dict[str, dict]:
+        """key -> row of every complete line.
+
+        A line torn by a kill is skipped, and ended with a newline so that the next row
+        appended starts a line of its own.
+        """
+        rows: dict[str, dict] = {}
+        if not self.path.exists():
+            return rows
+        text = self.path.read_text()
+        for line in text.splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(row, dict) and "key" in row:
+                rows[row["key"]] = row
+        if text and not text.endswith("\n"):
+            self._write("\n")
+        return rows
+
+    def append(self, row: dict) -> None:
+        self._write(json.dumps(row, default=_plain) + "\n")
+
+    def _write(self, text: str) -> None:
+        """One ``write`` in append mode, so that concurrent writers never interleave a line."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)
+
+
+def _plain(obj: Any) -> Any:
+    """numpy scalars -> Python numbers; anything else -> its string."""
+    return obj.item() if hasattr(obj, "item") else str(obj)

@@ -1,0 +1,181 @@
+"""`simlab live` on a real model, SmolLM2-135M drafting for itself with its first 24 layers.
+
+The live decoder must emit exactly the target's greedy tokens under every policy, and for
+serial policies the simulator, replaying a trace of the same prompts, must predict exactly the
+live target calls and MAT.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="live decoding needs the models extra (torch)")
+pytest.importorskip("transformers", reason="live decoding needs the models extra (transformers)")
+
+from simlab.live.executor import LiveExecutor  # noqa: E402
+from simlab.live.session import LiveConfig, LiveSession  # noqa: E402
+from simlab.models import install  # noqa: E402
+from simlab.models.early_exit import early_exit_draft  # noqa: E402
+from simlab.policies import REGISTRY  # noqa: E402
+from simlab.record.recorder import RecordConfig, record  # noqa: E402
+from tests.helpers import EveryRoundParallel, SerialThenParallel  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+LAYER = 24
+TOKENS = 24
+PROMPTS = "humaneval:2"
+# the live decoder does not compute DEL's shadow tokens yet (LiveSession refuses such policies)
+LIVE_POLICIES = sorted(name for name, cls in REGISTRY.items() if not cls.needs_future and not cls.needs_shadows)
+
+
+@pytest.fixture(scope="module")
+def trace_dir(tmp_path_factory) -> Path:
+    install("smollm2")
+    out = tmp_path_factory.mktemp("live") / "selfspec"
+    record(RecordConfig(target="smollm2", prompts=PROMPTS, out=out, max_new_tokens=TOKENS, exit_layers=str(LAYER),
+                        draft_layer=LAYER, rollout=8, latency_probe="k=1-4;ctx=64;repeats=1", progress=False))
+    return out
+
+
+@pytest.fixture(scope="module")
+def session(trace_dir):
+    s = LiveSession(LiveConfig(policy="sd", params={"gamma": 3}, target="smollm2", draft_layer=LAYER,
+                               prompts=PROMPTS, max_new_tokens=TOKENS, trace=trace_dir, progress=False),
+                    log=lambda _: None)
+    s.load_trace()
+    s.load_models()
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def greedy(session):
+    """The target's plain greedy tokens per prompt, from transformers' generate."""
+    target = session.executor.target_model
+    out = {}
+    for pid, ids in session.ids.items():
+        x = torch.tensor([ids])
+        with torch.inference_mode():
+            seq = target.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=TOKENS, do_sample=False,
+                                  eos_token_id=session.eos, pad_token_id=session.eos[0])
+        out[pid] = seq[0, len(ids):].tolist()
+    return out
+
+
+@pytest.mark.parametrize("policy", LIVE_POLICIES)
+def test_every_policy_is_lossless_live(session, greedy, policy):
+    pol = session.make_policy(policy, {})
+    for pid, ids in session.ids.items():
+        run = session.executor.run(pol, pid, ids, TOKENS)
+        assert run.tokens == greedy[pid]
+        assert run.counts.accepted <= run.counts.drafted
+
+
+@pytest.mark.parametrize("policy", [EveryRoundParallel, SerialThenParallel])
+def test_parallel_rounds_are_lossless_live(session, greedy, policy):
+    for pid, ids in session.ids.items():
+        run = session.executor.run(policy(None), pid, ids, TOKENS)
+        assert run.tokens == greedy[pid]
+        assert run.counts.parallel_rounds > 0
+        draft = [f for f in run.forwards if f.what == "draft (parallel)"]
+        verify = [f for f in run.forwards if f.what == "verify (parallel)"]
+        # in a parallel round the draft's first step starts before the target's verify ends
+        assert any(d.start < v.end and v.start < d.end for d in draft for v in verify)
+
+
+SERIAL = [name for name in LIVE_POLICIES if not REGISTRY[name].parallel]
+
+
+@pytest.mark.parametrize("policy", SERIAL)
+def test_simulator_predicts_live_target_calls_and_mat_exactly(session, policy):
+    from simlab.sim.run import Simulator
+
+    sim = Simulator(session.trace).run(policy, {}, with_cost=False).per_prompt.set_index("prompt_id")
+    pol = session.make_policy(policy, {})
+    for pid, ids in session.ids.items():
+        run = session.executor.run(pol, pid, ids, TOKENS)
+        assert run.counts.target_calls == sim.loc[pid, "target_calls"]
+        assert run.counts.accepted / run.counts.target_calls == pytest.approx(sim.loc[pid, "mat"])
+
+
+def test_speculative_sampling_runs_to_the_budget(session):
+    ex = LiveExecutor(session.executor.draft_model, session.executor.target_model, session.eos,
+                      temperature=1.0, seed=5)
+    for policy in (session.make_policy("sd", {"gamma": 3}), EveryRoundParallel(None)):
+        run = ex.run(policy, 0, session.ids[0], TOKENS)
+        assert len(run.tokens) == TOKENS or run.tokens[-1] in session.eos
+        assert 0 <= run.counts.accepted <= run.counts.drafted
+    ex.close()
+
+
+def test_early_exit_draft_shares_weights_but_not_hooks(session):
+    target = session.executor.target_model
+    draft = early_exit_draft(target, 5)
+    assert draft.lm_head is target.lm_head and draft.model.layers[0] is target.model.layers[0]
+    assert len(draft.model.layers) == 5 and len(target.model.layers) == 30
+    calls = []
+    handle = target.register_forward_pre_hook(lambda *_: calls.append(1))
+    with torch.inference_mode():
+        draft(input_ids=torch.tensor([[1, 2, 3]]))
+    handle.remove()
+    assert calls == []
+
+
+def simlab(*args):
+    return [sys.executable, "-m", "simlab", *map(str, args)]
+
+
+def test_live_cli_compares_measured_with_predicted(trace_dir, tmp_path):
+    out = tmp_path / "live.csv"
+    proc = subprocess.run(simlab("live", "--target", "smollm2", "--draft-layer", LAYER, "--prompts", PROMPTS,
+                                 "--max-new-tokens", TOKENS, "--policy", "sd", "--gamma", "3", "--trace", trace_dir,
+                                 "--out", out, "--log", tmp_path / "log", "--json", "--quiet"),
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    import json
+
+    import pandas as pd
+
+    summary = json.loads(proc.stdout)
+    assert summary["prompts"] == 2 and summary["lossless"] == 2
+    assert summary["target_calls_equal"] == 2
+    df = pd.read_csv(out)
+    assert {"measured_speedup", "predicted_speedup", "error_speedup"} <= set(df.columns)
+    assert (tmp_path / "log" / "live-0.json").exists() and (tmp_path / "log" / "sim-0.json").exists()
+
+
+def test_ctrl_c_keeps_finished_prompts(trace_dir, tmp_path):
+    out = tmp_path / "live.csv"
+    proc = subprocess.Popen(simlab("live", "--target", "smollm2", "--draft-layer", LAYER, "--prompts", "humaneval:6",
+                                   "--max-new-tokens", TOKENS, "--policy", "sd", "--no-compare", "--out", out,
+                                   "--quiet"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 600
+    while not out.exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.5)
+    assert out.exists(), proc.communicate()[1]
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr
+    assert "interrupted" in stdout + stderr
+    import pandas as pd
+
+    assert 1 <= len(pd.read_csv(out)) < 6
+
+
+def test_bad_live_arguments_are_one_line(tmp_path):
+    for args, fragment in ((["--draft", "smollm2", "--draft-layer", "3"], "either --draft"),
+                           (["--draft-layer", "3", "--policy", "oracle"], "only in simulation"),
+                           (["--draft-layer", "3", "--policy", "nope"], "unknown policy")):
+        proc = subprocess.run(simlab("live", "--target", "smollm2", *args), capture_output=True, text=True,
+                              env={**os.environ})
+        assert proc.returncode == 2, proc.stderr
+        assert fragment in proc.stderr and "Traceback" not in proc.stderr

@@ -1,0 +1,267 @@
+"""Every policy's rounds on small hand-built traces, derived by hand from its paper's rule.
+
+Traces come from ``tests/helpers.py``: '1' marks a position where the draft matches the target,
+position 0 is the prefill's; entropy is 1 − confidence. Unless said otherwise a draft step costs
+0.1 s and a verify 1 s whatever k. ``rounds`` lists (start, verified positions, accepted) of the
+target's forwards of prompt 0.
+"""
+
+import pytest
+
+from simlab.errors import SimlabError
+from simlab.policies import REGISTRY, Outcome, PolicyContext
+from simlab.policies.base import Decision
+from simlab.policies.dv import DraftVerify
+from simlab.policies.early_exit import Del, tpl
+from simlab.policies.entropy import AdaEdl, acceptance_lower_bound
+from simlab.policies.hf import roc_threshold
+from simlab.signals import ShadowTokens, TokenSignal
+from simlab.sim.run import Simulator
+from tests.helpers import hand_trace, latency_table
+
+
+def rounds(result, prompt=None):
+    return [(s.args["position"], s.args["tokens"], s.args["accepted"]) for s in result.timeline if s.device == "target"]
+
+
+def simulate(trace, policy, timeline_prompt=0, **params):
+    return Simulator(trace).run(policy, params, timeline_prompt=timeline_prompt, with_cost=False)
+
+
+def conf_trace(conf, pattern=None, **kw):
+    """One prompt, all positions accepted unless ``pattern`` says otherwise; conf[0] is the prefill's."""
+    return hand_trace([pattern or "1" * len(conf)], conf=[conf], **kw)
+
+
+# -- Hugging Face assisted generation ------------------------------------------------------------
+
+def test_hf_heuristic_adds_two_after_a_full_accept_and_drops_one_otherwise():
+    # N=2: 1..2 accepted (+bonus at 3) -> N=4: 4..7, 6 rejected -> N=3: 7..9 accepted -> N=5;
+    # the last position is a plain target step (nothing drafted: N stays 5).
+    pattern = "1" + "11" + "1" + "1101" + "11" + "1" + "1"
+    trace = hand_trace([pattern, "1" * 12])
+    assert rounds(simulate(trace, "hf-heuristic", gamma=2)) == [(1, 3, 2), (4, 5, 2), (7, 4, 3), (11, 1, 0)]
+    # N persists into the next prompt (written back to the assistant's config)
+    assert rounds(simulate(trace, "hf-heuristic", timeline_prompt=1, gamma=2))[0] == (1, 6, 5)
+
+
+def test_hf_confidence_stops_after_the_first_token_below_the_threshold():
+    trace = conf_trace([0.9, 0.9, 0.9, 0.3] + [0.9] * 6)
+    # 1, 2 (0.9), 3 (0.3 < 0.4: stop, kept); then 5..8, capped by the prompt's end
+    assert rounds(simulate(trace, "hf-confidence")) == [(1, 4, 3), (5, 5, 4)]
+    assert rounds(simulate(trace, "hf-confidence", max_draft=2)) == [(1, 3, 2), (4, 3, 2), (7, 3, 2)]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_roc_threshold_matches_scikit_learn_and_hf_cost(seed):
+    sklearn_metrics = pytest.importorskip("sklearn.metrics")
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    scores = np.round(rng.random(12), 1)  # ties on purpose
+    labels = rng.random(12) < scores
+    if labels.all() or not labels.any():
+        labels[0] = not labels[0]
+    fpr, tpr, thresholds = sklearn_metrics.roc_curve(labels, scores)
+    expected = thresholds[np.argmin(fpr + 3 * (1 - tpr))]
+    assert roc_threshold(scores.tolist(), labels.tolist()) == pytest.approx(expected)
+
+
+def test_hf_confidence_retune_moves_the_threshold_from_the_next_round():
+    # Accepted tokens have confidence 0.5, rejected ones 0.45, so at the initial threshold 0.4
+    # nothing stops drafting before the cap (20) or the prompt's end. After round 2 there are 8
+    # samples (6 accepted, 2 rejected): the ROC threshold becomes 0.5, and from round 3 on each
+    # 0.45 token stops drafting.
+    pattern = "1" + "1110" * 6
+    conf = [0.9] + [0.5, 0.5, 0.5, 0.45] * 6
+    plain = simulate(conf_trace(conf, pattern), "hf-confidence")
+    assert rounds(plain) == [(1, 21, 3), (5, 20, 3), (9, 16, 3), (13, 12, 3), (17, 8, 3), (21, 4, 3)]
+    retuned = simulate(conf_trace(conf, pattern), "hf-confidence", retune=True)
+    assert rounds(retuned) == [(1, 21, 3), (5, 20, 3), (9, 5, 3), (13, 5, 3), (17, 5, 3), (21, 4, 3)]
+
+
+# -- entropy bounds: SVIP, AdaEDL -----------------------------------------------------------------
+
+def test_svip_stops_when_sqrt_of_0_15_entropy_exceeds_h():
+    # entropy = 1 - conf: conf 0.3 -> H = 0.7 > h²/0.15 = 0.6 (stop); conf 0.5 -> H = 0.5 (go on)
+    conf = [0.9] * 43 + [0.3] + [0.5] * 6
+    # 1..40 (the cap), bonus 41; 42, 43 (stop); 45..48 (end of prompt)
+    assert rounds(simulate(conf_trace(conf), "svip")) == [(1, 41, 40), (42, 3, 2), (45, 5, 4)]
+    assert acceptance_lower_bound(0.6, 0.15) == pytest.approx(0.7)
+
+
+def test_adaedl_stops_when_the_entropy_bound_falls_below_lambda():
+    # 1 − sqrt(0.2·H) < 0.7  <=>  H > 0.45  <=>  conf < 0.55
+    conf = [0.9, 0.6, 0.6, 0.5, 0.6, 0.6, 0.6]
+    assert rounds(simulate(conf_trace(conf), "adaedl"))[0] == (1, 4, 3)
+
+
+# -- Draft & Verify ----------------------------------------------------------------------------------
+
+def test_dv_threshold_moves_toward_the_target_rate_after_each_round():
+    # Round 1: 0.9, 0.9, 0.7 (< θ = 0.8: stop), x3 rejected: r = 2/3, ÃR = 1/3 < 0.9, so
+    # θ = 0.9·0.8 + 0.1·0.81 = 0.801. Round 2 from 4: 0.85, then 0.8005 < 0.801 stops (it would
+    # not at the initial θ = 0.8).
+    conf = [0.9, 0.9, 0.9, 0.7, 0.85, 0.8005, 0.9, 0.9, 0.9, 0.9, 0.9]
+    pattern = "1" + "110" + "1" * 7
+    assert rounds(simulate(conf_trace(conf, pattern), "dv"))[:2] == [(1, 4, 2), (4, 3, 2)]
+
+
+def test_adaptive_threshold_update_by_hand():
+    """θ' = θ ± ε by ÃR vs α_target, unchanged when the round hit max_draft; θ ← β₂θ + (1-β₂)θ';
+    θ persists across prompts and ÃR restarts at 0 (D&V code)."""
+    policy = DraftVerify(PolicyContext(latency=None), max_draft=4)
+    policy.observe(Outcome(False, 3, (), 2, 3))  # ÃR = 1/3 -> θ = 0.801
+    assert policy.level == pytest.approx(0.801)
+    for _ in range(3):  # full accepts of 4 = max_draft: ÃR 2/3 (up), 5/6 (up), 11/12 >= 0.9 (held)
+        policy.observe(Outcome(False, 4, (), 4, 5))
+    up1 = 0.9 * 0.801 + 0.1 * 0.811
+    expected = 0.9 * up1 + 0.1 * (up1 + 0.01)
+    assert policy.level == pytest.approx(expected)
+    policy.observe(Outcome(False, 2, (), 2, 3))  # ÃR >= 0.9 and below the cap: θ - ε
+    assert policy.level == pytest.approx(0.9 * expected + 0.1 * (expected - 0.01))
+    level = policy.level
+    policy.reset(None)
+    assert policy.level == level and policy._rate == 0.0
+
+
+def test_adaedl_lambda_uses_the_draft_and_verify_update():
+    ada, dv = AdaEdl(PolicyContext(latency=None)), DraftVerify(PolicyContext(latency=None), threshold=0.7, max_draft=40)
+    for outcome in (Outcome(False, 3, (), 1, 2), Outcome(False, 5, (), 5, 6), Outcome(False, 2, (), 0, 1)):
+        ada.observe(outcome)
+        dv.observe(outcome)
+    assert ada.level == pytest.approx(dv.level) and ada.level != 0.7
+
+
+# -- predicted acceptance: SpecDec++, the h-rule, Pacer --------------------------------------------
+
+def test_specdecpp_scores_a_token_one_step_late():
+    # conf 0.95, 0.95, 0.5, ...: after token 3, A = 0.95² (token 3 not yet scored): 1 - A < 0.3;
+    # after token 4, A = 0.95²·0.5: 1 - A = 0.55 > 0.3 -> stop with 4 drafts. Then all 0.95:
+    # stop at k with 1 - 0.95^(k-1) > 0.3, i.e. k = 8; the prompt's end cuts the third round.
+    conf = [0.9, 0.95, 0.95, 0.5] + [0.95] * 16
+    assert rounds(simulate(conf_trace(conf), "specdecpp")) == [(1, 5, 4), (6, 9, 8), (15, 5, 4)]
+    # min_draft: never stop before it
+    assert rounds(simulate(conf_trace([0.9, 0.1, 0.1, 0.1, 0.9]), "specdecpp", min_draft=3))[0] == (1, 4, 3)
+
+
+def test_ags_threshold_comes_from_the_latency_model():
+    # draft 0.2 s, verify 1 s: h(k) = (T_v - T_d(k)) / T_r = 1 - 0.2k. All confidences 0.9:
+    # P_rej(k) = 1 - 0.9^k >= 1 - 0.2k first at k = 4 (0.656 <= 0.8).
+    trace = conf_trace([0.9] * 12, latency=latency_table(draft=0.2))
+    res = simulate(trace, "ags")
+    assert rounds(res) == [(1, 5, 4), (6, 5, 4), (11, 1, 0)]
+    ctx = Simulator(trace).context()
+    policy = REGISTRY["ags"](ctx)
+    assert [policy.threshold(k, 20) for k in (1, 2, 4)] == pytest.approx([0.8, 0.6, 0.2])
+    # a fixed h: stop when 1 - 0.9^k >= 0.5, i.e. k = 7, capped by K_max = 6
+    assert rounds(simulate(trace, "ags", h=0.5)) == [(1, 7, 6), (8, 4, 3)]
+
+
+def test_pacer_stops_after_a_block_whose_mean_is_at_most_the_grown_threshold():
+    # round 1: block means 0.8 > 0.7 (t -> 0.735), 0.74 > 0.735 (t -> 0.77175), 0.76 <= 0.77175:
+    # stop after 12 drafts (without the growth 0.76 would pass). Round 2 from 14: t restarts at
+    # 0.7: 0.75 passes, 0.5 stops: 8 drafts.
+    conf = [0.9] + [0.8] * 4 + [0.74] * 4 + [0.76] * 4 + [0.9] + [0.75] * 4 + [0.5] * 4 + [0.9, 0.9]
+    assert rounds(simulate(conf_trace(conf), "pacer")) == [(1, 13, 12), (14, 9, 8), (23, 1, 0)]
+
+
+# -- PEARL ---------------------------------------------------------------------------------------------
+
+def test_pearl_pre_verify_and_post_verify_rounds_by_hand():
+    """Window 4 (draft 0.25 s, verify 1 s). Pre-verify at 1: rejected (emit the correction);
+    pre-verify at 2: accepted, 3..5 pending; post-verify 3..6 all accepted, 7..9 pending;
+    post-verify 7..10: 9 rejected; pre-verify at 10 accepted; post-verify 11..14 (window cut to
+    1 by the prompt's end, so no draft is left pending on the last position); pre-verify at 15."""
+    pattern = "1" + "0" + "1" + "111111" + "0" + "111111"
+    trace = hand_trace([pattern], latency=latency_table(draft=0.25))
+    res = simulate(trace, "pearl")
+    assert res.params["window"] == 4
+    # (the last position is the end of the text: always the target's token, see rounds.py)
+    assert rounds(res) == [(1, 1, 0), (2, 1, 1), (3, 4, 4), (7, 4, 2), (10, 1, 1), (11, 4, 4), (15, 1, 0)]
+    drafts = [(s.args["position"], s.args["tokens"]) for s in res.timeline if s.device == "draft"]
+    assert drafts == [(1, 4), (2, 4), (6, 4), (10, 4), (10, 4), (14, 1), (15, 1)]
+    assert res.summary.wall_time_s == pytest.approx(7.0) and res.summary.parallel_rounds == 7
+
+
+# -- self-speculative: LayerSkip, DEL ------------------------------------------------------------------
+
+DEL_LAYERS = {
+    5: "1" + "111" + "0" + "1111",  # layer 5: pos 4 has confidence 0.3 (dropped in round 1)
+    2: "0" + "111111" + "0" + "1",  # layer 2: pos 0 mismatches, pos 7 has confidence 0.5
+}
+DEL_CONF = {5: [[0.9, 0.9, 0.9, 0.9, 0.3, 0.9, 0.9, 0.9, 0.9]], 2: [[0.4, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.5, 0.9]]}
+DEL_LATENCY = latency_table(layers={2: 0.02, 5: 0.05})
+
+
+def del_trace():
+    return hand_trace(["1" * 9], layers={k: [v] for k, v in DEL_LAYERS.items()}, layer_conf=DEL_CONF,
+                      latency=DEL_LATENCY, n_layers=8)
+
+
+def test_layerskip_drafts_gamma_tokens_with_the_exit_layer():
+    res = simulate(del_trace(), "layerskip", gamma=3)  # default exit layer: the deepest, 5
+    assert rounds(res) == [(1, 4, 3), (5, 4, 3)]
+    assert res.summary.wall_time_s == pytest.approx(2 * (3 * 0.05 + 1.0))
+    res2 = simulate(del_trace(), "layerskip", gamma=3, exit_layer=2)
+    assert rounds(res2) == [(1, 4, 3), (5, 4, 2), (8, 1, 0)]  # layer 2 mismatches at 7
+    assert res2.summary.wall_time_s == pytest.approx(2 * (3 * 0.02 + 1.0) + 1.0)
+    with pytest.raises(SimlabError, match="not recorded"):
+        simulate(del_trace(), "layerskip", exit_layer=3)
+
+
+def test_token_per_layer_eq_1():
+    assert tpl(1.0, 5, 18, 8) == pytest.approx(19 / 98)
+    assert tpl(0.0, 2, 0, 8) == pytest.approx(1 / 8)
+    assert tpl(0.5, 1, 1, 2) == pytest.approx(1.5 / 3)  # (1 - 0.25) / 0.5 tokens over 1 + 2 layers
+
+
+def test_del_update_by_hand():
+    """Prefill: layer 5 matches at position 0 (conf 0.9), layer 2 does not (0.4). Round 1
+    settles positions 1..4: layer 5 matches at 1..3 (0.9) and not at 4 (0.3); layer 2 at all
+    four (0.9). With ω = 0.95: S(n) = 0.95·1 + 4, S(c⁵) = 0.95 + 3, S(c²) = 4."""
+    policy = Del(PolicyContext(latency=None, exit_layers=[2, 5], n_layers=8))
+    policy.observe_shadows(ShadowTokens(0, {2: [False], 5: [True]}, {2: [0.4], 5: [0.9]}))
+    assert (policy.alpha, policy.exit_layer, policy.gamma) == ({2: 0.0, 5: 1.0}, 5, 18)  # TPL grows with d at α=1
+    assert policy.tau == pytest.approx({2: (1.0 + 0.4) / 2, 5: (0.9 + 0.0) / 2})  # empty sides read 1 and 0
+    policy.observe_shadows(ShadowTokens(1, {2: [True] * 4, 5: [True, True, True, False]},
+                                        {2: [0.9] * 4, 5: [0.9, 0.9, 0.9, 0.3]}))
+    assert policy.alpha == pytest.approx({2: 4 / 4.95, 5: 3.95 / 4.95})
+    # τ² = ½(3.6/4 + 0.95·0.4/0.95), τ⁵ = ½((0.95·0.9 + 2.7)/3.95 + 0.3/1)
+    assert policy.tau == pytest.approx({2: 0.65, 5: 0.6})
+    assert policy.exit_layer == 2  # higher α and fewer layers: TPL(2, d) > TPL(5, d) for every d >= 1
+    assert policy.on_draft(TokenSignal(1, 0.64, 0.36)) is Decision.DROP
+    assert policy.on_draft(TokenSignal(1, 0.66, 0.34)) is Decision.DRAFT
+
+
+def test_del_rounds_on_a_trace_with_early_exit_signals():
+    """Round 1 with layer 5 (τ⁵ = 0.45): 1..3, then 4 at 0.3 is drafted and dropped; 1..3
+    accepted + bonus. The update picks layer 2 (τ² = 0.65): 5, 6, then 7 at 0.5 is dropped;
+    then the last position is a plain target step."""
+    res = simulate(del_trace(), "del")
+    assert rounds(res) == [(1, 4, 3), (5, 3, 2), (8, 1, 0)]
+    drafts = [(s.args["position"], s.args["tokens"], round(s.end - s.start, 9)) for s in res.timeline
+              if s.device == "draft"]
+    assert drafts == [(1, 4, 0.2), (5, 3, 0.06)]  # dropped tokens are drafted, hence paid for
+    assert (res.summary.drafted, res.summary.accepted) == (7, 5)
+
+
+def test_del_needs_early_exit_signals():
+    with pytest.raises(SimlabError, match="early-exit signals"):
+        simulate(hand_trace(["1" * 5]), "del")
+
+
+def test_latency_driven_policies_work_on_any_latency_model():
+    """Live decoding builds policies with a plain latency table (no simulator grid): the h-rule
+    and the parallel windows must price drafts through the LatencyModel protocol alike."""
+    from simlab.latency.model import TableLatency
+
+    samples = latency_table(draft=0.2, verify={1: 1.0, 4: 1.6, 8: 2.0, 40: 2.0})
+    table = PolicyContext(latency=TableLatency.from_samples(samples), context_len=20)
+    grid = Simulator(conf_trace([0.9] * 12, latency=samples)).context()
+    for name in ("pearl", "spide"):
+        assert REGISTRY[name](table).window == REGISTRY[name](grid).window == 10  # 10 x 0.2 s <= 2 s, flat from k=8
+    assert REGISTRY["ags"](table).threshold(3, 20) == pytest.approx(REGISTRY["ags"](grid).threshold(3, 20))
+    for name in ("pearl", "spide", "ags"):
+        with pytest.raises(SimlabError, match="needs a latency model"):
+            REGISTRY[name](PolicyContext(latency=None))

@@ -1,0 +1,87 @@
+"""Properties every policy must have, on random traces and latencies (hypothesis):
+
+- lossless: the emitted tokens are exactly the target's;
+- a round never accepts more than it drafted, nor the run;
+- no device does two things at once (also checked on every booking by the executor);
+- the oracle (perfect knowledge) is at least as fast as every serial policy that drafts with
+  the same draft model.
+"""
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from simlab.policies import REGISTRY
+from simlab.sim.run import Simulator
+from tests.helpers import hand_trace, latency_table
+
+EXIT_LAYERS = (2, 5)
+SELF_SPECULATIVE = {"layerskip", "del"}  # draft with early-exit layers, not the draft model
+SERIAL_SAME_DRAFT = [name for name, cls in REGISTRY.items()
+                     if not cls.parallel and not cls.needs_future and name not in SELF_SPECULATIVE]
+ORACLE = {"max_draft": 64}  # more than any prompt's length: the true optimum over serial schedules
+
+
+def bits(n):
+    return st.lists(st.booleans(), min_size=n, max_size=n).map(lambda b: "".join("1" if x else "0" for x in b))
+
+
+def confs(n):
+    return st.lists(st.floats(0.01, 1.0), min_size=n, max_size=n)
+
+
+@st.composite
+def cases(draw):
+    lengths = draw(st.lists(st.integers(2, 30), min_size=1, max_size=2))
+    patterns = [draw(bits(n)) for n in lengths]
+    conf = [draw(confs(n)) for n in lengths]
+    layers = {layer: [draw(bits(n)) for n in lengths] for layer in EXIT_LAYERS}
+    layer_conf = {layer: [draw(confs(n)) for n in lengths] for layer in EXIT_LAYERS}
+    # verify cost per k, not necessarily monotone (as measured on CPUs); co-running slowdowns
+    verify = dict(enumerate(draw(st.lists(st.floats(0.2, 2.0), min_size=8, max_size=8)), start=1))
+    latency = latency_table(draft=draw(st.floats(0.01, 0.6)), verify=verify,
+                            layers={layer: draw(st.floats(0.005, 0.3)) for layer in EXIT_LAYERS},
+                            corun=(draw(st.floats(1.0, 2.0)), draw(st.floats(1.0, 2.0))))
+    # prompts that end at their end token may have a budget past it (drafts are capped by the budget)
+    stop = draw(st.sampled_from(["length", "eos"]))
+    budget = max(lengths) + draw(st.integers(0, 6)) if stop == "eos" else 0
+    trace = hand_trace(patterns, conf=conf, latency=latency, layers=layers, layer_conf=layer_conf, n_layers=8,
+                       stop=stop, max_new_tokens=budget)
+    return trace, draw(st.sampled_from(["two-devices", "one-device"]))
+
+
+def check_devices(result):
+    for device in ("draft", "target"):
+        spans = sorted((s.start, s.end) for s in result.timeline if s.device == device)
+        for (_, end), (start, _) in zip(spans, spans[1:]):
+            assert start >= end - 1e-9, f"{device} does two things at once"
+
+
+def check_rounds(result):
+    for s in result.timeline:
+        if s.device == "target":
+            parallel = "parallel" in s.name  # a parallel round checks m pending + 1 new draft
+            assert s.args["accepted"] <= s.args["tokens"] - (0 if parallel else 1)
+    assert result.summary.accepted <= result.summary.drafted
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_every_policy_is_lossless_and_keeps_devices_and_rounds_consistent(case):
+    trace, topology = case
+    sim = Simulator(trace, topology=topology)
+    target = {pid: g.sort_values("pos").target_token.tolist()[1:] for pid, g in trace.positions.groupby("prompt_id")}
+    for name in REGISTRY:
+        res = sim.run(name, ORACLE if name == "oracle" else {}, keep_tokens=True, timeline_prompt=0, with_cost=False)
+        assert res.tokens == target, name
+        check_rounds(res)
+        check_devices(res)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_oracle_is_at_least_as_fast_as_every_serial_policy(case):
+    trace, topology = case
+    sim = Simulator(trace, topology=topology)
+    best = sim.run("oracle", ORACLE, with_cost=False).summary.wall_time_s
+    for name in SERIAL_SAME_DRAFT:
+        assert best <= sim.run(name, with_cost=False).summary.wall_time_s + 1e-9, name

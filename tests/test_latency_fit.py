@@ -115,3 +115,12 @@ def test_fitted_profile_round_trips_and_drives_the_simulator(tmp_path):
     trace = hand_trace(["1111011110" * 3])
     res = Simulator(trace, loaded).run("sd", {"gamma": 3}, with_cost=False)
     assert res.summary.speedup > 1.0
+
+
+def test_self_speculative_fit_prices_draft_steps_at_the_draft_layer(tmp_path):
+    exits = samples(lambda layer, x: 0.002 * layer + 1e-6 * x, ks=(4, 8, 12, 16), op="draft_step", layer=0)
+    exits["layer"], exits["k"] = exits["k"], 1
+    model = fit_latency(pd.concat([exits, samples(lambda k, x: 0.05 + 0.002 * k)], ignore_index=True), draft_layer=8)
+    assert ("draft", False) not in model.surfaces
+    assert model.draft_step(300) == model.draft_step(300, layer=8) == pytest.approx(0.016 + 3e-4, rel=0.05)
+    assert load_profile(save_profile(model, tmp_path / "self.json")).draft_step(300) == model.draft_step(300)

@@ -256,8 +256,13 @@ class LiveSession:
             latency = latency_of(self.trace)
         m = self.trace.manifest if self.trace is not None else None
         typical = int(sum(len(v) for v in self.ids.values()) / len(self.ids) + self.cfg.max_new_tokens / 2)
+        best_gamma = None  # vanilla SD's best γ on the session's trace, as the simulator finds it
+        if self.trace is not None:
+            from simlab.sim.run import Simulator
+
+            best_gamma = lambda: Simulator(self.trace, latency).reference().gamma  # noqa: E731
         context = PolicyContext(latency=latency, exit_layers=list(m.exit_layers) if m else [],
-                                n_layers=m.n_layers if m else 0, context_len=typical)
+                                n_layers=m.n_layers if m else 0, context_len=typical, best_gamma=best_gamma)
         return make_policy(name, context, **params)
 
     def decode(self) -> Iterator[PromptOutcome]:

@@ -86,3 +86,30 @@ def analyse(alpha: float, c: float, gamma: int, verify_slope: float = 0.0) -> An
         optimal_gamma=g_opt,
         optimal_speedup=speedup(alpha, c, g_opt, verify_slope),
     )
+
+
+# -- beyond i.i.d. and fixed c: the forms simlab's trace analysis puts beside the simulator --
+
+def speedup_from_costs(tokens_per_round: float, gamma: int, draft_cost: float, verify_cost: float) -> float:
+    """Walltime speedup of a round of γ drafts: tokens / (γ·c + v), with the draft step ``c``
+    and the (γ+1)-token verify ``v`` in units of one autoregressive target step."""
+    return tokens_per_round / (gamma * draft_cost + verify_cost)
+
+
+def h_threshold(t_verify: float, t_draft_k: float, t_reject: float) -> float:
+    """The h-rule's threshold on P_rej(k) (acceptance-guided adaptive SD, eq. 12):
+    h = (T_v − T_d(k)) / T_r."""
+    return (t_verify - t_draft_k) / t_reject
+
+
+def parallel_window(t_draft: float, t_target: float) -> int:
+    """SPIDE's window s = ⌊v_q / v_p⌋ (eq. 6) with speeds v = 1 / (seconds per forward): the
+    drafts that fit into one target forward (PEARL's γ). A ratio within 1e-9 of an integer
+    counts as that integer (durations summed from tables carry rounding)."""
+    return max(1, math.floor(t_target / t_draft + 1e-9))
+
+
+def tokens_per_layer(alpha: float, d: int, layer: int, n_layers: int) -> float:
+    """DEL's TPL(ℓ, d) = (1 − α_ℓ^(d+1)) / ((1 − α_ℓ)(dℓ + L)) (DEL §4.1, eq. 1): expected tokens
+    of a round with d drafts from exit layer ℓ per decoder layer loaded."""
+    return expected_tokens(alpha, d) / (d * layer + n_layers)

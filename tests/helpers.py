@@ -24,6 +24,15 @@ def latency_table(draft: float = 0.1, verify: dict[int, float] | None = None, ct
     return pd.DataFrame(rows, columns=["op", "k", "context_len", "layer", "corun", "repeat", "seconds"])
 
 
+def noisy_latency(fn, ks, contexts, repeats=5, noise=0.02, seed=0, op="target_forward", corun=False,
+                  layer=NO_LAYER) -> pd.DataFrame:
+    """Latency samples ``fn(k, ctx) * (1 + noise * N(0, 1))``, ``repeats`` probe rounds of every point."""
+    rng = np.random.default_rng(seed)
+    rows = [(op, k, c, layer, corun, r, fn(k, c) * (1 + noise * rng.standard_normal()))
+            for r in range(repeats) for k in ks for c in contexts]
+    return pd.DataFrame(rows, columns=["op", "k", "context_len", "layer", "corun", "repeat", "seconds"])
+
+
 def hand_trace(patterns: list[str], conf: list[list[float]] | None = None, latency: pd.DataFrame | None = None,
                temperature: float = 0.0, stop: str = "length", max_new_tokens: int = 0,
                layers: dict[int, list[str]] | None = None, layer_conf: dict[int, list[list[float]]] | None = None,

@@ -44,6 +44,7 @@ def simulate(
     param: opt.Params = [],
     trace: Annotated[Optional[Path], typer.Option("--trace", help="Trace directory. [default: the shipped trace]")] = None,
     latency: Annotated[Optional[Path], typer.Option("--latency", help="Latency profile JSON. [default: the trace's own samples]")] = None,
+    predictor: Annotated[Optional[Path], typer.Option("--predictor", help="Acceptance predictor JSON (simlab calibrate predictor) for the policies that use one. [default: the draft's confidence]")] = None,
     topology: Annotated[Topology, typer.Option("--topology", help="Where the two models run.")] = Topology.TWO_DEVICES,
     seed: Annotated[int, typer.Option("--seed", help="Seed for stochastic replay (temperature > 0 traces).")] = 0,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")] = False,
@@ -56,12 +57,14 @@ def simulate(
     Prints speedup over autoregressive decoding, cost (target calls relative to vanilla SD at
     its best γ), MAT, mean acceptance length, calls, acceptance rate and wall times.
     """
+    from simlab.predictor.model import load_predictor
     from simlab.sim.run import Simulator
     from simlab.sim.timeline import write_chrome_trace
 
     params = policy_params(param, gamma=gamma, tau=tau, threshold=threshold, window=window, h=h, block=block)
     tr, lat = load_inputs(trace, latency)
-    sim = Simulator(tr, lat, seed=seed, topology=topology)
+    pred = load_predictor(predictor) if predictor else None
+    sim = Simulator(tr, lat, seed=seed, topology=topology, predictor=pred)
     if timeline is not None and timeline_prompt is None:
         timeline_prompt = int(tr.prompts["prompt_id"].min())
     if timeline_prompt is not None and timeline_prompt not in set(tr.prompts["prompt_id"]):
@@ -79,6 +82,7 @@ def simulate(
             "trace": str(tr.path),
             "trace_kind": tr.manifest.kind,
             "latency": sim.latency.name,
+            "predictor": pred.name if pred else None,
             "topology": sim.topology.value,
             "seed": seed,
             **summary,

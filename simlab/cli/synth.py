@@ -32,6 +32,7 @@ def synth(
     table: Annotated[Optional[Path], typer.Option("--table", help="table: CSV with conf_low, conf_high, count, accepted.")] = None,
     rollout: Annotated[int, typer.Option("--rollout", help="Rollout steps after each divergence.")] = 16,
     seed: Annotated[int, typer.Option("--seed", help="Random seed.")] = 0,
+    latency_profile: Annotated[Optional[Path], typer.Option("--latency-profile", help="Take the latencies from this profile (fitted or roofline, e.g. calibrate/roofline/*.json) instead of --c/--target-step/--verify-slope.")] = None,
 ) -> None:
     """Write a synthetic trace: i.i.d., bursty (markov) or histogram-driven (table) acceptance."""
     from simlab.trace.io import write_trace
@@ -42,7 +43,23 @@ def synth(
                      alpha_bad=alpha_bad, p_good_to_bad=p_good_to_bad, p_bad_to_good=p_bad_to_good,
                      table=str(table) if table else None, rollout=rollout, seed=seed)
     trace = synth_trace(spec, command=shlex.join(["simlab", *sys.argv[1:]]))
+    if latency_profile:
+        _borrow_latency(trace, latency_profile)
     path = write_trace(trace, out)
     accept = (trace.positions["draft_token"] == trace.positions["target_token"]).mean()
     console.print(f"wrote synthetic {kind} trace to {path}: {prompts} prompts x {tokens} tokens, "
                   f"measured acceptance {accept:.3f}")
+
+
+def _borrow_latency(trace, profile: Path) -> None:
+    """Replace the synthetic latencies by a profile's, tabulated at the trace's k and contexts."""
+    from simlab.latency.model import load_profile, tabulate
+
+    model = load_profile(profile)
+    spec = trace.manifest.extra["synth"]
+    contexts = (spec["prompt_len"], spec["prompt_len"] + spec["tokens"])
+    trace.latency = tabulate(model, range(1, spec["max_k"] + 2), contexts, corun=getattr(model, "has_corun", False))
+    m = trace.manifest
+    m.hardware = getattr(model, "hardware", "") or model.name
+    m.draft_model, m.target_model = f"synthetic draft ({model.name})", f"synthetic target ({model.name})"
+    m.notes += f" Latencies tabulated from the profile {profile} ({model.name}), not measured."

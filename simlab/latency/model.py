@@ -20,7 +20,6 @@ measured 317 ms at k=1, 935 at k=3, 575 at k=4), so a table, not a slope, is the
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from simlab.errors import SimlabError
+from simlab.jsonfile import read_versioned, write_json
 from simlab.trace.schema import NO_LAYER
 
 PROFILE_FORMAT = "simlab-latency"
@@ -46,6 +46,17 @@ class LatencyModel(Protocol):
     def draft_step(self, context_len: int, layer: int = NO_LAYER, corun: bool = False) -> float: ...
 
     def target_forward(self, k: int, context_len: int, corun: bool = False) -> float: ...
+
+
+def profile_header(kind: str, model) -> dict:
+    """The fields every profile file starts with; ``model`` has name, hardware and source."""
+    return {"format": PROFILE_FORMAT, "version": PROFILE_VERSION, "kind": kind, "name": model.name,
+            "hardware": model.hardware, "source": model.source}
+
+
+def check_k(k: int) -> None:
+    if k < 1:
+        raise SimlabError(f"a target forward needs k >= 1 new tokens, got {k}")
 
 
 @dataclass(frozen=True)
@@ -141,8 +152,7 @@ class TableLatency:
 
     def target_forward(self, k: int, context_len, corun: bool = False):
         """Seconds of a k-token target forward; ``context_len`` may be an array."""
-        if k < 1:
-            raise SimlabError(f"a target forward needs k >= 1 new tokens, got {k}")
+        check_k(k)
         curves = self.target.get(corun) or self.target[False]
         ks = tuple(sorted(curves))
         return _interp_k(k, ks, [curves[x](context_len) for x in ks])
@@ -168,12 +178,7 @@ class TableLatency:
 
     def to_profile(self) -> dict:
         return {
-            "format": PROFILE_FORMAT,
-            "version": PROFILE_VERSION,
-            "kind": "table",
-            "name": self.name,
-            "hardware": self.hardware,
-            "source": self.source,
+            **profile_header("table", self),
             "draft_layer": self.draft_layer,
             "draft_step": [
                 {"layer": layer, "corun": corun, **curve.to_dict()}
@@ -217,27 +222,25 @@ PROFILE_KINDS = {"table": TableLatency.from_profile}
 
 
 def save_profile(model, path: str | os.PathLike) -> Path:
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(model.to_profile(), indent=2) + "\n")
-    return out
+    return write_json(model.to_profile(), path)
 
 
 def load_profile(path: str | os.PathLike) -> LatencyModel:
     """Read a latency profile JSON file (``calibrate/*.json``)."""
-    p = Path(path)
-    if not p.is_file():
-        raise SimlabError(f"latency profile not found: {p}")
-    try:
-        data = json.loads(p.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise SimlabError(f"latency profile {p} is not valid JSON ({exc})") from exc
-    if not isinstance(data, dict) or data.get("format") != PROFILE_FORMAT:
-        raise SimlabError(f"latency profile {p} is not a {PROFILE_FORMAT!r} file")
-    if data.get("version") != PROFILE_VERSION:
-        raise SimlabError(f"latency profile {p} has version {data.get('version')!r}; this simlab reads {PROFILE_VERSION}")
+    data = read_versioned(path, "latency profile", PROFILE_FORMAT, PROFILE_VERSION)
     kind = data.get("kind")
     if kind not in PROFILE_KINDS:
-        raise SimlabError(f"latency profile {p} has unknown kind {kind!r}; known: {sorted(PROFILE_KINDS)}")
+        raise SimlabError(f"latency profile {path} has unknown kind {kind!r}; known: {sorted(PROFILE_KINDS)}")
     return PROFILE_KINDS[kind](data)
 
+
+def tabulate(model: LatencyModel, ks, contexts, corun: bool = False) -> pd.DataFrame:
+    """Rows of a trace's latency table (one repeat) evaluated from ``model``: the draft-model
+    step and the target forward of every k in ``ks`` at every context length — how a synthetic
+    trace borrows a fitted or roofline profile's clock. ``corun`` adds co-running rows."""
+    rows = []
+    for c in (False, True) if corun else (False,):
+        for ctx in contexts:
+            rows.append(("draft_step", 1, ctx, NO_LAYER, c, 0, float(model.draft_step(ctx, NO_LAYER, c))))
+            rows += [("target_forward", k, ctx, NO_LAYER, c, 0, float(model.target_forward(k, ctx, c))) for k in ks]
+    return pd.DataFrame(rows, columns=["op", "k", "context_len", "layer", "corun", "repeat", "seconds"])

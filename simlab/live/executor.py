@@ -36,15 +36,9 @@ import torch
 
 from simlab.metrics import Counts
 from simlab.policies.base import Policy, PromptInfo
-from simlab.rounds import (
-    DraftRun,
-    DraftToken,
-    ParallelResult,
-    ParallelRound,
-    Verify,
-    decode,
-)
-from simlab.signals import TokenSignal
+from simlab.errors import SimlabError
+from simlab.rounds import DraftRun, DraftToken, ParallelResult, ParallelRound, Shadow, Verify, decode
+from simlab.signals import ShadowTokens, TokenSignal
 
 
 @dataclass
@@ -93,13 +87,15 @@ class _Model:
         self.length = 0
 
     @torch.inference_mode()
-    def forward(self, ids: list[int]) -> torch.Tensor:
-        """Feed ``ids`` after the cached prefix; return logits for each fed position (len(ids), V)."""
+    def forward(self, ids: list[int], hidden: bool = False) -> torch.Tensor:
+        """Feed ``ids`` after the cached prefix; return logits for each fed position (len(ids), V).
+        With ``hidden``, every layer's hidden states at those positions are kept in ``hidden``."""
         device = self.model.device
         x = torch.tensor([ids], device=device)
-        out = self.model(input_ids=x, past_key_values=self.cache, use_cache=True)
+        out = self.model(input_ids=x, past_key_values=self.cache, use_cache=True, output_hidden_states=hidden)
         self.cache = out.past_key_values
         self.length += len(ids)
+        self.hidden = tuple(h[0] for h in out.hidden_states) if hidden else None
         self.sync()
         return out.logits[0]
 
@@ -113,8 +109,12 @@ class LiveExecutor:
     """Decode prompts for real under a policy; see the module docstring."""
 
     def __init__(self, draft, target, eos_token_ids: list[int], temperature: float = 0.0, seed: int = 0,
-                 threads: int | None = None):
+                 threads: int | None = None, exit_layers: list[int] | None = None):
+        """``exit_layers``: for self-speculative decoding (``draft`` is an early exit of
+        ``target``), the layers whose early-exit drafts and shadow tokens policies may ask for."""
         self.draft_model, self.target_model = draft, target
+        self.exit_layers = list(exit_layers) if exit_layers is not None else None
+        self._layer_drafts: dict[int, object] = {}
         self.eos = set(int(t) for t in eos_token_ids)
         self.temperature = float(temperature)
         self.generator = torch.Generator().manual_seed(seed)
@@ -160,14 +160,16 @@ class LiveExecutor:
         target = _Model(self.target_model, "target", self._sync)
         pl = len(prompt_ids)
         forwards: list[Forward] = []
+        shadows = policy.needs_shadows
         origin = time.perf_counter()
-        logits = self._timed(forwards, origin, target, "prefill", prompt_ids, 0)
+        logits = self._timed(forwards, origin, target, "prefill", prompt_ids, 0, hidden=shadows)
         first = self._pick(self._dist(logits[-1]))
         self._timed(forwards, origin, draft, "prefill", prompt_ids, 0)
         out = [first]
         run = LiveRun(prompt_id, out, Counts(), forwards)
         info = PromptInfo(prompt_id, pl, 1 if first in self.eos else budget, budget)
-        state = _PromptState(out=out, pl=pl)
+        state = _PromptState(out=out, pl=pl, prompt=list(prompt_ids), models={None: draft}, run=run,
+                             shadows=shadows, shadow_start=-pl + 1)
         t0 = time.perf_counter()
         for f in forwards:  # prefills happened before the decode phase
             f.start -= t0 - origin
@@ -182,14 +184,18 @@ class LiveExecutor:
                 break
             kind = type(req)
             if kind is DraftToken:
-                answer = self._draft_step(state, draft, forwards, req.start, req.index).signal
+                model = self._draft_model(state, req.layer)
+                answer = self._draft_step(state, model, forwards, req.start, req.index).signal
             elif kind is DraftRun:
-                answer = SignalList(self._draft_step(state, draft, forwards, req.start, i)
+                model = self._draft_model(state, req.layer)
+                answer = SignalList(self._draft_step(state, model, forwards, req.start, i)
                                     for i in range(1, req.count + 1))
             elif kind is Verify:
-                answer = self._verify(state, draft, target, forwards, info, req, run)
+                answer = self._verify(state, target, forwards, info, req, run)
             elif kind is ParallelRound:
                 answer = self._parallel(state, draft, target, forwards, info, req, run)
+            elif kind is Shadow:
+                answer = self._shadows(state, target, req)
             else:  # pragma: no cover
                 raise TypeError(f"unknown request {req!r}")
         wall = time.perf_counter() - t0
@@ -201,9 +207,10 @@ class LiveExecutor:
         c.target_busy_s = sum(f.end - f.start for f in forwards if f.device == "target" and f.what != "prefill")
         return run
 
-    def _timed(self, forwards, origin, model: _Model, what: str, ids: list[int], position: int) -> torch.Tensor:
+    def _timed(self, forwards, origin, model: _Model, what: str, ids: list[int], position: int,
+               hidden: bool = False) -> torch.Tensor:
         start = time.perf_counter()
-        logits = model.forward(ids)
+        logits = model.forward(ids, hidden)
         end = time.perf_counter()
         forwards.append(Forward(model.name, what, start - origin, end - origin, len(ids), position))
         return logits
@@ -214,9 +221,11 @@ class LiveExecutor:
         computed only if the policy reads it (a fixed-length policy never does)."""
         if index == 1 and what == "draft":
             state.drafts, state.q = [], []
-        known = state.out + state.drafts  # committed tokens, then this run's drafts so far
-        feed = known[draft.length - state.pl:]
+        known = state.prompt + state.out + state.drafts  # prompt, committed tokens, this run's drafts
+        feed = known[draft.length:]  # what this draft's KV cache lacks (more for a fresh exit layer)
         logits = self._timed(forwards, self._origin, draft, what, feed, start + index - 1)[-1]
+        state.run.counts.draft_calls += 1
+        state.run.counts.drafted += 1
         q = self._dist(logits)
         token = self._pick(q)
         state.drafts.append(token)
@@ -234,20 +243,51 @@ class LiveExecutor:
         state.out.extend(emitted)
         return accepted
 
-    def _verify(self, state, draft: _Model, target: _Model, forwards, info: PromptInfo, req: Verify, run: LiveRun) -> int:
+    def _draft_model(self, state: "_PromptState", layer: int | None) -> _Model:
+        """The draft of a serial round: the session's draft, or an early exit at ``layer``."""
+        model = state.models.get(layer)
+        if model is None:
+            if self.exit_layers is None:
+                raise SimlabError(f"the policy drafts with exit layer {layer}: live decoding needs a "
+                                  "self-speculative session (--draft-layer instead of --draft)")
+            if layer not in self._layer_drafts:
+                from simlab.models.early_exit import early_exit_draft
+
+                self._layer_drafts[layer] = early_exit_draft(self.target_model, layer)
+            model = state.models[layer] = _Model(self._layer_drafts[layer], "draft", self._sync)
+        return model
+
+    def _shadows(self, state: "_PromptState", target: _Model, req: Shadow) -> ShadowTokens:
+        """Every exit layer's token at the positions the last target forward settled (DEL §4.2):
+        the target's hidden state after layer l, through the final norm and the LM head."""
+        from simlab.record.forward import exit_logits
+
+        rows = slice(req.start - state.shadow_start, req.start - state.shadow_start + req.count)
+        truth = state.out[req.start:req.start + req.count]
+        layers = self.exit_layers or list(range(1, len(target.hidden) - 1))
+        matches, confidence = {}, {}
+        with torch.inference_mode():
+            for layer in layers:
+                probs = torch.softmax(exit_logits(self.target_model, target.hidden, layer)[rows].float(), dim=-1)
+                top, tokens = probs.max(dim=-1)
+                matches[layer] = [int(t) == y for t, y in zip(tokens.tolist(), truth)]
+                confidence[layer] = top.tolist()
+        return ShadowTokens(req.start, matches, confidence)
+
+    def _verify(self, state, target: _Model, forwards, info: PromptInfo, req: Verify, run: LiveRun) -> int:
         c, k = req.start, req.drafts
         drafts = state.drafts[:k] if k else []
         feed = state.out[target.length - state.pl:] + drafts
-        logits = self._timed(forwards, self._origin, target, "verify", feed, c)[-(k + 1):]
+        state.shadow_start = c
+        logits = self._timed(forwards, self._origin, target, "verify", feed, c, hidden=state.shadows)[-(k + 1):]
         accepted, emitted = self._judge(logits, drafts, state.q[:k] if k else [])
         accepted = self._settle(state, info, c, emitted, accepted)
         committed = c + accepted + 1
         target.crop(state.pl + committed - 1)
-        draft.crop(state.pl + committed - 1)
+        for model in state.models.values():
+            model.crop(state.pl + committed - 1)
         state.drafts, state.q = [], []
         run.counts.target_calls += 1
-        run.counts.draft_calls += k
-        run.counts.drafted += k
         run.counts.accepted += accepted
         run.rounds.append({"mode": "serial", "start": c, "drafted": k, "accepted": accepted})
         return accepted
@@ -302,8 +342,6 @@ class LiveExecutor:
             state.drafts, state.q = [], []
             draft.crop(state.pl + committed - 1)
         run.counts.target_calls += 1
-        run.counts.draft_calls += s
-        run.counts.drafted += s
         run.counts.accepted += accepted + first_new
         run.counts.parallel_rounds += 1
         run.rounds.append({"mode": "parallel", "start": c, "drafted": s, "accepted": accepted + first_new})
@@ -347,6 +385,11 @@ class SignalList(list):
 class _PromptState:
     out: list[int]  # committed tokens (position 0 first)
     pl: int  # prompt length
+    prompt: list[int]  # the prompt's tokens
+    models: dict  # exit layer (None: the session's draft) -> _Model with its own KV cache
+    run: LiveRun
+    shadows: bool = False  # keep the target's hidden states for DEL's shadow tokens
+    shadow_start: int = 0  # generated position predicted by the last target forward's first row
     drafts: list[int] = field(default_factory=list)  # the current run's drafts / pending drafts
     q: list[torch.Tensor] = field(default_factory=list)  # their draft distributions
 

@@ -139,9 +139,9 @@ class LiveSession:
             raise SimlabError(f"unknown policy {cfg.policy!r}; known policies: {', '.join(sorted(REGISTRY))}")
         if REGISTRY[cfg.policy].needs_future:
             raise SimlabError(f"policy {cfg.policy!r} sees the future; it exists only in simulation")
-        if REGISTRY[cfg.policy].needs_shadows:
-            raise SimlabError(f"policy {cfg.policy!r} reads every exit layer's shadow tokens, which the live "
-                              "decoder does not compute yet; it runs in simulation only")
+        if REGISTRY[cfg.policy].needs_shadows and cfg.draft_layer is None:
+            raise SimlabError(f"policy {cfg.policy!r} drafts with the target's own exit layers: pass --draft-layer "
+                              "instead of --draft")
         self.prompts = load_prompts(cfg.prompts)
         self.target_ref = resolve(cfg.target)
         self.draft_ref = resolve(cfg.draft) if cfg.draft else None
@@ -237,12 +237,16 @@ class LiveSession:
         from simlab.models.load import eos_token_ids, load_model
 
         target = load_model(self.target_ref, self.target_device, self.dtype)
+        exit_layers = None
         if self.draft_ref is not None:
             draft = load_model(self.draft_ref, self.draft_device, self.dtype)
         else:
             draft = early_exit_draft(target, self.cfg.draft_layer)
+            recorded = list(self.trace.manifest.exit_layers) if self.trace is not None else []
+            exit_layers = recorded or list(range(1, target.config.num_hidden_layers))
         self.eos = eos_token_ids(target, self.tokenizer)
-        self.executor = LiveExecutor(draft, target, self.eos, self.cfg.temperature, self.cfg.seed)
+        self.executor = LiveExecutor(draft, target, self.eos, self.cfg.temperature, self.cfg.seed,
+                                     exit_layers=exit_layers)
 
     def make_policy(self, name: str, params: dict[str, Any]):
         from simlab.latency.model import load_profile

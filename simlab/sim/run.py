@@ -11,6 +11,7 @@ from simlab.latency.grid import LatencyGrid
 from simlab.latency.model import LatencyModel, TableLatency
 from simlab.metrics import SUMMARY_KEYS, PositionStats, Summary, total
 from simlab.policies import PolicyContext, make_policy
+from simlab.policies.base import AcceptancePredictor
 from simlab.sim.devices import Slice, Topology
 from simlab.sim.executor import SimExecutor
 from simlab.trace.io import Trace
@@ -60,8 +61,10 @@ class Simulator:
         latency: LatencyModel | None = None,
         seed: int = 0,
         topology: Topology | str = Topology.TWO_DEVICES,
+        predictor: AcceptancePredictor | None = None,
     ):
         self.trace = trace
+        self.predictor = predictor  # a trained acceptance predictor for the policies that use one
         model = latency or latency_of(trace)
         self.seed = seed
         self.topology = Topology(topology)
@@ -79,7 +82,7 @@ class Simulator:
         typical = int(self.trace.prompts["prompt_len"].median() + self.trace.prompts["n_tokens"].median() / 2)
         return PolicyContext(latency=self.latency, exit_layers=list(m.exit_layers), n_layers=m.n_layers,
                              context_len=typical, corun=self.topology is Topology.ONE_DEVICE,
-                             best_gamma=lambda: self.reference().gamma)
+                             best_gamma=lambda: self.reference().gamma, predictor=self.predictor)
 
     def run(
         self,
@@ -124,7 +127,7 @@ class Simulator:
 
 def simulate(trace: Trace, policy: str, params: dict[str, Any] | None = None, **options: Any) -> SimResult:
     """One-shot convenience: ``simulate(trace, "sd", {"gamma": 5})``."""
-    sim_keys = {"latency", "seed", "topology"}
+    sim_keys = {"latency", "seed", "topology", "predictor"}
     sim = Simulator(trace, **{k: v for k, v in options.items() if k in sim_keys})
     return sim.run(policy, params, **{k: v for k, v in options.items() if k not in sim_keys})
 

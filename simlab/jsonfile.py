@@ -1,0 +1,42 @@
+"""Reading simlab's JSON data files (latency profiles, predictors, shape tables) with one-line
+errors: a missing file, bad JSON, another format or version each say so."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from simlab.errors import SimlabError
+
+
+def read_json(path: str | os.PathLike, what: str) -> dict:
+    """The JSON object in ``path``; ``what`` names the file in messages ("latency profile")."""
+    p = Path(path)
+    if not p.is_file():
+        raise SimlabError(f"{what} not found: {p}")
+    try:
+        data = json.loads(p.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise SimlabError(f"{what} {p} is not valid JSON ({exc})") from exc
+    if not isinstance(data, dict):
+        raise SimlabError(f"{what} {p} must hold a JSON object")
+    return data
+
+
+def read_versioned(path: str | os.PathLike, what: str, fmt: str, version: int) -> dict:
+    """Like :func:`read_json`, for files that carry ``"format"`` and ``"version"`` fields."""
+    data = read_json(path, what)
+    if data.get("format") != fmt:
+        raise SimlabError(f"{what} {path} is not a {fmt!r} file")
+    if data.get("version") != version:
+        raise SimlabError(f"{what} {path} has version {data.get('version')!r}; this simlab reads {version}")
+    return data
+
+
+def write_json(data: dict, path: str | os.PathLike) -> Path:
+    """Write ``data`` indented, creating the folder; return the path."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(data, indent=2) + "\n")
+    return out

@@ -1,0 +1,183 @@
+"""A latency model fitted to a trace's samples: one :class:`~simlab.latency.surface.Surface` per
+operation and co-running state.
+
+Series (each solo and, where the trace has them, co-running):
+
+- ``draft``:  the draft model's one-token step, ``x`` = 1 (affine in context only);
+- ``exit``:   self-speculative draft steps through the target's first ℓ layers, ``x`` = ℓ;
+- ``target``: a target forward of k new tokens, ``x`` = k.
+
+A series without co-running samples answers co-running questions with its solo surface (the
+:class:`~simlab.latency.model.LatencyModel` contract). :func:`held_out` measures how well the
+fit predicts samples it did not see, beside the median table the simulator uses by default.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from simlab.errors import SimlabError
+from simlab.latency.model import PROFILE_KINDS, TableLatency, check_k, profile_header
+from simlab.latency.surface import FORMS, Surface, available_forms, fit_best
+from simlab.trace.schema import NO_LAYER
+
+SERIES = ("draft", "exit", "target")
+
+
+def series_of(samples: pd.DataFrame) -> pd.Series:
+    """The series name of each latency sample."""
+    return pd.Series(
+        np.where(samples["op"] == "target_forward", "target", np.where(samples["layer"] == NO_LAYER, "draft", "exit")),
+        index=samples.index,
+    )
+
+
+def size_of(samples: pd.DataFrame) -> pd.Series:
+    """The ``x`` of each sample: k for target forwards, the exit layer for early-exit steps."""
+    return pd.Series(np.where(samples["layer"] == NO_LAYER, samples["k"], samples["layer"]), index=samples.index)
+
+
+@dataclass
+class FittedLatency:
+    """Durations from fitted surfaces; ``draft_step``/``target_forward`` accept arrays of contexts."""
+
+    name: str
+    surfaces: dict[tuple[str, bool], Surface]
+    hardware: str = ""
+    source: str = ""
+    held_out: dict = field(default_factory=dict)
+    # Self-speculative traces have no separate draft model: its step is that of this exit layer.
+    draft_layer: int = NO_LAYER
+
+    def __post_init__(self) -> None:
+        if ("target", False) not in self.surfaces:
+            raise SimlabError(f"latency model {self.name!r} has no solo target-forward fit")
+        if ("draft", False) not in self.surfaces and ("exit", False) not in self.surfaces:
+            raise SimlabError(f"latency model {self.name!r} has no solo draft-step fit")
+
+    @property
+    def has_corun(self) -> bool:
+        return any(corun for _, corun in self.surfaces)
+
+    def _surface(self, series: str, corun: bool) -> Surface:
+        s = self.surfaces.get((series, corun)) or self.surfaces.get((series, False))
+        if s is None:
+            what = "draft-model steps" if series == "draft" else "early-exit draft steps"
+            raise SimlabError(f"latency model {self.name!r} has no fit for {what}")
+        return s
+
+    def draft_step(self, context_len, layer: int = NO_LAYER, corun: bool = False):
+        if layer == NO_LAYER and ("draft", False) not in self.surfaces:
+            layer = self.draft_layer
+        if layer == NO_LAYER:
+            return self._surface("draft", corun)(1, context_len)
+        return self._surface("exit", corun)(layer, context_len)
+
+    def target_forward(self, k: int, context_len, corun: bool = False):
+        check_k(k)
+        return self._surface("target", corun)(k, context_len)
+
+    def to_profile(self) -> dict:
+        return {
+            **profile_header("fitted", self),
+            "draft_layer": self.draft_layer,
+            "surfaces": [{"series": s, "corun": c, **surf.to_dict()} for (s, c), surf in sorted(self.surfaces.items())],
+            "held_out": self.held_out,
+        }
+
+    @classmethod
+    def from_profile(cls, data: dict) -> "FittedLatency":
+        try:
+            surfaces = {(str(d["series"]), bool(d["corun"])): Surface.from_dict(d) for d in data["surfaces"]}
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SimlabError(f"latency profile {data.get('name', '?')!r} is malformed ({exc!r})") from exc
+        unknown = {s for s, _ in surfaces} - set(SERIES)
+        if unknown:
+            raise SimlabError(f"latency profile {data.get('name', '?')!r} has unknown series {sorted(unknown)}")
+        return cls(str(data.get("name", "fitted")), surfaces, str(data.get("hardware", "")),
+                   str(data.get("source", "")), dict(data.get("held_out", {})),
+                   int(data.get("draft_layer", NO_LAYER)))
+
+
+PROFILE_KINDS["fitted"] = FittedLatency.from_profile
+
+
+def fit_latency(samples: pd.DataFrame, name: str = "fitted", hardware: str = "", form: str = "auto",
+                source: str = "", draft_layer: int = NO_LAYER) -> FittedLatency:
+    """Fit every series of a trace's latency table; ``form`` is ``auto`` (smallest BIC) or one
+    of :data:`~simlab.latency.surface.FORMS` (where the series has enough sizes for it).
+    ``draft_layer``: the manifest's exit layer that drafts in a self-speculative trace."""
+    if form != "auto" and form not in FORMS:
+        raise SimlabError(f"unknown form {form!r}; choose auto or one of {', '.join(FORMS)}")
+    if samples.empty:
+        raise SimlabError("the trace has no latency samples to fit")
+    series, size = series_of(samples), size_of(samples)
+    surfaces: dict[tuple[str, bool], Surface] = {}
+    for (s, corun), idx in samples.groupby([series, samples["corun"].astype(bool)]).groups.items():
+        g = samples.loc[idx]
+        x = size.loc[idx]
+        forms = None if form == "auto" else ((form,) if form in available_forms(np.unique(x)) else ("affine",))
+        surface, bics = fit_best(x, g["context_len"], g["seconds"], forms)
+        surface.quality["bic_by_form"] = bics
+        surfaces[(str(s), bool(corun))] = surface
+    return FittedLatency(name, surfaces, hardware, source or "least-squares fit of trace samples",
+                         draft_layer=draft_layer)
+
+
+def predict_samples(model, samples: pd.DataFrame) -> np.ndarray:
+    """The model's seconds for every row of a latency table."""
+    out = np.empty(len(samples))
+    for i, row in enumerate(samples.itertuples(index=False)):
+        if row.op == "target_forward":
+            out[i] = model.target_forward(int(row.k), int(row.context_len), bool(row.corun))
+        else:
+            out[i] = model.draft_step(int(row.context_len), int(row.layer), bool(row.corun))
+    return out
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """Relative errors on samples left out of the fit, for the fit and for the median table."""
+
+    folds: int
+    samples: int
+    fitted_median: float
+    fitted_p90: float
+    table_median: float
+    by_series: dict[str, float]
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def held_out(samples: pd.DataFrame, form: str = "auto") -> HeldOut:
+    """Leave one probe repeat out at a time: fit on the others, predict the left-out samples.
+
+    The table baseline (medians of the training repeats) sees the same points, so it shows
+    what the fit costs or gains where both have data. Needs at least two repeats."""
+    if samples["repeat"].nunique() < 2:
+        raise SimlabError("held-out evaluation needs latency samples of at least two probe repeats")
+    folds = samples["repeat"].to_numpy()
+    fitted_err = np.empty(len(samples))
+    table_err = np.empty(len(samples))
+    for f in np.unique(folds):
+        train, test = samples[folds != f], samples[folds == f]
+        y = test["seconds"].to_numpy()
+        fitted_err[folds == f] = np.abs(predict_samples(fit_latency(train, form=form), test) / y - 1.0)
+        table_err[folds == f] = np.abs(predict_samples(TableLatency.from_samples(train), test) / y - 1.0)
+    series = series_of(samples).to_numpy()
+    by_series = {
+        f"{s}{' (co-run)' if c else ''}": float(np.median(fitted_err[(series == s) & (samples['corun'].to_numpy() == c)]))
+        for s, c in sorted(set(zip(series, samples["corun"].astype(bool))))
+    }
+    return HeldOut(
+        folds=len(np.unique(folds)),
+        samples=len(samples),
+        fitted_median=float(np.median(fitted_err)),
+        fitted_p90=float(np.quantile(fitted_err, 0.9)),
+        table_median=float(np.median(table_err)),
+        by_series=by_series,
+    )

@@ -1,0 +1,116 @@
+"""`simlab calibrate`, `analytic --trace`, `synth --latency-profile` and `simulate --predictor`
+as a user runs them: real subprocesses, real files, one-line errors."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from simlab.trace.io import read_trace, write_trace
+from tests.helpers import noisy_latency
+from tests.test_cli import simlab
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory):
+    """A synthetic trace whose latency table looks probed: 5 repeats with 2% noise of a 25 ms
+    target step (+5% per extra token) and a 2.5 ms draft step."""
+    out = tmp_path_factory.mktemp("traces") / "iid"
+    simlab("synth", "--kind", "iid", "--alpha", "0.8", "--prompts", "6", "--tokens", "300", "--out", out)
+    tr = read_trace(out)
+    contexts = (128, 428)
+    tr.latency = pd.concat([
+        noisy_latency(lambda k, c: 0.025 * (1 + 0.05 * (k - 1)), range(1, 18), contexts),
+        noisy_latency(lambda k, c: 0.0025, (1,), contexts, op="draft_step", seed=1),
+    ], ignore_index=True)
+    write_trace(tr, out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def profile(trace, tmp_path_factory):
+    out = tmp_path_factory.mktemp("cal") / "fit.json"
+    simlab("calibrate", trace, "--out", out)
+    return out
+
+
+def test_calibrate_fits_a_profile_that_simulate_uses(trace, profile):
+    data = json.loads(profile.read_text())
+    assert data["kind"] == "fitted" and {s["series"] for s in data["surfaces"]} == {"draft", "target"}
+    by_table = json.loads(simlab("simulate", "--trace", trace, "--gamma", "4", "--json").stdout)
+    by_fit = json.loads(simlab("simulate", "--trace", trace, "--gamma", "4", "--latency", profile, "--json").stdout)
+    assert by_fit["latency"] == "fit"
+    assert by_fit["speedup"] == pytest.approx(by_table["speedup"], rel=0.01)
+
+
+def test_calibrate_prints_fit_quality_and_draws_the_fit(trace, tmp_path):
+    # held-out errors sit at the 2% noise: median |N(0, 2%)| is 1.3%
+    out = simlab("calibrate", "fit", trace, "--out", tmp_path / "p.json", "--plot", tmp_path / "fit.png").stdout
+    text = " ".join(out.split())  # rich wraps long lines and table headers
+    for label in ("R²", "worst", "held-out samples", "median |error|"):
+        assert label in text
+    held = json.loads((tmp_path / "p.json").read_text())["held_out"]
+    assert 0.008 < held["fitted_median"] < 0.02
+    assert (tmp_path / "fit.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_roofline_check_states_the_error_against_pacer():
+    out = json.loads(simlab("calibrate", "roofline", "--check", "--json").stdout)
+    pacer = [r for r in out["rows"] if r["source"] == "Pacer Table 14"]
+    assert len(pacer) == 2 and all(abs(r["rel_err"]) < 0.10 for r in pacer)
+    assert out["overhead"]["per_layer_s"] > 0
+
+
+def test_a_paper_setup_without_its_gpus(tmp_path):
+    prof = tmp_path / "pacer.json"
+    simlab("calibrate", "roofline", "--draft-config", "deepseek-coder-1.3b", "--target-config", "deepseek-coder-33b",
+           "--gpu", "a800-80g", "--out", prof)
+    table = "calibrate/mapping/spide-fig4-deepseek-1.3b-33b.csv"
+    simlab("synth", "--kind", "table", "--table", table, "--latency-profile", prof, "--prompts", "4", "--out",
+           tmp_path / "fig4")
+    manifest = json.loads((tmp_path / "fig4" / "manifest.json").read_text())
+    assert manifest["hardware"] == "NVIDIA A800 80GB SXM" and "pacer" in manifest["notes"]
+    res = json.loads(simlab("simulate", "--trace", tmp_path / "fig4", "--gamma", "6", "--json").stdout)
+    roofline = json.loads(simlab("simulate", "--trace", tmp_path / "fig4", "--gamma", "6", "--latency", prof,
+                                 "--json").stdout)
+    assert res["speedup"] == pytest.approx(roofline["speedup"], rel=0.01)
+    assert res["speedup"] > 2
+
+
+def test_predictor_trains_reports_and_feeds_simulate(trace, tmp_path):
+    out = json.loads(simlab("calibrate", "predictor", trace, "--out", tmp_path / "p.json", "--json").stdout)
+    assert out["kind"] == "logistic" and out["report"]["test"]["auc"] > 0.6
+    res = json.loads(simlab("simulate", "--trace", trace, "--predictor", tmp_path / "p.json", "--json").stdout)
+    assert res["predictor"] == out["name"]
+
+
+def test_analytic_trace_compares_closed_forms_with_the_simulator(trace):
+    out = json.loads(simlab("analytic", "--trace", trace, "--max-gamma", "4", "--json").stdout)
+    assert [g["gamma"] for g in out["gammas"]] == [1, 2, 3, 4]
+    assert {"speedup_iid", "speedup_runs", "speedup_sim", "err_iid"} <= set(out["gammas"][0])
+    assert out["window"] == int(out["t_target_s"] / out["t_draft_s"]) in (9, 10)  # about 25 ms / 2.5 ms
+    assert len(out["h_rule"]) == 4
+
+
+@pytest.mark.parametrize("args, message", [
+    (("calibrate", "{tmp}/missing", "--out", "{tmp}/p.json"), "trace not found"),
+    (("calibrate", "{trace}", "--out", "{tmp}/p.json", "--form", "cubic"), "unknown form"),
+    (("calibrate", "{trace}", "--out", "{tmp}/p.json", "--plot", "{tmp}/fit.txt"), "--plot must end in"),
+    (("calibrate", "roofline", "--target-config", "gpt-9", "--out", "{tmp}/r.json"), "unknown model"),
+    (("calibrate", "roofline", "--target-config", "vicuna-13b", "--gpu", "tpu-v9", "--out", "{tmp}/r.json"),
+     "unknown GPU"),
+    (("calibrate", "roofline", "--gpu", "h100"), "needs --target-config"),
+    (("calibrate", "predictor", "{trace}", "--out", "{tmp}/p.json", "--kind", "forest"), "unknown predictor kind"),
+    (("simulate", "--trace", "{trace}", "--predictor", "{tmp}/garbage.json"), "not valid JSON"),
+    (("simulate", "--trace", "{trace}", "--latency", "{tmp}/broken-fit.json"), "malformed"),
+    (("analytic", "--trace", "{trace}", "--max-gamma", "0"), "--max-gamma must be >= 1"),
+    (("synth", "--out", "{tmp}/s", "--latency-profile", "{tmp}/none.json"), "latency profile not found"),
+])
+def test_bad_input_gets_one_line_and_status_2(trace, tmp_path, args, message):
+    (tmp_path / "garbage.json").write_text("{not json")
+    (tmp_path / "broken-fit.json").write_text(json.dumps(
+        {"format": "simlab-latency", "version": 1, "kind": "fitted", "surfaces": [{"series": "target"}]}))
+    proc = simlab(*(a.format(tmp=tmp_path, trace=trace) for a in args), check=False)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("simlab: error:") and message in lines[0], proc.stderr

@@ -1,0 +1,84 @@
+"""The roofline model: shapes give the published parameter counts, and with the framework
+overhead fitted to Spec-Bench's A100 figures it predicts Pacer's A800 latencies within 10%."""
+
+import json
+
+import pytest
+
+from simlab.latency import roofline as rf
+from simlab.latency.model import load_profile, save_profile
+from simlab.trace.schema import NO_LAYER
+
+# Parameter counts in the models' names / model cards (billions)
+PUBLISHED_SIZE_B = {"vicuna-7b": 6.7, "vicuna-13b": 13.0, "vicuna-33b": 32.5, "deepseek-coder-1.3b": 1.3,
+                    "deepseek-coder-33b": 33.3, "tinyllama-1.1b": 1.1, "codellama-34b": 33.7, "qwen3-32b": 32.8,
+                    "pythia-12b": 11.8, "qwen2.5-coder-1.5b": 1.54}
+PACER_BOUND = 0.10  # stated in calibrate/README.md
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_SIZE_B))
+def test_shapes_have_the_published_parameter_counts(name):
+    shape = rf.model_shape(name)
+    assert shape.total_params / 1e9 == pytest.approx(PUBLISHED_SIZE_B[name], rel=0.05)
+
+
+def test_roofline_with_fitted_overhead_predicts_pacer_table14_within_10_percent():
+    df = rf.check_published("hf-eager")
+    pacer = df[df["source"] == "Pacer Table 14"]
+    assert set(pacer["model"]) == {"deepseek-coder-1.3b", "deepseek-coder-33b"}
+    assert (pacer["role"] == "check").all()  # not used to fit the overhead
+    assert (pacer["rel_err"].abs() < PACER_BOUND).all(), pacer
+
+
+def test_bare_roofline_is_a_lower_bound_on_every_published_figure():
+    df = rf.check_published("hf-eager")
+    assert (df["ideal_s"] < df["seconds"]).all()
+
+
+def test_overhead_is_fitted_only_from_fit_rows():
+    rows = rf.published_latencies()
+    changed = rows.copy()
+    changed.loc[changed["role"] == "check", "value"] *= 10
+    assert rf.fit_overhead("hf-eager", changed) == rf.fit_overhead("hf-eager", rows)
+    assert rf.fit_overhead("ideal").per_layer_s == 0.0
+
+
+def test_verify_is_flat_while_memory_bound_then_grows_with_k():
+    model = rf.RooflineLatency("t", rf.model_shape("vicuna-13b"), rf.gpu_spec("a100-80g"), rf.model_shape("vicuna-68m"))
+    assert model.target_forward(8, 512) == pytest.approx(model.target_forward(1, 512), rel=0.01)
+    # 2 FLOPs per weight per token: ~26 TFLOP at k=1000 is 83 ms at 312 TFLOPS, more than the 13 ms weight read
+    assert model.target_forward(1000, 512) > 3 * model.target_forward(1, 512)
+    assert model.target_forward(1, 4096) > model.target_forward(1, 128)  # a longer KV cache to read
+    assert model.draft_step(512) < model.target_forward(1, 512) / 5
+
+
+def test_early_exit_steps_cost_grows_with_the_exit_layer():
+    model = rf.RooflineLatency("self", rf.model_shape("vicuna-7b"), rf.gpu_spec("h100"))
+    steps = [model.draft_step(256, layer) for layer in (4, 8, 16, 32)]
+    assert steps == sorted(steps)
+    assert steps[-1] == pytest.approx(model.target_forward(1, 256))
+    with pytest.raises(rf.SimlabError, match="no draft model"):
+        model.draft_step(256, NO_LAYER)
+    model.draft_layer = 8  # the trace's drafting exit layer prices draft-model steps
+    assert model.draft_step(256) == steps[1]
+
+
+def test_profile_round_trips(tmp_path):
+    model = rf.RooflineLatency("pair", rf.model_shape("deepseek-coder-33b"), rf.gpu_spec("a800-80g"),
+                               rf.model_shape("deepseek-coder-1.3b"), "float16", rf.fit_overhead("hf-eager"))
+    loaded = load_profile(save_profile(model, tmp_path / "p.json"))
+    for k in (1, 5, 64):
+        assert loaded.target_forward(k, 300) == model.target_forward(k, 300)
+    assert loaded.draft_step(300) == model.draft_step(300)
+
+
+def test_a_hugging_face_config_gives_the_same_shape(tmp_path):
+    config = {"model_type": "llama", "num_hidden_layers": 62, "hidden_size": 7168, "intermediate_size": 19200,
+              "vocab_size": 32256, "num_attention_heads": 56, "num_key_value_heads": 8, "hidden_act": "silu",
+              "tie_word_embeddings": False}
+    path = tmp_path / "deepseek-coder-33b" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(config))
+    shape = rf.model_shape(path)
+    assert shape.name == "deepseek-coder-33b"
+    assert shape.total_params == rf.model_shape("deepseek-coder-33b").total_params

@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from simlab.errors import SimlabError
 from simlab.metrics import Counts
 from simlab.policies.base import Policy, PromptInfo
-from simlab.errors import SimlabError
 from simlab.rounds import DraftRun, DraftToken, ParallelResult, ParallelRound, Shadow, Verify, decode
 from simlab.signals import ShadowTokens, TokenSignal
 

@@ -36,7 +36,7 @@ def synth(
 ) -> None:
     """Write a synthetic trace: i.i.d., bursty (markov) or histogram-driven (table) acceptance."""
     from simlab.trace.io import write_trace
-    from simlab.trace.synth import synth_trace
+    from simlab.trace.synth import synth_trace, with_latency
 
     spec = SynthSpec(kind=kind, alpha=alpha, c=c, prompts=prompts, tokens=tokens, verify_slope=verify_slope,
                      target_step=target_step, prompt_len=prompt_len, concentration=concentration,
@@ -44,22 +44,8 @@ def synth(
                      table=str(table) if table else None, rollout=rollout, seed=seed)
     trace = synth_trace(spec, command=shlex.join(["simlab", *sys.argv[1:]]))
     if latency_profile:
-        _borrow_latency(trace, latency_profile)
+        trace = with_latency(trace, latency_profile)
     path = write_trace(trace, out)
     accept = (trace.positions["draft_token"] == trace.positions["target_token"]).mean()
     console.print(f"wrote synthetic {kind} trace to {path}: {prompts} prompts x {tokens} tokens, "
                   f"measured acceptance {accept:.3f}")
-
-
-def _borrow_latency(trace, profile: Path) -> None:
-    """Replace the synthetic latencies by a profile's, tabulated at the trace's k and contexts."""
-    from simlab.latency.model import load_profile, tabulate
-
-    model = load_profile(profile)
-    spec = trace.manifest.extra["synth"]
-    contexts = (spec["prompt_len"], spec["prompt_len"] + spec["tokens"])
-    trace.latency = tabulate(model, range(1, spec["max_k"] + 2), contexts, corun=getattr(model, "has_corun", False))
-    m = trace.manifest
-    m.hardware = getattr(model, "hardware", "") or model.name
-    m.draft_model, m.target_model = f"synthetic draft ({model.name})", f"synthetic target ({model.name})"
-    m.notes += f" Latencies tabulated from the profile {profile} ({model.name}), not measured."

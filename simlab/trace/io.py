@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from simlab.errors import SimlabError
+from simlab.jsonfile import read_json
 from simlab.trace.schema import (
     LATENCY_OPS,
     MANIFEST,
@@ -156,12 +157,7 @@ def _read_manifest(root: Path) -> Manifest:
     file = root / MANIFEST
     if not file.exists():
         raise SimlabError(f"trace {root}: {MANIFEST} is missing (is this a trace directory?)")
-    try:
-        data = json.loads(file.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise SimlabError(f"trace {root}: {MANIFEST} is not valid JSON ({exc})") from exc
-    if not isinstance(data, dict):
-        raise SimlabError(f"trace {root}: {MANIFEST} must hold a JSON object")
+    data = read_json(file, f"trace {root}: {MANIFEST}")
     version = data.get("schema_version")
     if version != SCHEMA_VERSION:
         raise SimlabError(

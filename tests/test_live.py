@@ -98,7 +98,7 @@ SERIAL = [name for name in LIVE_POLICIES if not REGISTRY[name].parallel]
 def test_simulator_predicts_live_target_calls_and_mat_exactly(session, policy):
     from simlab.sim.run import Simulator
 
-    sim = Simulator(session.trace).run(policy, {}, with_cost=False).per_prompt.set_index("prompt_id")
+    sim = Simulator(session.trace, topology=session.topology).run(policy, {}, with_cost=False).per_prompt.set_index("prompt_id")
     pol = session.make_policy(policy, {})
     for pid, ids in session.ids.items():
         run = session.executor.run(pol, pid, ids, TOKENS)
@@ -147,6 +147,7 @@ def test_live_cli_compares_measured_with_predicted(trace_dir, tmp_path):
     summary = json.loads(proc.stdout)
     assert summary["prompts"] == 2 and summary["lossless"] == 2
     assert summary["target_calls_equal"] == 2
+    assert summary["topology"] == "one-device"  # draft and target share the CPU: so does the prediction
     df = pd.read_csv(out)
     assert {"measured_speedup", "predicted_speedup", "error_speedup"} <= set(df.columns)
     assert (tmp_path / "log" / "live-0.json").exists() and (tmp_path / "log" / "sim-0.json").exists()
@@ -179,3 +180,20 @@ def test_bad_live_arguments_are_one_line(tmp_path):
                               env={**os.environ})
         assert proc.returncode == 2, proc.stderr
         assert fragment in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_hf_assisted_generation_runs_the_same_fixed_gamma(session, greedy):
+    """--against-hf's baseline: HF assisted generation with a constant γ emits the target's
+    greedy tokens in as many target forwards as simlab's sd with that γ (both verify γ drafts a
+    round), and leaves the draft's generation config as it found it."""
+    from simlab.live.hf import assisted_generate
+
+    ex = session.executor
+    before = ex.draft_model.generation_config.to_dict()
+    pol = session.make_policy("sd", {"gamma": 3})
+    for pid, ids in session.ids.items():
+        hf = assisted_generate(ex.target_model, ex.draft_model, ids, TOKENS, 3, session.eos)
+        run = ex.run(pol, pid, ids, TOKENS)
+        assert hf.tokens == greedy[pid] == run.tokens
+        assert hf.target_calls == run.counts.target_calls
+    assert ex.draft_model.generation_config.to_dict() == before

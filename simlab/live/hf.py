@@ -5,10 +5,17 @@ disabled (``assistant_confidence_threshold=0``: its default of 0.4 would otherwi
 early; baselines.md §4) is what a user of transformers runs for vanilla SD, so it is the
 baseline a lab decoder must be at least as fast as. Target forwards are counted with a
 forward hook; times include the prefill, so simlab's figure it is compared with does too.
+
+transformers reads these settings from the *assistant's* generation config (its
+``AssistedCandidateGenerator`` copies ``assistant_model.generation_config``); passed to
+``generate`` they would only reach the target's config, leaving the assistant on its defaults
+(the "heuristic" schedule, whose draft length also carries over from one call to the next). So
+they are set on the assistant for the call and restored after it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 
@@ -22,6 +29,22 @@ class HFRun:
     target_calls: int  # decoding forwards (the prefill is not counted)
 
 
+@contextlib.contextmanager
+def _constant_schedule(draft, gamma: int):
+    """The assistant drafts exactly ``gamma`` tokens a round, with no confidence stop."""
+    config = draft.generation_config
+    wanted = {"num_assistant_tokens": gamma, "num_assistant_tokens_schedule": "constant",
+              "assistant_confidence_threshold": 0.0}
+    saved = {key: getattr(config, key, None) for key in wanted}
+    for key, value in wanted.items():
+        setattr(config, key, value)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            setattr(config, key, value)
+
+
 @torch.inference_mode()
 def assisted_generate(target, draft, prompt_ids: list[int], max_new_tokens: int, gamma: int,
                       eos_token_ids: list[int]) -> HFRun:
@@ -32,12 +55,11 @@ def assisted_generate(target, draft, prompt_ids: list[int], max_new_tokens: int,
     try:
         sync()
         t0 = time.perf_counter()
-        out = target.generate(
-            input_ids=ids, attention_mask=torch.ones_like(ids), assistant_model=draft, do_sample=False,
-            max_new_tokens=max_new_tokens, num_assistant_tokens=gamma, num_assistant_tokens_schedule="constant",
-            assistant_confidence_threshold=0.0, eos_token_id=list(eos_token_ids),
-            pad_token_id=eos_token_ids[0],
-        )
+        with _constant_schedule(draft, gamma):
+            out = target.generate(
+                input_ids=ids, attention_mask=torch.ones_like(ids), assistant_model=draft, do_sample=False,
+                max_new_tokens=max_new_tokens, eos_token_id=list(eos_token_ids), pad_token_id=eos_token_ids[0],
+            )
         sync()
         seconds = time.perf_counter() - t0
     finally:

@@ -97,7 +97,7 @@ class LiveReport:
         from simlab.sim.run import Simulator
 
         s = self.session
-        sim = Simulator(s.trace, seed=s.cfg.seed)
+        sim = Simulator(s.trace, seed=s.cfg.seed, topology=s.topology)
         for outcome in self.outcomes:
             pid = int(s.trace.prompts.set_index("source").loc[outcome.source, "prompt_id"])
             res = sim.run(s.cfg.policy, s.cfg.params, timeline_prompt=pid, with_cost=False)
@@ -134,7 +134,8 @@ class LiveReport:
         if "predicted_wall_time_s" in df:
             pw, pad = df["predicted_wall_time_s"].sum(), df["predicted_ad_wall_time_s"].sum()
             ptok = df["predicted_tokens"].sum()
-            out.update(trace=str(self.comparison.trace_path), predicted_tokens_per_s=ptok / pw,
+            out.update(trace=str(self.comparison.trace_path), topology=s.topology.value,
+                       predicted_tokens_per_s=ptok / pw,
                        predicted_speedup=pad / pw, predicted_target_calls=int(df["predicted_target_calls"].sum()),
                        median_abs_error_speedup=float(df["error_speedup"].abs().median()),
                        median_abs_error_tokens_per_s=float(df["error_tokens_per_s"].abs().median()),

@@ -28,6 +28,7 @@ import pandas as pd
 
 from simlab.errors import SimlabError
 from simlab.paths import TRACES, cache_root
+from simlab.sim.devices import Topology
 from simlab.trace.io import Trace, read_trace
 from simlab.trace.schema import MANIFEST
 
@@ -151,6 +152,11 @@ class LiveSession:
         for d in {self.target_device, self.draft_device}:
             if d.startswith("cuda") and not torch.cuda.is_available():
                 raise SimlabError(f"device {d}: no CUDA device is available here (use cpu)")
+        # Where both models compute on one device (a CPU's cores, one GPU), parallel rounds share
+        # it: the simulation that predicts this run, and the windows policies size from latencies,
+        # use the one-device topology and its co-running latencies.
+        self.topology = Topology.ONE_DEVICE if _same_device(self.draft_device, self.target_device) \
+            else Topology.TWO_DEVICES
         self.dtype = cfg.dtype or ("float32" if self.target_device == "cpu" else "bfloat16")
         from transformers.utils import logging as hf_logging
 
@@ -264,9 +270,10 @@ class LiveSession:
         if self.trace is not None:
             from simlab.sim.run import Simulator
 
-            best_gamma = lambda: Simulator(self.trace, latency).reference().gamma  # noqa: E731
+            best_gamma = lambda: Simulator(self.trace, latency, topology=self.topology).reference().gamma  # noqa: E731
         context = PolicyContext(latency=latency, exit_layers=list(m.exit_layers) if m else [],
-                                n_layers=m.n_layers if m else 0, context_len=typical, best_gamma=best_gamma)
+                                n_layers=m.n_layers if m else 0, context_len=typical, best_gamma=best_gamma,
+                                corun=self.topology is Topology.ONE_DEVICE)
         return make_policy(name, context, **params)
 
     def decode(self) -> Iterator[PromptOutcome]:
@@ -296,8 +303,8 @@ class LiveSession:
         pid_of = {}
         if self.trace is not None:
             latency = load_profile(self.cfg.latency) if self.cfg.latency is not None else None
-            sim = Simulator(self.trace, latency, seed=self.cfg.seed).run(self.cfg.policy, self.cfg.params,
-                                                                          with_cost=False)
+            sim = Simulator(self.trace, latency, seed=self.cfg.seed, topology=self.topology).run(
+                self.cfg.policy, self.cfg.params, with_cost=False)
             pid_of = dict(zip(self.trace.prompts["source"], self.trace.prompts["prompt_id"]))
             predicted = sim.per_prompt.set_index("prompt_id")
         for o in outcomes:
@@ -320,3 +327,11 @@ class LiveSession:
     def close(self) -> None:
         if self.executor is not None:
             self.executor.close()
+
+
+def _same_device(a: str, b: str) -> bool:
+    """``cuda`` and ``cuda:0`` are one device."""
+    import torch
+
+    da, db = torch.device(a), torch.device(b)
+    return (da.type, da.index or 0) == (db.type, db.index or 0)

@@ -1,0 +1,48 @@
+"""The traces shipped in traces/ load, hold what traces/README.md says, and show CPU costs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from simlab.latency import TableLatency
+from simlab.trace import read_trace
+
+TRACES = Path(__file__).resolve().parents[1] / "traces"
+QWEN = {"qwen-coder-humaneval": ("humaneval:40", 40), "qwen-coder-mtbench": ("mtbench:20", 20)}
+
+
+@pytest.mark.parametrize("name", sorted(QWEN))
+def test_qwen_traces_are_greedy_recordings_of_the_pair(name):
+    trace = read_trace(TRACES / name)
+    m = trace.manifest
+    assert (m.kind, m.draft_model, m.target_model) == ("recorded", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b")
+    assert (m.dataset, trace.n_prompts) == QWEN[name]
+    assert m.greedy and m.max_new_tokens == 128 and m.eos_token_ids == [151643, 151645]
+    assert set(trace.prompts.stop) <= {"eos", "length"}
+    assert (trace.prompts.n_tokens[trace.prompts.stop == "length"] == 128).all()
+    diverged = trace.positions[trace.positions.draft_token != trace.positions.target_token]
+    assert set(zip(diverged.prompt_id, diverged.pos)) == set(zip(trace.rollouts.prompt_id, trace.rollouts.pos))
+
+
+@pytest.mark.parametrize("name", sorted(QWEN))
+def test_on_cpu_the_verify_cost_grows_with_k(name):
+    lat = read_trace(TRACES / name).latency
+    assert lat.corun.any() and (lat.groupby(["op", "k", "context_len", "corun"]).size() >= 5).all()
+    model = TableLatency.from_samples(lat)
+    for ctx in sorted(lat.context_len.unique()):
+        assert model.target_forward(17, ctx) > 1.5 * model.target_forward(1, ctx)
+        assert model.draft_step(ctx) < model.target_forward(1, ctx)
+
+
+def test_smollm2_selfspec_trace_has_every_exit_layer():
+    trace = read_trace(TRACES / "smollm2-selfspec")
+    m = trace.manifest
+    assert m.draft_model == "smollm2[:24]" and m.draft_layer == 24 and m.exit_layers == list(range(1, 30))
+    assert sorted(trace.layers.layer.unique()) == list(range(1, 30))
+    steps = trace.latency[trace.latency.op == "draft_step"]
+    assert sorted(steps.layer.unique()) == list(range(1, 30))
+    at24 = trace.layers[trace.layers.layer == 24].sort_values(["prompt_id", "pos"])
+    pos = trace.positions.sort_values(["prompt_id", "pos"])
+    assert at24.token.tolist() == pos.draft_token.tolist()

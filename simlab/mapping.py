@@ -2,7 +2,8 @@
 
 SPIDE §3.2 (Figure 4) keeps, per confidence interval, how many draft tokens were verified
 and how many accepted: [0, 0.1), [0.1, 0.2), ..., [0.8, 0.9), then [0.9, 0.91), ...,
-[0.99, 1.0) — a finer grid where most tokens fall — and the single value 1.0: 20 bins.
+[0.99, 1.0) — a finer grid where most tokens fall — and the single value 1.0 (at bfloat16
+precision, see ``ONE``): 20 bins.
 Confidence is the draft's top-1 probability (SPIDE eq. 2).
 
 Tables use the columns of ``calibrate/mapping/*.csv`` (``conf_low, conf_high, count,
@@ -15,7 +16,16 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-# Lower edges of the 20 bins; the last bin holds exactly 1.0.
+# The paper's last bin, "1.0", holds the confidences that are 1.0 at the precision of its models:
+# "all models are loaded with bfloat-16 precision" (Appendix, Table 6), and bfloat16 rounds
+# everything from 1 - 2^-9 (halfway between 1 and the largest bfloat16 below it, 1 - 2^-8) up
+# to 1.0. That is why Figure 4's "1.0" row holds 83% of the tokens. An edge at exactly 1.0
+# would be empty in float32 but for last-bit noise, which sorts one token differently in a
+# batched (recorded) and a KV-cached (live) forward.
+ONE = 1 - 2**-9
+
+# Lower edges of the 20 bins as the paper names them; the last bin, "1.0", holds every
+# confidence from ONE up.
 SPIDE_EDGES: tuple[float, ...] = (
     *(round(0.1 * i, 1) for i in range(10)),  # 0.0 .. 0.9
     *(round(0.9 + 0.01 * i, 2) for i in range(1, 10)),  # 0.91 .. 0.99
@@ -27,7 +37,7 @@ MAPPING_COLUMNS = ("conf_low", "conf_high", "count", "accepted")
 def spide_bin(confidence) -> np.ndarray:
     """Bin index 0..19 of each confidence (values outside [0, 1] are clipped)."""
     c = np.clip(np.asarray(confidence, dtype=float), 0.0, 1.0)
-    return np.searchsorted(SPIDE_EDGES, c, side="right") - 1
+    return np.where(c >= ONE, len(SPIDE_EDGES) - 1, np.searchsorted(SPIDE_EDGES, c, side="right") - 1)
 
 
 def mapping_table(confidence, accepted) -> pd.DataFrame:

@@ -125,7 +125,7 @@ def test_two_policies_sweeping_the_parameter_need_a_choice(table):
 
 def test_spide_has_twenty_bins():
     assert len(SPIDE_EDGES) == 20
-    assert spide_bin([0.0, 0.05, 0.1, 0.85, 0.9, 0.905, 0.955, 0.999, 1.0]).tolist() == [0, 0, 1, 8, 9, 9, 14, 18, 19]
+    assert spide_bin([0.0, 0.05, 0.1, 0.85, 0.9, 0.905, 0.955, 0.995, 0.999, 1.0]).tolist() == [0, 0, 1, 8, 9, 9, 14, 18, 19, 19]
 
 
 def test_trace_mapping_counts_drafted_positions():

@@ -23,6 +23,7 @@ from bisect import bisect_right
 from typing import Any, ClassVar
 
 from simlab.errors import SimlabError
+from simlab.mapping import ONE, SPIDE_EDGES
 from simlab.policies.base import (
     Decision,
     Outcome,
@@ -39,20 +40,19 @@ from simlab.policies.base import (
 from simlab.policies.timing import window_param
 from simlab.signals import TokenSignal
 
-# Upper edges of the 20 intervals of §3.2 / Figure 4: [0, 0.1), ..., [0.8, 0.9),
-# [0.90, 0.91), ..., [0.99, 1.0) and [1.0].
-BIN_EDGES = tuple(round(0.1 * i, 1) for i in range(1, 10)) + tuple(round(0.9 + 0.01 * i, 2) for i in range(1, 10)) + (1.0,)
-N_BINS = len(BIN_EDGES) + 1
-
+N_BINS = len(SPIDE_EDGES)
 
 def confidence_bin(confidence: float) -> int:
-    """Index 0..19 of the interval that holds ``confidence``."""
-    return bisect_right(BIN_EDGES, confidence)
+    """Index 0..19 of the interval of §3.2 / Figure 4 that holds ``confidence`` (the bins of
+    :mod:`simlab.mapping`; a scalar bisection, as the simulator asks once per drafted token)."""
+    if confidence >= ONE:
+        return N_BINS - 1
+    return max(bisect_right(SPIDE_EDGES, confidence) - 1, 0)
 
 
 def bin_bounds(b: int) -> tuple[float, float]:
-    low = BIN_EDGES[b - 1] if b else 0.0
-    return low, BIN_EDGES[b] if b < len(BIN_EDGES) else 1.0
+    """The confidence range of bin ``b``; the last is the single value 1.0 (in bfloat16)."""
+    return (SPIDE_EDGES[b], SPIDE_EDGES[b + 1]) if b + 1 < N_BINS else (1.0, 1.0)
 
 
 TAU = Param("tau", 0.7, "reliability threshold τ of eq. 4 (Table 18: 0.5-0.9)")

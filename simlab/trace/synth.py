@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from simlab.errors import SimlabError
+from simlab.mapping import ONE
 from simlab.trace.io import Trace, empty_table
 from simlab.trace.schema import NO_LAYER, Manifest
 
@@ -140,6 +141,8 @@ def _confidences(spec: SynthSpec, rng: np.random.Generator, n: int) -> tuple[np.
     table = read_mapping_table(spec.table)
     bins = rng.choice(len(table), size=n, p=(table["count"] / table["count"].sum()).to_numpy())
     low, high = table["conf_low"].to_numpy()[bins], table["conf_high"].to_numpy()[bins]
+    # A published "[x, 1.0)" row ends where its precision rounds to 1.0 (simlab.mapping.ONE).
+    high = np.where((high >= 1.0) & (low < 1.0), np.minimum(high, ONE), high)
     conf = low + (high - low) * rng.random(n)
     return conf, (table["accepted"] / table["count"]).to_numpy()[bins]
 

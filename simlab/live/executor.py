@@ -233,9 +233,11 @@ class LiveExecutor:
         return LazySignal(logits, index)
 
     def _settle(self, state: "_PromptState", info: PromptInfo, c: int, emitted: list[int], accepted: int) -> int:
-        """Commit ``emitted`` from position c; stop at an end token (counted as the target's)."""
+        """Commit ``emitted`` from position c; stop at the end — an end token or the budget's last
+        position — which is counted as the target's token, as in the simulator (rounds.py): a
+        parallel round's first new draft that lands there is not accepted."""
         for j, tok in enumerate(emitted):
-            if tok in self.eos:
+            if tok in self.eos or c + j == info.budget - 1:
                 emitted = emitted[: j + 1]
                 accepted = min(accepted, j)
                 info.n_tokens = c + j + 1

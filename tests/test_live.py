@@ -157,7 +157,10 @@ def test_ctrl_c_keeps_finished_prompts(trace_dir, tmp_path):
     proc = subprocess.Popen(simlab("live", "--target", "smollm2", "--draft-layer", LAYER, "--prompts", "humaneval:6",
                                    "--max-new-tokens", TOKENS, "--policy", "sd", "--no-compare", "--out", out,
                                    "--quiet"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            # a suite started in the background inherits SIGINT ignored; a user's
+                            # terminal delivers it, so the child gets the default disposition back
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 600
     while not out.exists() and time.time() < deadline and proc.poll() is None:
         time.sleep(0.5)

@@ -10,7 +10,7 @@ import importlib
 import pkgutil
 import sys
 
-import click
+import typer
 
 from simlab.cli.app import EXIT_INTERRUPTED, app
 from simlab.errors import SimlabError
@@ -19,6 +19,9 @@ EXIT_USER_ERROR = 2
 PIPELINE_ORDER = ("models", "record", "calibrate", "simulate", "policies", "sweep", "plot", "live",
                   "synth", "analytic", "bench")
 _NOT_COMMANDS = {"app", "output", "policy_options"}
+# Click's base class of usage errors, as the installed Typer raises it: Typer 0.29 and later
+# carry their own copy of Click and no longer install the click package.
+_CLICK_EXCEPTION = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
 
 
 def _command_modules() -> list[str]:
@@ -38,12 +41,12 @@ def main(argv: list[str] | None = None) -> None:
     except SimlabError as exc:
         print(f"simlab: error: {exc}", file=sys.stderr)
         sys.exit(EXIT_USER_ERROR)
-    except click.exceptions.Exit as exc:
+    except typer.Exit as exc:
         sys.exit(exc.exit_code)
-    except click.ClickException as exc:  # bad options: click's own message, exit 2
+    except _CLICK_EXCEPTION as exc:  # bad options: click's own message, exit 2
         exc.show()
         sys.exit(exc.exit_code)
-    except (KeyboardInterrupt, click.exceptions.Abort):
+    except (KeyboardInterrupt, typer.Abort):
         print("simlab: interrupted", file=sys.stderr)
         sys.exit(EXIT_INTERRUPTED)
     # Typer returns, instead of raising, the code of a typer.Exit, and turns Ctrl-C in a

@@ -252,3 +252,17 @@ def _has_prompts(out: Path) -> bool:
         return read_trace(out).n_prompts > 0
     except SimlabError:
         return False
+
+
+def test_probe_times_the_forward_a_verification_runs(smollm2):
+    """A k-token probe forward computes the logits of all k positions, as verifying reads them,
+    and leaves the KV cache at its context length for the next call."""
+    from simlab.models.load import load_model, resolve
+    from simlab.record.latency import _Stepper
+
+    model = load_model(resolve("smollm2"), "cpu", "float32")
+    with torch.inference_mode():
+        stepper = _Stepper(model, 20, model.config.vocab_size, torch.Generator().manual_seed(0))
+        for k in (1, 5):
+            assert stepper(k).shape[:2] == (1, k)
+            assert stepper.cache.get_seq_length() == 20

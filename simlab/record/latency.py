@@ -6,6 +6,14 @@ one-token step and the target's forward of k new tokens (k = 1 is a decoding ste
 that the spread is visible. Early-exit draft steps (the target's first l layers) are timed for
 self-speculative traces.
 
+A probe times the forward a decoder runs, not a cheaper one: a target forward of k tokens
+computes the logits of all k positions, because verification reads every one of them (the
+LM head of Qwen2.5-Coder-1.5B is 15% of its weights; keeping one row priced a 6-token verify
+9% under the live decoder's, measured on this project's 2-core CPU). The default k reach 128
+because policies that draft until their confidence drops (SPIDE's serial runs, DV) verify
+runs of dozens of tokens, whose cost a table that stops at 17 cannot extrapolate (live: 6.5 s
+for 121 tokens, against 1.5 s read off the last measured segment).
+
 Clocks: ``time.perf_counter`` on CPU; CUDA events on GPU, after a warm-up call per point.
 
 Co-running figures (``corun=True``): parallel policies (PEARL, SPIDE) run the draft while the
@@ -33,7 +41,7 @@ from simlab.record.forward import truncated
 from simlab.record.ranges import int_ranges
 from simlab.trace.schema import NO_LAYER
 
-DEFAULT_PROBE = "k=1-9,12,17;ctx=128,256,512;repeats=5"
+DEFAULT_PROBE = "k=1-9,12,17,24,32,64,128;ctx=128,256,512;repeats=5"
 CORUN_VERIFY_K = 4
 
 
@@ -90,7 +98,8 @@ def _flag(text: str, spec: str) -> bool:
 
 
 class _Stepper:
-    """A model with a KV cache of ``ctx`` tokens that runs k-token forwards and rolls back."""
+    """A model with a KV cache of ``ctx`` tokens that runs k-token forwards and rolls back;
+    each forward returns the logits of all k positions, as a decoder's does."""
 
     def __init__(self, model, ctx: int, vocab: int, gen: torch.Generator):
         self.model = model
@@ -102,9 +111,11 @@ class _Stepper:
     def _tokens(self, k: int) -> torch.Tensor:
         return torch.randint(0, self.vocab, (1, k), generator=self.gen).to(self.model.device)
 
-    def __call__(self, k: int) -> None:
-        self.model(input_ids=self._tokens(k), past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+    def __call__(self, k: int) -> torch.Tensor:
+        logits = self.model(input_ids=self._tokens(k), past_key_values=self.cache, use_cache=True,
+                            logits_to_keep=k).logits
         self.cache.crop(-k)
+        return logits
 
 
 def _timed(fn: Callable[[], None], device: torch.device) -> float:
@@ -128,7 +139,7 @@ class _Op:
     k: int
     ctx: int
     layer: int
-    run: Callable[[], None]
+    run: Callable[[], object]
     load: Callable[[], None] | None = None  # the other model's loop, for corun figures
     scope: Callable[[], AbstractContextManager] = nullcontext  # e.g. the target cut at an exit layer
 
@@ -197,35 +208,26 @@ def probe_latency(
 ) -> pd.DataFrame:
     """Latency samples (rows of latency.parquet) for the points of ``plan``.
 
-    Repeats are interleaved (round r times every point once) so that a burst of load from
-    elsewhere spreads over all points instead of biasing a few; every point gets one
-    untimed warm-up call first.
+    Repeats are interleaved (round r times every point, at every context length, once) so that
+    a burst of load from elsewhere spreads over all points instead of biasing a few: timing
+    each context length's points together let one busy minute raise a whole column (the
+    Qwen pair's ctx=256 figures once came out 10-35% above both neighbours). Every point gets
+    one untimed warm-up call first.
     """
     device = target.device
     gen = torch.Generator().manual_seed(0)
+    ops = [op for ctx in plan.contexts for op in _ops(target, draft, exit_layers, plan, ctx, vocab, gen)]
+    for op in ops:
+        with op.scope():
+            op.run()
     rows: list[dict] = []
-    for ctx in plan.contexts:
-        log(f"latency probe: context {ctx}")
-        ops = _ops(target, draft, exit_layers, plan, ctx, vocab, gen)
+    for repeat in range(plan.repeats):
+        log(f"latency probe: round {repeat + 1} of {plan.repeats}")
         for op in ops:
             with op.scope():
-                op.run()
-        for repeat in range(plan.repeats):
-            for op in ops:
-                with op.scope():
-                    seconds = _timed(op.run, device) if op.load is None else _corun(op.run, op.load, device)
-                corun = op.load is not None
-                rows.append(
-                    {
-                        "op": op.op,
-                        "k": op.k,
-                        "context_len": ctx,
-                        "layer": op.layer,
-                        "corun": corun,
-                        "repeat": repeat,
-                        "seconds": seconds,
-                    }
-                )
+                seconds = _timed(op.run, device) if op.load is None else _corun(op.run, op.load, device)
+            rows.append({"op": op.op, "k": op.k, "context_len": op.ctx, "layer": op.layer,
+                         "corun": op.load is not None, "repeat": repeat, "seconds": seconds})
     if not rows:
         raise SimlabError("the latency probe timed nothing")
     return pd.DataFrame(rows)

@@ -149,6 +149,8 @@ def test_live_cli_compares_measured_with_predicted(trace_dir, tmp_path):
     assert summary["topology"] == "one-device"  # draft and target share the CPU: so does the prediction
     df = pd.read_csv(out)
     assert {"measured_speedup", "predicted_speedup", "error_speedup"} <= set(df.columns)
+    # the baseline is the mean of autoregressive decodes before and after the policy's
+    assert df["measured_ad_spread"].between(0, 2).all() and summary["median_ad_spread"] >= 0
     assert (tmp_path / "log" / "live-0.json").exists() and (tmp_path / "log" / "sim-0.json").exists()
 
 

@@ -130,7 +130,8 @@ class LiveReport:
         wall, ad = df["measured_wall_time_s"].sum(), df["measured_ad_wall_time_s"].sum()
         tokens = df["measured_tokens"].sum()
         out.update(measured_tokens=int(tokens), measured_tokens_per_s=tokens / wall, measured_speedup=ad / wall,
-                   measured_target_calls=int(df["measured_target_calls"].sum()), lossless=int(df["lossless"].sum()))
+                   measured_target_calls=int(df["measured_target_calls"].sum()), lossless=int(df["lossless"].sum()),
+                   median_ad_spread=float(df["measured_ad_spread"].median()))
         if "predicted_wall_time_s" in df:
             pw, pad = df["predicted_wall_time_s"].sum(), df["predicted_ad_wall_time_s"].sum()
             ptok = df["predicted_tokens"].sum()
@@ -172,7 +173,9 @@ class LiveReport:
             t.add_row(*[_fmt(spec, row[key]) for _, key, spec in cols])
         console.print(t)
         lines = [f"overall: {summ['measured_tokens']} tokens, measured {summ['measured_tokens_per_s']:.2f} tok/s, "
-                 f"speedup {summ['measured_speedup']:.3f}x; lossless on {summ['lossless']}/{summ['prompts']} prompts"]
+                 f"speedup {summ['measured_speedup']:.3f}x; lossless on {summ['lossless']}/{summ['prompts']} prompts; "
+                 f"the autoregressive baselines before and after the policy differed by {summ['median_ad_spread']:.1%} "
+                 "(median over prompts)"]
         if "predicted_speedup" in summ:
             lines.append(f"predicted: {summ['predicted_tokens_per_s']:.2f} tok/s, speedup "
                          f"{summ['predicted_speedup']:.3f}x ({summ['error_speedup']:+.1%}); median |error| per prompt: "

@@ -1,10 +1,15 @@
-"""``simlab live`` end to end: load the pair, decode every prompt twice (autoregressive, then
-under the policy), simulate the same policy on a trace of the same prompts, and put measured
-beside predicted.
+"""``simlab live`` end to end: load the pair, decode every prompt three times (autoregressive,
+under the policy, autoregressive again), simulate the same policy on a trace of the same
+prompts, and put measured beside predicted.
 
 The autoregressive baseline runs through the same executor with the ``ad`` policy (one target
 forward per token, the same KV-cache code), so the measured speedup compares like with like.
-A short warm-up decode runs first and is not counted: the first forwards of a process
+Its time is the mean of the decodes before and after the policy's: on a shared machine the
+speed drifts over minutes, and a baseline taken on one side only carried that drift into the
+speedup (a Qwen prompt's baseline ran 34% slower than its trace predicted while the policy's
+decode just after it ran 6% slower). Before-and-after cancels a drift that is linear over the
+prompt; their spread (``measured_ad_spread``) says how unsteady the machine was, prompt by
+prompt. A short warm-up decode runs first and is not counted: the first forwards of a process
 allocate memory.
 
 Comparison trace: ``--trace``, or by default a shipped (or earlier cached) trace recorded with
@@ -65,8 +70,15 @@ class PromptOutcome:
     prompt_id: int
     source: str
     policy: Any  # LiveRun
-    ad: Any  # LiveRun
+    ad: Any  # LiveRun, before the policy's
+    ad_after: Any  # LiveRun, after the policy's
     lossless: bool  # the policy emitted exactly the autoregressive tokens
+
+    @property
+    def ad_spread(self) -> float:
+        """|before − after| / their mean: how far the machine's speed moved during the prompt."""
+        a, b = self.ad.counts.wall_time_s, self.ad_after.counts.wall_time_s
+        return abs(a - b) / ((a + b) / 2)
 
 
 @dataclass
@@ -277,7 +289,7 @@ class LiveSession:
         return make_policy(name, context, **params)
 
     def decode(self) -> Iterator[PromptOutcome]:
-        """Decode every prompt (autoregressive, then the policy); yields as each finishes."""
+        """Decode every prompt (autoregressive, the policy, autoregressive); yields as each finishes."""
         if self.executor is None:
             self.load_models()
         policy = self.make_policy(self.cfg.policy, self.cfg.params)
@@ -286,10 +298,11 @@ class LiveSession:
         self.executor.run(ad, -1, self.ids[first.prompt_id], WARMUP_TOKENS)  # warm-up, not counted
         for p in self.prompts:
             ids = self.ids[p.prompt_id]
-            base = self.executor.run(ad, p.prompt_id, ids, self.cfg.max_new_tokens)
+            before = self.executor.run(ad, p.prompt_id, ids, self.cfg.max_new_tokens)
             run = self.executor.run(policy, p.prompt_id, ids, self.cfg.max_new_tokens)
-            run.counts.ad_wall_time_s = base.counts.wall_time_s
-            yield PromptOutcome(p.prompt_id, p.source, run, base, run.tokens == base.tokens)
+            after = self.executor.run(ad, p.prompt_id, ids, self.cfg.max_new_tokens)
+            run.counts.ad_wall_time_s = (before.counts.wall_time_s + after.counts.wall_time_s) / 2
+            yield PromptOutcome(p.prompt_id, p.source, run, before, after, run.tokens == before.tokens)
 
     # -- measured vs predicted ------------------------------------------------------------
 
@@ -312,7 +325,8 @@ class LiveSession:
             row = {"prompt_id": o.prompt_id, "source": o.source, "lossless": o.lossless,
                    "measured_tokens": m.tokens, "measured_tokens_per_s": m.tokens_per_s,
                    "measured_speedup": m.speedup, "measured_target_calls": m.target_calls, "measured_mat": m.mat,
-                   "measured_wall_time_s": m.wall_time_s, "measured_ad_wall_time_s": m.ad_wall_time_s}
+                   "measured_wall_time_s": m.wall_time_s, "measured_ad_wall_time_s": m.ad_wall_time_s,
+                   "measured_ad_spread": o.ad_spread}
             if sim is not None and o.source in pid_of:
                 pr = predicted.loc[pid_of[o.source]]
                 row.update({"predicted_tokens": int(pr["tokens"]), "predicted_tokens_per_s": pr["tokens_per_s"],

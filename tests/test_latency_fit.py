@@ -10,7 +10,7 @@ from simlab.latency.surface import fit_best, fit_surface
 from simlab.sim.run import Simulator
 from tests.helpers import hand_trace, noisy_latency
 
-KS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 17)  # the recorder's default probe
+KS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 17)  # a sparse k grid (the recorder probed these before it took every k to 17)
 CONTEXTS = (128, 512, 1024, 2048, 4096)  # a range wide enough to pin the context slopes
 REPEATS = 5
 # DESIGN.md's CPU verify costs for k = 1..4 (ms), extended with the k = 6, 8, 16 figures

@@ -15,7 +15,7 @@ import typer
 
 from simlab.cli.app import app
 
-PROBE_HELP = "Latency points: 'k=1-9,12,17,24,32,64,128;ctx=128,256,512;repeats=5;corun=yes' (fields optional)."
+PROBE_HELP = "Latency points: 'k=1-17,24,32,64,128;ctx=128,512;repeats=5;corun=yes' (fields optional)."
 
 
 @app.command("record")

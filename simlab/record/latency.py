@@ -9,10 +9,16 @@ self-speculative traces.
 A probe times the forward a decoder runs, not a cheaper one: a target forward of k tokens
 computes the logits of all k positions, because verification reads every one of them (the
 LM head of Qwen2.5-Coder-1.5B is 15% of its weights; keeping one row priced a 6-token verify
-9% under the live decoder's, measured on this project's 2-core CPU). The default k reach 128
-because policies that draft until their confidence drops (SPIDE's serial runs, DV) verify
-runs of dozens of tokens, whose cost a table that stops at 17 cannot extrapolate (live: 6.5 s
-for 121 tokens, against 1.5 s read off the last measured segment).
+9% under the live decoder's, measured on this project's 2-core CPU). The default times every
+k up to 17: on CPU the cost is a staircase in k, not a line (the GEMM kernels tile the k rows:
+on that CPU, co-running, k = 7-9 took 1.9 s, k = 10 2.5 s like k = 12, and k = 17 less than
+k = 12), so a k between two measured ones cannot be interpolated (PEARL's window of 9 drafts
+verified 10 tokens at 2.5 s live, against 2.17 s interpolated). Beyond that it reaches 128
+because policies that draft until their confidence drops (SPIDE's serial runs, DV) verify runs
+of dozens of tokens (live: 6.5 s for 121 tokens, against 1.5 s read off the last measured
+segment of a table that stopped at 17). Two context lengths, because on these machines the cost
+is close to linear in the context (k = 1: 0.334 s at 128, 0.336 s at 512), and a third one
+cost a third more probe time.
 
 Clocks: ``time.perf_counter`` on CPU; CUDA events on GPU, after a warm-up call per point.
 
@@ -41,13 +47,13 @@ from simlab.record.forward import truncated
 from simlab.record.ranges import int_ranges
 from simlab.trace.schema import NO_LAYER
 
-DEFAULT_PROBE = "k=1-9,12,17,24,32,64,128;ctx=128,256,512;repeats=5"
+DEFAULT_PROBE = "k=1-17,24,32,64,128;ctx=128,512;repeats=5"
 CORUN_VERIFY_K = 4
 
 
 @dataclass(frozen=True)
 class ProbePlan:
-    """Which points to time: ``k=1-9,12,17;ctx=128,256,512;repeats=5;corun=yes``."""
+    """Which points to time: ``k=1-17,24,32,64,128;ctx=128,512;repeats=5;corun=yes``."""
 
     ks: tuple[int, ...]
     contexts: tuple[int, ...]

@@ -8,8 +8,8 @@ self-speculative traces.
 
 A probe times the forward a decoder runs, not a cheaper one: a target forward of k tokens
 computes the logits of all k positions, because verification reads every one of them (the
-LM head of Qwen2.5-Coder-1.5B is 15% of its weights; keeping one row priced a 6-token verify
-9% under the live decoder's, measured on this project's 2-core CPU). The default times every
+LM head of Qwen2.5-Coder-1.5B, 151,936 × 1,536, is 15% of its weights; keeping one row priced
+a 6-token verify 9% low: 0.699 against 0.761 s, timed both ways on this project's 2-core CPU). The default times every
 k up to 17: on CPU the cost is a staircase in k, not a line (the GEMM kernels tile the k rows:
 on that CPU, co-running, k = 7-9 took 1.9 s, k = 10 2.5 s like k = 12, and k = 17 less than
 k = 12), so a k between two measured ones cannot be interpolated (PEARL's window of 9 drafts
@@ -17,8 +17,8 @@ verified 10 tokens at 2.5 s live, against 2.17 s interpolated). Beyond that it r
 because policies that draft until their confidence drops (SPIDE's serial runs, DV) verify runs
 of dozens of tokens (live: 6.5 s for 121 tokens, against 1.5 s read off the last measured
 segment of a table that stopped at 17). Two context lengths, because on these machines the cost
-is close to linear in the context (k = 1: 0.334 s at 128, 0.336 s at 512), and a third one
-cost a third more probe time.
+is close to linear in the context (k = 1: 0.334 s at 128, 0.318 at 256, 0.336 at 512 in a
+three-context probe of the Qwen pair there), and a third one cost a third more probe time.
 
 Clocks: ``time.perf_counter`` on CPU; CUDA events on GPU, after a warm-up call per point.
 

@@ -211,3 +211,10 @@ def test_serve_cli_writes_json_per_request_results_and_a_timeline(tmp_path):
     assert list(df.request_id) == [0, 1, 2] and (df.e2e_s >= df.ttft_s).all()
     events = json.loads(timeline.read_text())["traceEvents"]
     assert any(e.get("name") == "verify" and e["args"]["batch"] == 2 for e in events)
+
+
+def test_serve_bench_serves_every_token_of_every_request():
+    from simlab.serve.bench import bench_serve
+
+    r = bench_serve(requests=40, tokens=32, max_batch=4)
+    assert r.tokens == 40 * 32 and 1 <= r.mean_batch <= 4 and r.cpu_seconds > 0

@@ -218,3 +218,13 @@ def test_serve_bench_serves_every_token_of_every_request():
 
     r = bench_serve(requests=40, tokens=32, max_batch=4)
     assert r.tokens == 40 * 32 and 1 <= r.mean_batch <= 4 and r.cpu_seconds > 0
+
+
+def test_serve_prints_latency_percentiles_slo_attainment_and_the_speedup_at_that_load(tmp_path, capsys):
+    arrivals = tmp_path / "arrivals.txt"
+    arrivals.write_text("0\n1\n")
+    main(["serve", "--trace", str(SHIPPED), "--arrivals", str(arrivals), "--smartspec", "4", "--slo-ttft", "1e-3"])
+    text = capsys.readouterr().out
+    for label in ("TTFT (ms)", "TPOT (ms)", "end-to-end (s)", "p99", "SLO attainment 0.000", "batch policy smartspec",
+                  "acceptance rate", "speedup at this load"):
+        assert label in text

@@ -42,10 +42,10 @@ def serve(
     out: Annotated[Optional[Path], typer.Option("--out", help="Write per-request results (.csv or .parquet).")] = None,
     timeline: Annotated[Optional[Path], typer.Option("--timeline", help="Write the engine's draft/target forwards (Chrome trace JSON).")] = None,
 ) -> None:
-    """Serve a trace's prompts under load: Poisson (or replayed) arrivals, continuous batching,
-    batched draft steps and one batched verification per engine step.
+    """Serve a trace's prompts under load: continuous batching, batched drafting and verification.
 
-    Prints throughput, TTFT, TPOT and end-to-end latency percentiles, SLO attainment and
+    Requests arrive (Poisson, or replayed times), queue, are prefilled, and decode together:
+    each engine step runs batched draft steps and one batched verification. Prints throughput, TTFT, TPOT and end-to-end latency percentiles, SLO attainment and
     goodput, per-position acceptance, and the speedup over the same load without speculation.
     """
     from simlab.serve.batch_policy import BatchSpec

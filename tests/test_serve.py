@@ -62,7 +62,7 @@ def test_a_request_alone_waits_only_for_its_prefill(shipped_sim):
         assert r.first_token - r.arrival == pytest.approx(prefill, rel=1e-12)
 
 
-patterns = st.lists(st.text("01", min_size=1, max_size=25), min_size=1, max_size=4)
+patterns = st.lists(st.text("01", min_size=0, max_size=25), min_size=1, max_size=4)  # "1" + "": a one-token answer
 arrivals = st.lists(st.floats(0, 30, allow_nan=False), min_size=1, max_size=12).map(sorted)
 
 

@@ -265,3 +265,25 @@ def test_latency_driven_policies_work_on_any_latency_model():
     for name in ("pearl", "spide", "ags"):
         with pytest.raises(SimlabError, match="needs a latency model"):
             REGISTRY[name](PolicyContext(latency=None))
+
+
+# -- llama.cpp (common/speculative.cpp, examples/speculative-simple) -----------------------------
+
+def test_llama_cpp_drafts_draft_max_capped_by_the_budget():
+    # 10 positions, all matching: rounds of 3 drafts + the target's token: 1..4, 5..8, then 9 alone
+    # (one token left: the cap remaining - 1 leaves no draft).
+    assert rounds(simulate(conf_trace([0.9] * 10), "llama-cpp")) == [(1, 4, 3), (5, 4, 3), (9, 1, 0)]
+
+
+def test_llama_cpp_drops_the_token_below_p_min_unverified():
+    trace = conf_trace([0.9, 0.9, 0.3, 0.9, 0.9, 0.9, 0.9, 0.9])
+    # 1 (0.9) kept, 2 (0.3 < 0.5) dropped: verify [1] -> 1, 2 committed; 3..5 drafted, 3 accepted
+    # + bonus at 6; 7 alone (one token left).
+    assert rounds(simulate(trace, "llama-cpp", p_min=0.5)) == [(1, 2, 1), (3, 4, 3), (7, 1, 0)]
+    # below p_min at the first token: nothing verified, a plain target step
+    assert rounds(simulate(conf_trace([0.9, 0.2, 0.9, 0.9]), "llama-cpp", p_min=0.5))[0] == (1, 1, 0)
+
+
+def test_llama_cpp_refuses_draft_min_it_does_not_model():
+    with pytest.raises(SimlabError, match="draft_min"):
+        REGISTRY["llama-cpp"](PolicyContext(latency=None), draft_min=2)

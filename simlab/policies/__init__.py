@@ -25,6 +25,7 @@ from simlab.policies.early_exit import Del, LayerSkip
 from simlab.policies.entropy import AdaEdl, Svip
 from simlab.policies.fixed import Autoregressive, VanillaSD
 from simlab.policies.hf import HfConfidence, HfHeuristic
+from simlab.policies.llama_cpp import LlamaCpp
 from simlab.policies.oracle import Oracle
 from simlab.policies.pacer import Pacer
 from simlab.policies.pearl import Pearl
@@ -35,7 +36,7 @@ from simlab.policies.spide import Spide, SpideNoDynaDraft, SpideNoParaVerify
 # self-speculative drafting, and the upper bound.
 REGISTRY: dict[str, type[Policy]] = {cls.name: cls for cls in (
     Autoregressive, VanillaSD, HfHeuristic, HfConfidence, Svip, AdaEdl, DraftVerify, SpecDecPP,
-    AcceptanceGuided, Pacer, Pearl, Spide, SpideNoDynaDraft, SpideNoParaVerify, LayerSkip, Del, Oracle,
+    AcceptanceGuided, Pacer, Pearl, Spide, SpideNoDynaDraft, SpideNoParaVerify, LayerSkip, Del, LlamaCpp, Oracle,
 )}
 
 

@@ -1,0 +1,89 @@
+"""Build llama.cpp's ``llama-speculative-simple`` from the package index alone.
+
+llama.cpp's source ships inside the ``llama-cpp-python`` sdist (``vendor/llama.cpp``), so a
+pinned sdist from PyPI is a reproducible source: CI and users need no other download. The build
+lands in ``$SIMLAB_CACHE/engines/llama.cpp-<version>/`` and is reused: a second call returns at
+once.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from simlab.errors import SimlabError
+from simlab.paths import cache_root
+
+VERSION = "0.3.36"  # llama-cpp-python release whose vendored llama.cpp the llama-cpp policy was read from
+TARGET = "llama-speculative-simple"
+CMAKE_FLAGS = ("-DGGML_NATIVE=OFF", "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DCMAKE_BUILD_TYPE=Release")
+
+
+@dataclass(frozen=True)
+class Build:
+    """Where a built binary is, and whether this call had to build it."""
+
+    binary: Path
+    built_now: bool
+
+
+def build_dir(root: Path | None = None) -> Path:
+    return (root or cache_root() / "engines") / f"llama.cpp-{VERSION}"
+
+
+def binary_path(root: Path | None = None) -> Path:
+    return build_dir(root) / "build" / "bin" / TARGET
+
+
+def build(root: Path | None = None, jobs: int = 2) -> Build:
+    """Download the sdist, extract ``vendor/llama.cpp`` and build :data:`TARGET` (cached)."""
+    binary = binary_path(root)
+    if binary.exists():
+        return Build(binary, built_now=False)
+    missing = [tool for tool in ("cmake", "cc", "c++") if shutil.which(tool) is None]
+    if missing:
+        raise SimlabError(f"building llama.cpp needs {' and '.join(missing)} on PATH (e.g. apt-get install cmake g++)")
+    work = build_dir(root)
+    source = work / "src"
+    if not (source / "CMakeLists.txt").exists():
+        _extract(_download(work / "sdist"), source)
+    _run(["cmake", "-S", str(source), "-B", str(work / "build"), *CMAKE_FLAGS], "configure")
+    _run(["cmake", "--build", str(work / "build"), "--target", TARGET, "-j", str(jobs)], "build")
+    if not binary.exists():
+        raise SimlabError(f"llama.cpp built but {binary} is missing")
+    return Build(binary, built_now=True)
+
+
+def _download(dest: Path) -> Path:
+    dest.mkdir(parents=True, exist_ok=True)
+    _run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
+          f"llama-cpp-python=={VERSION}", "-d", str(dest)], "download of the llama-cpp-python sdist")
+    found = sorted(dest.glob("llama_cpp_python-*.tar.gz"))
+    if not found:
+        raise SimlabError(f"pip downloaded no llama-cpp-python sdist into {dest}")
+    return found[0]
+
+
+def _extract(sdist: Path, source: Path) -> None:
+    """Unpack only ``vendor/llama.cpp`` of the sdist into ``source``."""
+    prefix = f"{sdist.name.removesuffix('.tar.gz')}/vendor/llama.cpp/"
+    tmp = source.with_name(source.name + ".part")
+    shutil.rmtree(tmp, ignore_errors=True)
+    with tarfile.open(sdist) as tar:
+        members = [m for m in tar.getmembers() if m.name.startswith(prefix)]
+        for m in members:
+            m.name = m.name[len(prefix):]
+        tar.extractall(tmp, members=members, filter="data")
+    shutil.rmtree(source, ignore_errors=True)
+    tmp.rename(source)
+
+
+def _run(cmd: list[str], what: str) -> None:
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise SimlabError(f"llama.cpp {what} failed ({cmd[0]} exited {done.returncode}): {tail[0]}")

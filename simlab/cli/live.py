@@ -10,7 +10,7 @@ import typer
 
 from simlab.cli import policy_options as opt
 from simlab.cli.app import app
-from simlab.cli.output import console, err_console, policy_params, print_json
+from simlab.cli.output import Force, console, err_console, frame_output, policy_params, print_json
 
 
 @app.command()
@@ -44,6 +44,7 @@ def live(
     log: Annotated[Optional[Path], typer.Option("--log", help="Directory for decode logs (per prompt: forwards and rounds, and the simulated timeline).")] = None,
     chat_template: Annotated[bool, typer.Option("--chat-template/--no-chat-template", help="Use the tokenizer's chat template.")] = True,
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress output.")] = False,
+    force: Force = False,
 ) -> None:
     """Decode prompts for real under a policy and compare measured with predicted.
 
@@ -55,6 +56,8 @@ def live(
     from simlab.live.report import LiveReport
     from simlab.live.session import LiveConfig, LiveSession
 
+    if out is not None:
+        frame_output(out, force)  # before the models load
     params = policy_params(param, gamma=gamma, tau=tau, threshold=threshold, window=window, h=h, block=block)
     say = (lambda msg: None) if quiet else (lambda msg: err_console.print(msg))
     cfg = LiveConfig(policy=policy, params=params, target=target, draft=draft, draft_layer=draft_layer,

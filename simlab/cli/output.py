@@ -6,12 +6,14 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Annotated, Any, Iterable
 
 import pandas as pd
+import typer
 from rich.console import Console
 from rich.table import Table
 
+from simlab.atomic import check_output, replace_file
 from simlab.errors import SimlabError
 from simlab.params import parse_value
 
@@ -60,7 +62,12 @@ def parse_params(pairs: Iterable[str]) -> dict[str, Any]:
 def policy_params(pairs: Iterable[str], **flags: Any) -> dict[str, Any]:
     """Policy parameters from ``--param KEY=VALUE`` pairs and the named flags that were given."""
     params = parse_params(pairs)
-    params.update({k: v for k, v in flags.items() if v is not None})
+    given = {k: v for k, v in flags.items() if v is not None}
+    both = sorted(set(params) & set(given))
+    if both:
+        k = both[0]
+        raise SimlabError(f"--{k.replace('_', '-')} {given[k]} and --param {k}={params[k]} both set {k}; give one")
+    params.update(given)
     return params
 
 
@@ -82,15 +89,20 @@ def frame_path(path: str | Path, what: str = "--out") -> Path:
     return out
 
 
+Force = Annotated[bool, typer.Option("--force", help="Overwrite (replace) an existing output.")]
+
+
+def frame_output(path: str | Path, force: bool, what: str = "--out") -> Path:
+    """Check before any work that ``path`` can take a table (see :func:`simlab.atomic.check_output`)."""
+    return frame_path(check_output(path, what, force=force), what)
+
+
 def write_frame(df: pd.DataFrame, path: str | Path) -> Path:
-    """Write a table as CSV or Parquet, chosen by the file suffix."""
+    """Write a table as CSV or Parquet, chosen by the file suffix, in one rename."""
     out = frame_path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
     if out.suffix.lower() == ".csv":
-        df.to_csv(out, index=False)
-    else:
-        df.to_parquet(out, index=False)
-    return out
+        return replace_file(out, lambda tmp: df.to_csv(tmp, index=False))
+    return replace_file(out, lambda tmp: df.to_parquet(tmp, index=False))
 
 
 def read_frame(path: str | Path) -> pd.DataFrame:

@@ -9,6 +9,7 @@ import typer
 
 from simlab.cli.app import app
 from simlab.cli.output import console, parse_params, read_frame
+from simlab.errors import SimlabError
 
 plot_app = typer.Typer(help="Figures of sweeps, traces, timelines and live runs.", no_args_is_help=True)
 app.add_typer(plot_app, name="plot")
@@ -62,6 +63,8 @@ def mapping(
     from simlab.trace.io import read_trace
     from simlab.trace.synth import read_mapping_table
 
+    if not source.exists():
+        raise SimlabError(f"{source} not found; pass a trace directory or a mapping CSV")
     if source.is_dir():
         trace = read_trace(source)
         m = trace.manifest

@@ -41,6 +41,7 @@ def record_command(
     latency_probe: str = typer.Option("", "--latency-probe", help=PROBE_HELP),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted trace in --out."),
     reprobe: bool = typer.Option(False, "--reprobe", help="With --resume: measure the latencies again."),
+    force: bool = typer.Option(False, "--force", help="Replace a trace already in --out (without --resume)."),
     chat_template: bool = typer.Option(
         True, "--chat-template/--no-chat-template", help="Use the tokenizer's chat template."
     ),
@@ -69,6 +70,7 @@ def record_command(
             latency_probe=latency_probe,
             resume=resume,
             reprobe=reprobe,
+            force=force,
             chat_template=chat_template,
             command=shlex.join(["simlab", *sys.argv[1:]]),
             progress=not quiet,

@@ -7,9 +7,10 @@ from typing import Annotated, Optional
 
 import typer
 
+from simlab.atomic import check_output
 from simlab.cli import policy_options as opt
 from simlab.cli.app import app
-from simlab.cli.output import console, metrics_table, policy_params, print_json, write_frame
+from simlab.cli.output import Force, console, frame_output, metrics_table, policy_params, print_json, write_frame
 from simlab.errors import SimlabError
 from simlab.metrics import SUMMARY_KEYS
 from simlab.paths import default_trace
@@ -51,6 +52,7 @@ def simulate(
     out: Annotated[Optional[Path], typer.Option("--out", help="Write per-prompt results (.csv or .parquet).")] = None,
     timeline: Annotated[Optional[Path], typer.Option("--timeline", help="Write one prompt's per-device timeline (Chrome trace JSON).")] = None,
     timeline_prompt: Annotated[Optional[int], typer.Option("--timeline-prompt", help="prompt_id for --timeline. [default: the first prompt]")] = None,
+    force: Force = False,
 ) -> None:
     """Replay a trace in the SimPy simulator under a drafting policy.
 
@@ -62,6 +64,10 @@ def simulate(
     from simlab.sim.timeline import write_chrome_trace
 
     params = policy_params(param, gamma=gamma, tau=tau, threshold=threshold, window=window, h=h, block=block)
+    if out is not None:
+        frame_output(out, force)
+    if timeline is not None:
+        check_output(timeline, "--timeline", force=force)
     tr, lat = load_inputs(trace, latency)
     pred = load_predictor(predictor) if predictor else None
     sim = Simulator(tr, lat, seed=seed, topology=topology, predictor=pred)

@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 
 from simlab.cli.app import EXIT_INTERRUPTED, app
-from simlab.cli.output import console, fmt, frame_path, write_frame
+from simlab.cli.output import Force, console, fmt, frame_output, write_frame
 from simlab.cli.simulate import load_inputs, trace_label
 from simlab.sim.devices import Topology
 
@@ -42,6 +42,7 @@ def sweep(
     ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="Ray cluster to use. [default: $RAY_ADDRESS, else a local instance]")] = None,
     cache: Annotated[Optional[Path], typer.Option("--cache", help="Directory of cached results. [default: $SIMLAB_CACHE/sweeps]")] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write cached results.")] = False,
+    force: Force = False,
 ) -> None:
     """Simulate every combination of policies and parameters; mark the speed-vs-cost Pareto front.
 
@@ -50,10 +51,10 @@ def sweep(
     """
     from simlab.sweep import SweepInterrupted, combine, run_sweep
 
+    if out is not None:
+        frame_output(out, force)  # a bad path fails now, not after the sweep
     grids = combine(policy, grid)
     tr, lat = load_inputs(trace, latency)
-    if out is not None:
-        frame_path(out)  # a bad name fails now, not after the sweep
     try:
         res = run_sweep(tr, grids, latency=lat, seed=seed, topology=topology, workers=workers,
                         executor=executor.value, ray_address=ray_address, cache=False if no_cache else (cache or True))

@@ -12,10 +12,12 @@ Pareto-optimal point is named by its policy and the value of the parameter that 
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
+from simlab.errors import SimlabError
 from simlab.frontier import pareto_front
 from simlab.plots.table import require, series_of, trace_name
 
@@ -28,6 +30,10 @@ COLORS = colormaps["tab20"]  # its 10 dark colours (tab10's) first, then the 10 
 
 def frontier_figure(table: pd.DataFrame, title: str | None = None) -> Figure:
     require(table, ("policy", "label", "speedup", "cost", "reference_gamma", "reference_speedup"), "a sweep table")
+    finite = np.isfinite(pd.to_numeric(table["speedup"], errors="coerce")) & np.isfinite(
+        pd.to_numeric(table["cost"], errors="coerce"))
+    if not finite.any():
+        raise SimlabError("the sweep table has no configuration with a finite speedup and cost; nothing to plot")
     fig = Figure(figsize=(9.5, 5.5))
     ax = fig.add_subplot()
     names = {}  # row index -> name of the point on the front

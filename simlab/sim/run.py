@@ -10,6 +10,7 @@ import pandas as pd
 from simlab.latency.grid import LatencyGrid
 from simlab.latency.model import LatencyModel, TableLatency
 from simlab.metrics import SUMMARY_KEYS, PositionStats, Summary, total
+from simlab.params import check_seed
 from simlab.policies import PolicyContext, make_policy
 from simlab.policies.base import AcceptancePredictor
 from simlab.sim.devices import Slice, Topology
@@ -66,7 +67,7 @@ class Simulator:
         self.trace = trace
         self.predictor = predictor  # a trained acceptance predictor for the policies that use one
         model = latency or latency_of(trace)
-        self.seed = seed
+        self.seed = check_seed(seed)
         self.topology = Topology(topology)
         # one-device runs price parallel rounds with co-running latencies; without such
         # measurements the solo figures stand in (optimistic), and results say so.

@@ -87,6 +87,9 @@ TABLES: dict[str, dict[str, str]] = {
 OPTIONAL_TABLES = frozenset({"layers"})
 LATENCY_OPS = ("draft_step", "target_forward")
 NO_LAYER = -1
+# No forward of any model on any hardware simlab targets takes an hour: a latency sample (or a
+# latency model's answer) above this is a unit mistake or corruption, not a measurement.
+MAX_FORWARD_SECONDS = 3600.0
 
 
 @dataclass

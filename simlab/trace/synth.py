@@ -34,6 +34,7 @@ import pandas as pd
 
 from simlab.errors import SimlabError
 from simlab.mapping import ONE
+from simlab.params import check_seed
 from simlab.trace.io import Trace, empty_table
 from simlab.trace.schema import NO_LAYER, Manifest
 
@@ -64,6 +65,7 @@ class SynthSpec:
     table: str | None = None
 
     def check(self) -> None:
+        check_seed(self.seed)
         if self.kind not in KINDS:
             raise SimlabError(f"unknown synthetic kind {self.kind!r}; choose one of {', '.join(KINDS)}")
         for name in ("alpha", "alpha_bad", "p_good_to_bad", "p_bad_to_good"):

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -30,8 +30,6 @@ import pyarrow as pa
 import simlab
 from simlab.atomic import check_output
 from simlab.errors import SimlabError
-
-log = logging.getLogger(__name__)
 KEY_CHARS = 20  # hex digits of sha256 kept in keys: collisions are not a practical concern
 
 # Parts of the package that cannot change a simulated result.
@@ -105,7 +103,8 @@ class ResultStore:
     def _set_aside(self) -> dict[str, dict]:
         aside = self.path.with_name(f"{self.path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
         os.replace(self.path, aside)
-        log.warning(f"simlab: warning: sweep cache {self.path} is corrupt; moved it to {aside} and starting afresh")
+        print(f"simlab: warning: sweep cache {self.path} is corrupt; moved it to {aside} and starting afresh",
+              file=sys.stderr)
         return {}
 
     def append(self, row: dict) -> None:

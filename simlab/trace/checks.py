@@ -34,7 +34,7 @@ class Rule:
 
     low: float = -math.inf
     high: float = math.inf
-    what: str = ""  # the range in words, for messages
+    what: str = "null"  # what is wrong with a bad value, for messages
 
     def bad(self, values: pd.Series) -> np.ndarray:
         if values.dtype == object or pd.api.types.is_string_dtype(values) or pd.api.types.is_bool_dtype(values):
@@ -43,37 +43,47 @@ class Rule:
         return ~(np.isfinite(v) & (v >= self.low) & (v <= self.high))
 
 
-PRESENT = Rule(what="present")
-TOKEN = Rule(0, what=">= 0")
-PROB = Rule(0, 1 + PROB_SLACK, "in [0, 1]")
-ENTROPY = Rule(-ENTROPY_SLACK, what=">= 0")
-COUNT = Rule(0, what=">= 0")
+PRESENT = Rule()
+NATURAL = Rule(0, what="null or negative")
+POSITIVE = Rule(1, what="null or below 1")
+PROB = Rule(0, 1 + PROB_SLACK, "null, not finite or outside [0, 1]")
+ENTROPY = Rule(-ENTROPY_SLACK, what="null, not finite or negative")
 
 # table -> column -> rule; every required column of every table has one.
 RULES: dict[str, dict[str, Rule]] = {
-    "prompts": {"prompt_id": COUNT, "source": PRESENT, "prompt_len": COUNT, "n_tokens": Rule(1, what=">= 1"),
+    "prompts": {"prompt_id": NATURAL, "source": PRESENT, "prompt_len": NATURAL, "n_tokens": POSITIVE,
                 "stop": PRESENT, "prompt_text": PRESENT},
-    "positions": {"prompt_id": COUNT, "pos": COUNT, "target_token": TOKEN, "draft_token": TOKEN,
+    "positions": {"prompt_id": NATURAL, "pos": NATURAL, "target_token": NATURAL, "draft_token": NATURAL,
                   "draft_conf": PROB, "draft_entropy": ENTROPY, "q_target": PROB, "p_target": PROB,
                   "p_draft": PROB, "accept_prob": PROB},
-    "rollouts": {"prompt_id": COUNT, "pos": COUNT, "step": Rule(1, what=">= 1"), "token": TOKEN,
+    "rollouts": {"prompt_id": NATURAL, "pos": NATURAL, "step": POSITIVE, "token": NATURAL,
                  "draft_conf": PROB, "draft_entropy": ENTROPY},
-    "layers": {"prompt_id": COUNT, "pos": COUNT, "layer": Rule(1, what=">= 1"), "token": TOKEN,
+    "layers": {"prompt_id": NATURAL, "pos": NATURAL, "layer": POSITIVE, "token": NATURAL,
                "draft_conf": PROB, "draft_entropy": ENTROPY},
-    "latency": {"op": PRESENT, "k": Rule(1, what=">= 1"), "context_len": COUNT, "layer": Rule(NO_LAYER, what=">= -1"),
-                "corun": PRESENT, "repeat": COUNT,
+    "latency": {"op": PRESENT, "k": POSITIVE, "context_len": NATURAL,
+                "layer": Rule(NO_LAYER, what=f"null or below {NO_LAYER}"), "corun": PRESENT, "repeat": NATURAL,
                 "seconds": Rule(np.nextafter(0, 1), MAX_FORWARD_SECONDS,
-                                f"positive and at most {MAX_FORWARD_SECONDS:.0f} s per forward")},
+                                f"null, not finite, not positive or above {MAX_FORWARD_SECONDS:g} s")},
 }
 
 
 def _row(df: pd.DataFrame, i: int) -> str:
     """Where row ``i`` of a table is, in the trace's own terms."""
-    r = df.iloc[i]
+    def at(col: str) -> str:
+        return _shown(df[col].iat[i])
+
     if "prompt_id" in df.columns:
-        where = f"prompt {r['prompt_id']}"
-        return where + (f", position {r['pos']}" if "pos" in df.columns else "")
-    return f"row {i} ({r['op']}, k={r['k']}, context_len={r['context_len']})"
+        return f"prompt {at('prompt_id')}" + (f", position {at('pos')}" if "pos" in df.columns else "")
+    return f"row {i} ({at('op')}, k={at('k')}, context_len={at('context_len')})"
+
+
+def _shown(value) -> str:
+    """A cell as a user wrote it: 3 rather than 3.0 or np.int32(3)."""
+    if pd.isna(value):
+        return "null" if value is None or value is pd.NA else "NaN"
+    if isinstance(value, (float, np.floating)) and float(value).is_integer():
+        return str(int(value))
+    return str(value.item() if hasattr(value, "item") else value)
 
 
 def check_columns(name: str, df: pd.DataFrame, where: str) -> None:
@@ -81,11 +91,9 @@ def check_columns(name: str, df: pd.DataFrame, where: str) -> None:
     for col, rule in RULES[name].items():
         bad = rule.bad(df[col])
         if bad.any():
-            first = int(np.flatnonzero(bad)[0])
-            value = df[col].iloc[first]
-            more = f" (and {int(bad.sum()) - 1} more rows)" if bad.sum() > 1 else ""
-            raise SimlabError(f"{where}: {name}.parquet column {col!r} must be {rule.what}, finite and not null; "
-                              f"it is {value!r} at {_row(df, first)}{more}")
+            first, n = int(np.flatnonzero(bad)[0]), int(bad.sum())
+            raise SimlabError(f"{where}: {name}.parquet column {col!r} has {n} value{'s' * (n > 1)} "
+                              f"{rule.what}; the first is {_shown(df[col].iat[first])} at {_row(df, first)}")
 
 
 _TYPES = {"str": (str,), "int": (int,), "float": (int, float), "list[int]": (list,), "dict": (dict,)}

@@ -151,7 +151,7 @@ def read_trace(path: str | os.PathLike, allow_empty: bool = False) -> Trace:
             if name in OPTIONAL_TABLES:
                 tables[name] = None
                 continue
-            raise SimlabError(f"incomplete trace (interrupted write?): {root} has no {file.name}")
+            raise SimlabError(f"incomplete trace (interrupted write?): {root}: {file.name} is missing")
         tables[name] = _read_table(root, name, file)
     done = set(tables["prompts"]["prompt_id"].tolist())
     for name in ("positions", "rollouts", "layers"):

@@ -30,6 +30,7 @@ import pyarrow as pa
 import simlab
 from simlab.atomic import check_output
 from simlab.errors import SimlabError
+
 KEY_CHARS = 20  # hex digits of sha256 kept in keys: collisions are not a practical concern
 
 # Parts of the package that cannot change a simulated result.

@@ -25,7 +25,7 @@ from typing import Callable
 
 from simlab.errors import SimlabError
 
-_TMP = re.compile(r"\.tmp-(\d+)")
+_LEFT = re.compile(r"\.(?:tmp|old)-(\d+)")  # what a writer leaves beside its target while it runs
 
 
 def check_output(path: str | os.PathLike, what: str = "--out", *, force: bool = False, directory: bool = False,
@@ -73,11 +73,12 @@ def _remove(path: Path) -> None:
 
 
 def clear_stale(out: Path) -> None:
-    """Remove temporary paths that killed writers of ``out`` left beside it."""
+    """Remove what killed writers of ``out`` left beside it: their temporary copies and an old
+    directory they had moved aside (the output the user asked to replace)."""
     if not out.parent.is_dir():
         return
-    for p in out.parent.glob(f".{out.stem}.tmp-*{out.suffix}"):
-        m = _TMP.search(p.name)
+    for p in [*out.parent.glob(f".{out.stem}.tmp-*{out.suffix}"), *out.parent.glob(f".{out.name}.old-*")]:
+        m = _LEFT.search(p.name)
         if m and int(m.group(1)) != os.getpid() and not _alive(int(m.group(1))):
             _remove(p)
 

@@ -25,7 +25,7 @@ from simlab.models import install  # noqa: E402
 from simlab.models.early_exit import early_exit_draft  # noqa: E402
 from simlab.policies import REGISTRY  # noqa: E402
 from simlab.record.recorder import RecordConfig, record  # noqa: E402
-from tests.helpers import EveryRoundParallel, SerialThenParallel  # noqa: E402
+from tests.helpers import EveryRoundParallel, SerialThenParallel, kill_moments  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -174,6 +174,30 @@ def test_ctrl_c_keeps_finished_prompts(trace_dir, tmp_path):
     import pandas as pd
 
     assert 1 <= len(pd.read_csv(out)) < 6
+
+
+@pytest.mark.parametrize("after", kill_moments(seed=16, n=1, low=0.0, high=3.0))
+def test_killed_live_run_leaves_a_whole_results_table(tmp_path, after):
+    """SIGKILL a moment after the first prompt's row is written: the table on disk is whole (the
+    rows of the prompts finished so far), never a torn file."""
+    import pandas as pd
+
+    out = tmp_path / "live.csv"
+    proc = subprocess.Popen(simlab("live", "--target", "smollm2", "--draft-layer", LAYER, "--prompts", "humaneval:4",
+                                   "--max-new-tokens", TOKENS, "--policy", "sd", "--no-compare", "--out", out,
+                                   "--quiet"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 600
+        while not out.exists() and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        time.sleep(after)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait()
+    rows = pd.read_csv(out)
+    assert 1 <= len(rows) <= 4 and rows["prompt_id"].is_unique
+    # a kill mid-write can leave the temporary file (no process survives SIGKILL to remove it)
+    assert all(p.name == "live.csv" or p.name.startswith(".live.tmp-") for p in tmp_path.iterdir())
 
 
 def test_bad_live_arguments_are_one_line(tmp_path):

@@ -22,7 +22,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from simlab.atomic import replace_dir, replace_file
+from simlab.atomic import check_output, replace_dir, replace_file
 from simlab.errors import SimlabError
 from simlab.jsonfile import read_json
 from simlab.trace.checks import check_manifest_types, validate
@@ -121,6 +121,7 @@ def write_trace(trace: Trace, path: str | os.PathLike) -> Path:
     """Write ``trace`` as a new directory ``path``, replacing any there; a reader sees the old
     trace or the new one, never a mix. Callers check first (:func:`simlab.atomic.check_output`)
     that replacing is what the user asked for."""
+    check_output(path, "trace", directory=True, force=True, owned=MANIFEST)
     return replace_dir(path, lambda tmp: _write_files(trace, tmp))
 
 

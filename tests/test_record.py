@@ -217,7 +217,7 @@ def test_different_vocabularies_are_refused_before_any_model_runs(smollm2, tmp_p
         record(_config(tmp_path / "t", target="smollm2", draft=str(other)))
 
 
-@pytest.mark.parametrize("kill", ["after the first prompt", *kill_moments(seed=15, n=2, low=2.0, high=25.0)])
+@pytest.mark.parametrize("kill", ["after the first prompt", *kill_moments(seed=15, n=1, low=2.0, high=25.0)])
 def test_killed_recording_loads_and_resumes(smollm2, selfspec, tmp_path, kill):
     """SIGKILL once a prompt is committed, or at a random moment (loading, probing, mid-commit):
     what is left loads whole (or is not there), and --resume finishes the same trace."""

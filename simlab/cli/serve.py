@@ -7,11 +7,13 @@ from typing import Annotated, Optional
 
 import typer
 
+from simlab.atomic import check_output
 from simlab.cli import policy_options as opt
 from simlab.cli.app import app
-from simlab.cli.output import console, err_console, frame_path, policy_params, print_json, write_frame
+from simlab.cli.output import Force, console, err_console, frame_output, policy_params, print_json, write_frame
 from simlab.cli.simulate import load_inputs, trace_label
 from simlab.errors import SimlabError
+from simlab.params import check_seed
 from simlab.serve.scheduler import DEFAULT_MAX_BATCH, DEFAULT_TOKEN_BUDGET
 
 # (label, JSON key, scale, unit) of the printed rows; the JSON output carries every figure.
@@ -41,6 +43,7 @@ def serve(
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")] = False,
     out: Annotated[Optional[Path], typer.Option("--out", help="Write per-request results (.csv or .parquet).")] = None,
     timeline: Annotated[Optional[Path], typer.Option("--timeline", help="Write the engine's draft/target forwards (Chrome trace JSON).")] = None,
+    force: Force = False,
 ) -> None:
     """Serve a trace's prompts under load: continuous batching, batched drafting and verification.
 
@@ -63,7 +66,10 @@ def serve(
     scheduler = Scheduler(max_batch, token_budget)
     batch = BatchSpec(gamma_by_batch, sd_off_above, smartspec)
     if out:
-        frame_path(out)
+        frame_output(out, force)
+    if timeline:
+        check_output(timeline, "--timeline", force=force)
+    check_seed(seed)
     if requests is not None:
         check_requests(requests)
     times = read_arrivals(arrivals) if arrivals else poisson_arrivals(rate, requests or 500, seed)

@@ -52,7 +52,7 @@ class DraftPath:
     entropy: list[float]
     score: list[float] | None = None
     # divergence position -> (confidences, entropies) of the draft's own continuation
-    rollouts: dict[int, tuple[list[float], list[float]]] = field(default_factory=dict)
+    rollouts: "Rollouts | dict[int, tuple[list[float], list[float]]]" = field(default_factory=dict)
 
 
 @dataclass(repr=False)
@@ -167,22 +167,26 @@ class TraceReplay:
         self.trace = trace
         self.seed = seed
         self.greedy = trace.manifest.greedy
-        pos = trace.positions.sort_values(["prompt_id", "pos"], kind="stable")
-        cuts = np.flatnonzero(np.diff(pos["prompt_id"].to_numpy())) + 1
+        pos = _sorted(trace.positions, ["prompt_id", "pos"])
+        pids = pos["prompt_id"].to_numpy()
+        bounds = np.concatenate([[0], np.flatnonzero(np.diff(pids)) + 1, [len(pos)]])
 
         def split(values: np.ndarray) -> list[list]:
-            return [part.tolist() for part in np.split(values, cuts)]
+            # one tolist() and list slices: far cheaper than a numpy view per prompt
+            whole = values.tolist()
+            return [whole[a:b] for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
 
         accept = self._accept(pos, np.random.default_rng(seed))
         columns = {
             "accept": split(accept),
+            "run": split(_runs(accept, bounds)),
             "target": split(pos["target_token"].to_numpy(np.int64)),
             "draft": split(pos["draft_token"].to_numpy(np.int64)),
             "conf": split(pos["draft_conf"].to_numpy(float)),
             "entropy": split(pos["draft_entropy"].to_numpy(float)),
         }
         scores = split(pos["predictor_score"].to_numpy(float)) if "predictor_score" in pos.columns else None
-        rollouts = _group_rollouts(trace.rollouts)
+        rollouts = _RolloutTable(trace.rollouts)
         budget = int(trace.manifest.max_new_tokens)
         layers = _group_layers(trace.layers, pos) if trace.layers is not None else {}
         self.prompts: list[PromptReplay] = []
@@ -190,11 +194,11 @@ class TraceReplay:
             pid = int(row.prompt_id)
             draft = DraftPath(
                 accept=columns["accept"][i],
-                run=runs_of(columns["accept"][i]),
+                run=columns["run"][i],
                 confidence=columns["conf"][i],
                 entropy=columns["entropy"][i],
                 score=scores[i] if scores is not None else None,
-                rollouts=rollouts.get(pid, {}),
+                rollouts=rollouts.of(pid),
             )
             self.prompts.append(PromptReplay(
                 prompt_id=pid,
@@ -223,18 +227,62 @@ class TraceReplay:
         return max((p.prompt_len + p.budget for p in self.prompts), default=0)
 
 
-def _group_rollouts(df: pd.DataFrame) -> dict[int, dict[int, tuple[list[float], list[float]]]]:
-    out: dict[int, dict[int, tuple[list[float], list[float]]]] = {}
-    if df.empty:
-        return out
-    df = df.sort_values(["prompt_id", "pos", "step"], kind="stable")
-    pid, d = df["prompt_id"].to_numpy(np.int64), df["pos"].to_numpy(np.int64)
-    starts = np.flatnonzero(np.r_[True, (np.diff(pid) != 0) | (np.diff(d) != 0)])
-    conf = np.split(df["draft_conf"].to_numpy(float), starts[1:])
-    ent = np.split(df["draft_entropy"].to_numpy(float), starts[1:])
-    for j, s in enumerate(starts):
-        out.setdefault(int(pid[s]), {})[int(d[s])] = (conf[j].tolist(), ent[j].tolist())
-    return out
+def _sorted(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """``df`` stably sorted by ``keys``; traces are written sorted, and checking is cheaper than sorting."""
+    later = np.zeros(max(len(df) - 1, 0), dtype=bool)  # row i+1 sorts after row i on an earlier key
+    tie = np.ones_like(later)
+    for key in keys:
+        step = np.diff(df[key].to_numpy())
+        later |= tie & (step > 0)
+        tie &= step == 0
+    return df if (later | tie).all() else df.sort_values(keys, kind="stable")
+
+
+def _runs(accept: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """:func:`runs_of` for every prompt at once (prompt i holds rows ``bounds[i]:bounds[i+1]``)."""
+    t = np.arange(len(accept))
+    rejected = np.flatnonzero(~accept)
+    next_rejected = np.append(rejected, len(accept))[np.searchsorted(rejected, t)]
+    prompt_end = np.repeat(bounds[1:], np.diff(bounds))
+    return np.minimum(next_rejected, prompt_end) - t
+
+
+class Rollouts:
+    """One prompt's divergence rollouts: divergence position -> (confidences, entropies).
+
+    Grouped into lists on first use: a trace holds a rollout per rejected position, and a
+    policy that reads no signals past a rejection (vanilla SD) never needs them.
+    """
+
+    __slots__ = ("_pos", "_conf", "_ent", "_groups")
+
+    def __init__(self, pos: np.ndarray, conf: np.ndarray, ent: np.ndarray):
+        self._pos, self._conf, self._ent = pos, conf, ent  # sorted by (pos, step)
+        self._groups: dict[int, tuple[list[float], list[float]]] | None = None
+
+    def get(self, d: int) -> tuple[list[float], list[float]] | None:
+        if self._groups is None:
+            cuts = np.flatnonzero(np.diff(self._pos)) + 1
+            starts = [0, *cuts.tolist()]
+            ends = [*cuts.tolist(), len(self._pos)]
+            conf, ent, at = self._conf.tolist(), self._ent.tolist(), self._pos[starts].tolist() if len(self._pos) else []
+            self._groups = {d: (conf[a:b], ent[a:b]) for d, a, b in zip(at, starts, ends)}
+        return self._groups.get(d)
+
+
+class _RolloutTable:
+    """A trace's rollouts table as sorted arrays, cut into :class:`Rollouts` per prompt."""
+
+    def __init__(self, df: pd.DataFrame):
+        df = _sorted(df, ["prompt_id", "pos", "step"])
+        self.pid = df["prompt_id"].to_numpy(np.int64)
+        self.pos = df["pos"].to_numpy(np.int64)
+        self.conf = df["draft_conf"].to_numpy(float)
+        self.ent = df["draft_entropy"].to_numpy(float)
+
+    def of(self, prompt_id: int) -> Rollouts:
+        lo, hi = np.searchsorted(self.pid, [prompt_id, prompt_id + 1])
+        return Rollouts(self.pos[lo:hi], self.conf[lo:hi], self.ent[lo:hi])
 
 
 def _group_layers(df: pd.DataFrame, pos: pd.DataFrame) -> dict[int, dict[int, DraftPath]]:

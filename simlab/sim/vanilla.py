@@ -3,6 +3,8 @@
 ``cost`` divides by vanilla SD's target calls at its best γ, so every simulation needs SD at
 each γ of a grid. Replaying each γ through the round protocol costs as much as any other
 simulation; this module computes the same counts and wall times with array operations.
+:class:`~simlab.sim.run.Simulator` also runs ``sd`` itself this way when no timeline or
+tokens are asked for (the floor of every sweep, and ``simulate``'s default policy).
 
 Why fixed-γ SD has a closed form: a round that starts at committed position ``c`` drafts
 ``k = min(γ, budget - c - 1)`` tokens and accepts ``min(run[c], γ)`` of them (``run`` as in
@@ -28,7 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from simlab.latency.grid import LatencyGrid
-from simlab.sim.executor import ad_seconds
+from simlab.metrics import Counts, PositionStats
+from simlab.sim.executor import PromptRun, SimRun, ad_seconds
 from simlab.trace.replay import TraceReplay
 from simlab.trace.schema import NO_LAYER
 
@@ -71,11 +74,9 @@ class FixedGammaSD:
         self.start = first - starts[self.prompt]  # a: the stretch's first position in its prompt
         self.prompt_len = np.array([p.prompt_len for p in prompts], dtype=np.int64)[self.prompt]
         self.budget = np.array([p.budget for p in prompts], dtype=np.int64)[self.prompt]
+        self.prompts = prompts
         self.ad_wall_time_s = [ad_seconds(grid, p) for p in prompts]
-        total_ad = 0.0
-        for seconds in self.ad_wall_time_s:
-            total_ad += seconds
-        self.total_ad_wall_time_s = total_ad
+        self.total_ad_wall_time_s = _sequential_sum(np.array(self.ad_wall_time_s))
         self._cum = np.asarray(grid.draft_cumulative(NO_LAYER, False))
         self._verify = np.empty((0, len(self._cum) - 1))
 
@@ -87,24 +88,51 @@ class FixedGammaSD:
             self._verify = np.concatenate([self._verify, np.array(more)])
         return self._verify
 
-    def run(self, gamma: int) -> FixedGammaRun:
+    def _rounds(self, gamma: int) -> tuple[np.ndarray, ...]:
+        """Every round at this γ in executor order: stretch, drafts k, accepted, draft and verify seconds."""
         g1 = gamma + 1
         rounds = self.length // g1 + 1  # per stretch
         stretch = np.repeat(np.arange(len(rounds)), rounds)
         i = np.arange(len(stretch)) - np.repeat(np.cumsum(rounds) - rounds, rounds)
         c = self.start[stretch] + i * g1
         k = np.clip(np.minimum(gamma, self.budget[stretch] - c - 1), 0, None)
+        accepted = np.minimum(self.length[stretch] - i * g1, gamma)
         ctx = self.prompt_len[stretch] + c
-        verify = self._verify_rows(gamma + 1)
-        seconds = np.empty(2 * len(c))
-        seconds[0::2] = self._cum[ctx + k] - self._cum[ctx]  # 0.0 when nothing is drafted
-        seconds[1::2] = verify[k, ctx]
+        draft = self._cum[ctx + k] - self._cum[ctx]  # 0.0 when nothing is drafted
+        verify = self._verify_rows(gamma + 1)[k, ctx]
         calls = np.bincount(self.prompt, weights=rounds, minlength=self.n_prompts).astype(np.int64)
-        wall = self._walls(seconds, np.cumsum(2 * calls))
-        total = 0.0
-        for w in wall.tolist():
-            total += w
-        return FixedGammaRun(gamma, calls, wall, total, self.total_ad_wall_time_s)
+        return calls, k, accepted, draft, verify
+
+    def run(self, gamma: int) -> FixedGammaRun:
+        """Target calls and wall times at this γ (what the cost reference needs)."""
+        calls, _, _, draft, verify = self._rounds(gamma)
+        wall = self._walls(_interleave(draft, verify), np.cumsum(2 * calls))
+        return FixedGammaRun(gamma, calls, wall, _sequential_sum(wall), self.total_ad_wall_time_s)
+
+    def simulate(self, gamma: int) -> SimRun:
+        """Everything the SimPy executor reports for ``sd`` at this γ, timelines and tokens aside,
+        bit for bit (``np.bincount`` adds each prompt's weights in order, as the devices do)."""
+        calls, k, accepted, draft, verify = self._rounds(gamma)
+        ends = np.cumsum(calls)
+        wall = self._walls(_interleave(draft, verify), 2 * ends)
+        prompt = np.repeat(np.arange(self.n_prompts), calls)
+        per_prompt = {name: np.bincount(prompt, weights=v, minlength=self.n_prompts)
+                      for name, v in (("drafted", k), ("accepted", accepted), ("draft_busy_s", draft),
+                                      ("target_busy_s", verify))}
+        runs = []
+        for j, p in enumerate(self.prompts):
+            runs.append(PromptRun(p.prompt_id, Counts(
+                tokens=p.n_tokens - 1, target_calls=int(calls[j]), draft_calls=int(per_prompt["drafted"][j]),
+                drafted=int(per_prompt["drafted"][j]), accepted=int(per_prompt["accepted"][j]),
+                wall_time_s=float(wall[j]), ad_wall_time_s=float(self.ad_wall_time_s[j]),
+                draft_busy_s=float(per_prompt["draft_busy_s"][j]), target_busy_s=float(per_prompt["target_busy_s"][j]))))
+        positions = PositionStats()
+        checked = np.where(accepted < k, accepted + 1, k)
+        for hist, values in ((positions.checked_hist, checked), (positions.accepted_hist, accepted)):
+            for n, count in enumerate(np.bincount(values).tolist()):
+                if count:
+                    hist[n] = count
+        return SimRun(runs, positions)
 
     @staticmethod
     def _walls(seconds: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -127,3 +155,15 @@ class FixedGammaSD:
             # the next prompt starts from now[last], not from end_clock[last]
             clock[ends[last]:] = np.cumsum(np.concatenate([[now[last]], seconds[ends[last]:]]))
             first = last + 1
+
+
+def _interleave(draft: np.ndarray, verify: np.ndarray) -> np.ndarray:
+    """Each round's draft seconds then its verify seconds: the order the prompt's clock adds them."""
+    seconds = np.empty(2 * len(draft))
+    seconds[0::2], seconds[1::2] = draft, verify
+    return seconds
+
+
+def _sequential_sum(values: np.ndarray) -> float:
+    """``0.0 + v0 + v1 + ...`` left to right, as :func:`simlab.metrics.total` adds prompts."""
+    return float(np.cumsum(values)[-1]) if len(values) else 0.0

@@ -58,10 +58,9 @@ class SimRun:
     positions: PositionStats
 
 
-def ad_seconds(grid: LatencyGrid, prompt: PromptReplay) -> float:
+def ad_seconds(grid: LatencyGrid, prompt_len: int, n_tokens: int) -> float:
     """Autoregressive decoding of the same tokens: one 1-token target forward per position."""
-    pl = prompt.prompt_len
-    return sum(grid.target_row(1)[pl + 1 : pl + prompt.n_tokens])
+    return sum(grid.target_row(1)[prompt_len + 1 : prompt_len + n_tokens])
 
 
 def as_grid(latency: LatencyModel, max_context: int) -> LatencyGrid:
@@ -178,7 +177,7 @@ class SimExecutor:
         counts.draft_calls += drafted
         counts.tokens += rp.n_tokens - 1
         counts.wall_time_s += env.now - t0
-        counts.ad_wall_time_s += ad_seconds(grid, rp)
+        counts.ad_wall_time_s += ad_seconds(grid, pl, rp.n_tokens)
         counts.draft_busy_s += draft_dev.busy_s
         counts.target_busy_s += target_dev.busy_s
         counts.rollout_overruns += rp.rollout_overruns - overruns_before

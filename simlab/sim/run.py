@@ -133,7 +133,7 @@ class Simulator:
                 res = self._fixed_gamma().run(gamma)
                 if best is None or res.speedup > best.speedup:
                     best = res
-            ids = [p.prompt_id for p in self.replay.prompts]
+            ids = self.replay.prompt_ids.tolist()
             calls = dict(zip(ids, best.target_calls.tolist()))
             self._reference = Reference(best.gamma, best.speedup, int(best.target_calls.sum()), calls)
         return self._reference

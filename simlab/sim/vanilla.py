@@ -56,26 +56,23 @@ class FixedGammaSD:
 
     def __init__(self, replay: TraceReplay, grid: LatencyGrid):
         self.grid = grid
-        prompts = replay.prompts
-        n = np.array([p.n_tokens for p in prompts], dtype=np.int64)
-        starts = np.concatenate([[0], np.cumsum(n)])
-        accept = np.fromiter((a for p in prompts for a in p.draft.accept), dtype=bool, count=int(starts[-1]))
-        # Position 0 is the prefill's; the end position is always the target's: both end a stretch.
+        starts = replay.bounds
+        accept = replay.accept.copy()
         accept[starts[:-1]] = False
         accept[starts[1:] - 1] = False
         rejected = np.flatnonzero(~accept)
         opens = np.ones(len(rejected), dtype=bool)
         opens[np.searchsorted(rejected, starts[1:] - 1)] = False  # a prompt's end opens no stretch
         prompt_of = np.searchsorted(starts, rejected, side="right") - 1
-        self.n_prompts = len(prompts)
+        self.n_prompts = len(replay.lengths)
         self.prompt = prompt_of[opens]  # per stretch: its prompt's index
         first = rejected[opens] + 1
         self.length = rejected[np.flatnonzero(opens) + 1] - first  # L: accepted positions in a row
         self.start = first - starts[self.prompt]  # a: the stretch's first position in its prompt
-        self.prompt_len = np.array([p.prompt_len for p in prompts], dtype=np.int64)[self.prompt]
-        self.budget = np.array([p.budget for p in prompts], dtype=np.int64)[self.prompt]
-        self.prompts = prompts
-        self.ad_wall_time_s = [ad_seconds(grid, p) for p in prompts]
+        self.prompt_len = replay.prompt_lens[self.prompt]
+        self.budget = replay.budgets[self.prompt]
+        self.prompt_ids, self.lengths = replay.prompt_ids.tolist(), replay.lengths.tolist()
+        self.ad_wall_time_s = [ad_seconds(grid, pl, n) for pl, n in zip(replay.prompt_lens.tolist(), self.lengths)]
         self.total_ad_wall_time_s = _sequential_sum(np.array(self.ad_wall_time_s))
         self._cum = np.asarray(grid.draft_cumulative(NO_LAYER, False))
         self._verify = np.empty((0, len(self._cum) - 1))
@@ -120,9 +117,9 @@ class FixedGammaSD:
                       for name, v in (("drafted", k), ("accepted", accepted), ("draft_busy_s", draft),
                                       ("target_busy_s", verify))}
         runs = []
-        for j, p in enumerate(self.prompts):
-            runs.append(PromptRun(p.prompt_id, Counts(
-                tokens=p.n_tokens - 1, target_calls=int(calls[j]), draft_calls=int(per_prompt["drafted"][j]),
+        for j, (prompt_id, n) in enumerate(zip(self.prompt_ids, self.lengths)):
+            runs.append(PromptRun(prompt_id, Counts(
+                tokens=n - 1, target_calls=int(calls[j]), draft_calls=int(per_prompt["drafted"][j]),
                 drafted=int(per_prompt["drafted"][j]), accepted=int(per_prompt["accepted"][j]),
                 wall_time_s=float(wall[j]), ad_wall_time_s=float(self.ad_wall_time_s[j]),
                 draft_busy_s=float(per_prompt["draft_busy_s"][j]), target_busy_s=float(per_prompt["target_busy_s"][j]))))

@@ -161,25 +161,47 @@ def _signal(path: DraftPath, i: int, t: int) -> TokenSignal:
 
 
 class TraceReplay:
-    """All prompts of a trace, with acceptance outcomes fixed for one seed."""
+    """All prompts of a trace, with acceptance outcomes fixed for one seed.
+
+    The per-prompt arrays a round-by-round replay reads (:attr:`prompts`) are built on first
+    use; what closed-form computations need (acceptance bits, prompt lengths, budgets) is here
+    as numpy arrays, all in prompt_id order.
+    """
 
     def __init__(self, trace: Trace, seed: int = 0):
         self.trace = trace
         self.seed = seed
         self.greedy = trace.manifest.greedy
-        pos = _sorted(trace.positions, ["prompt_id", "pos"])
+        self._pos = pos = _sorted(trace.positions, ["prompt_id", "pos"])
         pids = pos["prompt_id"].to_numpy()
-        bounds = np.concatenate([[0], np.flatnonzero(np.diff(pids)) + 1, [len(pos)]])
+        # prompt i holds rows bounds[i]:bounds[i+1] of the sorted positions
+        self.bounds = np.concatenate([[0], np.flatnonzero(np.diff(pids)) + 1, [len(pos)]]).astype(np.int64)
+        self.accept = self._accept(pos, np.random.default_rng(seed))
+        table = trace.prompts.sort_values("prompt_id")
+        self.prompt_ids = table["prompt_id"].to_numpy(np.int64)
+        self.prompt_lens = table["prompt_len"].to_numpy(np.int64)
+        self.lengths = table["n_tokens"].to_numpy(np.int64)
+        budget = int(trace.manifest.max_new_tokens)
+        self.budgets = np.maximum(self.lengths, np.where(table["stop"].to_numpy() == "eos", budget, 0))
+        self._prompts: list[PromptReplay] | None = None
+
+    @property
+    def prompts(self) -> list[PromptReplay]:
+        if self._prompts is None:
+            self._prompts = self._build_prompts()
+        return self._prompts
+
+    def _build_prompts(self) -> list[PromptReplay]:
+        pos, bounds, trace = self._pos, self.bounds, self.trace
 
         def split(values: np.ndarray) -> list[list]:
             # one tolist() and list slices: far cheaper than a numpy view per prompt
             whole = values.tolist()
             return [whole[a:b] for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
 
-        accept = self._accept(pos, np.random.default_rng(seed))
         columns = {
-            "accept": split(accept),
-            "run": split(_runs(accept, bounds)),
+            "accept": split(self.accept),
+            "run": split(_runs(self.accept, bounds)),
             "target": split(pos["target_token"].to_numpy(np.int64)),
             "draft": split(pos["draft_token"].to_numpy(np.int64)),
             "conf": split(pos["draft_conf"].to_numpy(float)),
@@ -187,11 +209,10 @@ class TraceReplay:
         }
         scores = split(pos["predictor_score"].to_numpy(float)) if "predictor_score" in pos.columns else None
         rollouts = _RolloutTable(trace.rollouts)
-        budget = int(trace.manifest.max_new_tokens)
         layers = _group_layers(trace.layers, pos) if trace.layers is not None else {}
-        self.prompts: list[PromptReplay] = []
-        for i, row in enumerate(trace.prompts.sort_values("prompt_id").itertuples(index=False)):
-            pid = int(row.prompt_id)
+        prompts = []
+        for i, (pid, prompt_len, n, budget) in enumerate(zip(self.prompt_ids.tolist(), self.prompt_lens.tolist(),
+                                                            self.lengths.tolist(), self.budgets.tolist())):
             draft = DraftPath(
                 accept=columns["accept"][i],
                 run=columns["run"][i],
@@ -200,16 +221,17 @@ class TraceReplay:
                 score=scores[i] if scores is not None else None,
                 rollouts=rollouts.of(pid),
             )
-            self.prompts.append(PromptReplay(
+            prompts.append(PromptReplay(
                 prompt_id=pid,
-                prompt_len=int(row.prompt_len),
-                n_tokens=int(row.n_tokens),
-                budget=max(int(row.n_tokens), budget if row.stop == "eos" else 0),
+                prompt_len=prompt_len,
+                n_tokens=n,
+                budget=budget,
                 target_tokens=columns["target"][i],
                 draft_tokens=columns["draft"][i],
                 draft=draft,
                 layers=layers.get(pid, {}),
             ))
+        return prompts
 
     def _accept(self, pos: pd.DataFrame, rng: np.random.Generator) -> np.ndarray:
         if self.greedy:
@@ -220,11 +242,11 @@ class TraceReplay:
 
     @property
     def n_tokens(self) -> int:
-        return sum(p.n_tokens for p in self.prompts)
+        return int(self.lengths.sum())
 
     @property
     def max_context(self) -> int:
-        return max((p.prompt_len + p.budget for p in self.prompts), default=0)
+        return int((self.prompt_lens + self.budgets).max()) if len(self.lengths) else 0
 
 
 def _sorted(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:

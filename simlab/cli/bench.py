@@ -13,6 +13,8 @@ from rich.table import Table
 from simlab.cli.app import app
 from simlab.cli.output import console, print_json
 
+SERVE_GOAL_CPU_SECONDS = 60  # the serving issue's goal: 10,000 requests of 256 tokens in under a minute
+
 
 def _machine() -> str:
     return f"{os.cpu_count()} cores, {platform.processor() or platform.machine()}, Python {platform.python_version()}"
@@ -39,6 +41,7 @@ def bench(
         return
     from simlab.bench import run_bench
     from simlab.cli.output import parse_params
+    from simlab.serve.bench import bench_serve_row
 
     specs = []
     for spec in policy:
@@ -59,8 +62,14 @@ def bench(
                       "[green]PASS[/]" if r.passed else "[red]FAIL[/]", f"{r.tokens:,}", seconds, r.trace)
 
     run_bench(tokens, policy_tokens, specs or None, repeats, progress=record)
+    serve = bench_serve_row()  # 10,000 requests of 256 tokens under `simlab serve` (simlab/serve/bench.py)
+    served = serve["cpu_seconds"] < SERVE_GOAL_CPU_SECONDS
+    table.add_row(f"serve sd γ={serve['params']['gamma']}, {serve['params']['requests']:,} requests",
+                  f"{serve['tokens_per_cpu_second'] / 1e6:.3f} /CPU-s", f"< {SERVE_GOAL_CPU_SECONDS} s",
+                  "[green]PASS[/]" if served else "[red]FAIL[/]", f"{serve['tokens']:,}", f"{serve['cpu_seconds']:.2f}",
+                  "synthetic, Poisson arrivals")
     if json_out:
-        print_json({"machine": _machine(), "repeats": repeats, "results": rows})
+        print_json({"machine": _machine(), "repeats": repeats, "results": rows, "serve": {**serve, "passed": served}})
     else:
         console.print(table)
 

@@ -45,7 +45,7 @@ class DeviceBusyError(RuntimeError):
     """Work was booked on a device that was still computing: an executor bug."""
 
 
-@dataclass
+@dataclass(slots=True)
 class Device:
     """One model's compute stream: its busy time, and its forwards when a timeline is asked for."""
 

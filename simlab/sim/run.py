@@ -13,8 +13,10 @@ from simlab.metrics import SUMMARY_KEYS, PositionStats, Summary, total
 from simlab.params import check_seed
 from simlab.policies import PolicyContext, make_policy
 from simlab.policies.base import AcceptancePredictor
+from simlab.policies.fixed import VanillaSD
 from simlab.sim.devices import Slice, Topology
 from simlab.sim.executor import SimExecutor
+from simlab.sim.vanilla import FixedGammaSD
 from simlab.trace.io import Trace
 from simlab.trace.replay import TraceReplay
 
@@ -77,6 +79,7 @@ class Simulator:
         # price a round identically (the oracle's plan relies on it).
         self.latency = LatencyGrid(model, self.replay.max_context + GRID_MARGIN)
         self._reference: Reference | None = None
+        self._sd: FixedGammaSD | None = None  # vanilla SD in closed form: the reference, and `sd` runs
 
     def context(self) -> PolicyContext:
         m = self.trace.manifest
@@ -96,8 +99,11 @@ class Simulator:
     ) -> SimResult:
         params = dict(params or {})
         pol = make_policy(policy, self.context(), **params)
-        executor = SimExecutor(self.latency, self.topology, keep_tokens=keep_tokens, timeline_prompt=timeline_prompt)
-        sim = executor.run(self.replay, pol)
+        if type(pol) is VanillaSD and not keep_tokens and timeline_prompt is None:
+            sim = self._fixed_gamma().simulate(pol.gamma)  # the same numbers, without the round-by-round replay
+        else:
+            executor = SimExecutor(self.latency, self.topology, keep_tokens=keep_tokens, timeline_prompt=timeline_prompt)
+            sim = executor.run(self.replay, pol)
         ref = self.reference() if with_cost else None
         summary = Summary.from_counts(total(r.counts for r in sim.prompts), ref.target_calls if ref else None)
         if ref:
@@ -112,17 +118,25 @@ class Simulator:
         tokens = {r.prompt_id: r.tokens for r in sim.prompts} if keep_tokens else None
         return SimResult(policy, pol.describe(), summary, pd.DataFrame(rows), sim.positions, timeline, tokens)
 
+    def _fixed_gamma(self) -> FixedGammaSD:
+        if self._sd is None:
+            self._sd = FixedGammaSD(self.replay, self.latency)
+        return self._sd
+
     def reference(self) -> Reference:
-        """Vanilla SD at the γ in :data:`REFERENCE_GAMMAS` with the best speedup (cached)."""
+        """Vanilla SD at the γ in :data:`REFERENCE_GAMMAS` with the best speedup (cached).
+
+        Computed in one vectorised pass per γ (:mod:`simlab.sim.vanilla`), which gives the
+        executor's counts and wall times bit for bit."""
         if self._reference is None:
             best = None
             for gamma in REFERENCE_GAMMAS:
-                res = self.run("sd", {"gamma": gamma}, with_cost=False)
-                if best is None or res.summary.speedup > best[1].summary.speedup:
-                    best = (gamma, res)
-            gamma, res = best
-            calls = dict(zip(res.per_prompt["prompt_id"], res.per_prompt["target_calls"]))
-            self._reference = Reference(gamma, res.summary.speedup, res.summary.target_calls, calls)
+                res = self._fixed_gamma().run(gamma)
+                if best is None or res.speedup > best.speedup:
+                    best = res
+            ids = self.replay.prompt_ids.tolist()
+            calls = dict(zip(ids, best.target_calls.tolist()))
+            self._reference = Reference(best.gamma, best.speedup, int(best.target_calls.sum()), calls)
         return self._reference
 
 

@@ -138,7 +138,12 @@ def _check_positions(trace: Trace, where: str) -> None:
     if prompts["prompt_id"].duplicated().any():
         raise SimlabError(f"{where}: prompts.parquet lists a prompt_id twice")
     counts = pos.groupby("prompt_id")["pos"].agg(["count", "min", "max"])
-    for row in prompts.itertuples(index=False):
+    # checked for every prompt at once; the loop below only words the first failure
+    have = counts.reindex(prompts["prompt_id"].to_numpy())
+    n_tokens = prompts["n_tokens"].to_numpy()
+    fine = ((have["count"].to_numpy() == n_tokens) & (have["min"].to_numpy() == 0)
+            & (have["max"].to_numpy() == n_tokens - 1))
+    for row in prompts[~fine].itertuples(index=False):
         n = int(row.n_tokens)
         if row.prompt_id not in counts.index:
             raise SimlabError(f"{where}: prompt {row.prompt_id} has no rows in positions.parquet")

@@ -109,7 +109,7 @@ class PromptInfo:
     capped by it. ``n_tokens`` is where the prompt ends: a trace knows it (the EOS or the
     budget); the live decoder starts with the budget and lowers it when the target emits an
     end token. ``replay`` is the trace replay of this prompt; only the oracle policy (the
-    declared exception, an upper bound) may read it. It is None in live decoding.
+    declared exception, a serial-schedule bound) may read it. It is None in live decoding.
     """
 
     prompt_id: int
@@ -176,7 +176,7 @@ class Policy(ABC):
     paper: ClassVar[str]
     params: ClassVar[tuple[Param, ...]] = ()
     choices: ClassVar[str] = ""
-    #: True for the oracle: it reads the replay (future acceptance) and is only an upper bound.
+    #: True for the oracle: it reads the replay (future acceptance) and is only a bound (over serial schedules).
     needs_future: ClassVar[bool] = False
     #: True if the policy may plan parallel rounds.
     parallel: ClassVar[bool] = False

@@ -60,14 +60,15 @@ class Simulator:
         trace: Trace,
         latency: LatencyModel | None = None,
         seed: int = 0,
-        topology: Topology | str = Topology.TWO_DEVICES,
+        topology: Topology | str | None = None,
         predictor: AcceptancePredictor | None = None,
     ):
+        """``topology``: None (the default) simulates the topology the trace was recorded in."""
         self.trace = trace
         self.predictor = predictor  # a trained acceptance predictor for the policies that use one
         model = latency or latency_of(trace)
         self.seed = seed
-        self.topology = Topology(topology)
+        self.topology = Topology(topology) if topology is not None else trace.manifest.recorded_topology()
         # one-device runs price parallel rounds with co-running latencies; without such
         # measurements the solo figures stand in (optimistic), and results say so.
         self.corun_measured = bool(getattr(model, "has_corun", False))

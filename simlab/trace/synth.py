@@ -35,7 +35,7 @@ import pandas as pd
 from simlab.errors import SimlabError
 from simlab.mapping import ONE
 from simlab.trace.io import Trace, empty_table
-from simlab.trace.schema import NO_LAYER, Manifest
+from simlab.trace.schema import NO_LAYER, Manifest, Topology
 
 KINDS = ("iid", "markov", "table")
 ALTERNATIVES = 9  # tokens sharing the non-top-1 mass when deriving entropy from confidence
@@ -190,6 +190,7 @@ def synth_trace(spec: SynthSpec, command: str | None = None) -> Trace:
         dataset=f"synthetic:{spec.kind}",
         hardware="synthetic",
         device="none",
+        topology=Topology.TWO_DEVICES.value,  # the papers' setup, which synthetic latencies describe
         seed=spec.seed,
         max_new_tokens=spec.tokens,
         rollout_len=spec.rollout,

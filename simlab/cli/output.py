@@ -1,14 +1,12 @@
-"""Shared pieces of the commands: parameter parsing, tables, JSON and file outputs."""
+"""Shared pieces of the commands: parameter parsing, tables and JSON (table files: simlab.table_file)."""
 
 from __future__ import annotations
 
 import json
 import math
 import sys
-from pathlib import Path
 from typing import Any, Iterable
 
-import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
@@ -72,36 +70,6 @@ def metrics_table(title: str, rows: dict[str, Any], caption: str | None = None) 
         label = METRIC_FORMATS.get(key, (key, ""))[0]
         table.add_row(label, fmt(key, value))
     return table
-
-
-def frame_path(path: str | Path, what: str = "--out") -> Path:
-    """``path`` if it names a table file (.csv or .parquet); check before long work."""
-    out = Path(path)
-    if out.suffix.lower() not in (".csv", ".parquet"):
-        raise SimlabError(f"{what} must end in .csv or .parquet, got {out.name!r}")
-    return out
-
-
-def write_frame(df: pd.DataFrame, path: str | Path) -> Path:
-    """Write a table as CSV or Parquet, chosen by the file suffix."""
-    out = frame_path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if out.suffix.lower() == ".csv":
-        df.to_csv(out, index=False)
-    else:
-        df.to_parquet(out, index=False)
-    return out
-
-
-def read_frame(path: str | Path) -> pd.DataFrame:
-    """Read a table written by :func:`write_frame` (or any CSV/Parquet file)."""
-    p = frame_path(path, "a table file")
-    if not p.is_file():
-        raise SimlabError(f"table not found: {p}")
-    try:
-        return pd.read_csv(p) if p.suffix.lower() == ".csv" else pd.read_parquet(p)
-    except (ValueError, OSError, pd.errors.ParserError) as exc:
-        raise SimlabError(f"cannot read {p} ({exc})") from exc
 
 
 def print_json(obj: Any) -> None:

@@ -9,11 +9,12 @@ import typer
 
 from simlab.cli import policy_options as opt
 from simlab.cli.app import app
-from simlab.cli.output import console, metrics_table, policy_params, print_json, write_frame
+from simlab.cli.output import console, metrics_table, policy_params, print_json
 from simlab.errors import SimlabError
 from simlab.metrics import SUMMARY_KEYS
 from simlab.paths import default_trace
 from simlab.sim.devices import Topology
+from simlab.table_file import write_frame
 
 TopologyOption = Annotated[Optional[Topology], typer.Option(
     "--topology", help="Where the two models run. [default: the topology the trace was recorded in, from its manifest]")]

@@ -12,9 +12,10 @@ import typer
 from rich.table import Table
 
 from simlab.cli.app import EXIT_INTERRUPTED, app
-from simlab.cli.output import console, fmt, frame_path, write_frame
+from simlab.cli.output import console, fmt
 from simlab.cli.simulate import TopologyOption, load_inputs, topology_label, trace_label
 from simlab.sim.devices import Topology
+from simlab.table_file import frame_path, write_frame
 
 # Columns of the printed table and their headers (every metric goes to --out).
 SHOWN = {"speedup": "speedup", "cost": "cost", "mat": "MAT", "mean_accept_len": "accept len",

@@ -35,8 +35,9 @@ def synth(
     latency_profile: Annotated[Optional[Path], typer.Option("--latency-profile", help="Take the latencies from this profile (fitted or roofline, e.g. calibrate/roofline/*.json) instead of --c/--target-step/--verify-slope.")] = None,
 ) -> None:
     """Write a synthetic trace: i.i.d., bursty (markov) or histogram-driven (table) acceptance."""
+    from simlab.latency.retime import with_latency
     from simlab.trace.io import write_trace
-    from simlab.trace.synth import synth_trace, with_latency
+    from simlab.trace.synth import synth_trace
 
     spec = SynthSpec(kind=kind, alpha=alpha, c=c, prompts=prompts, tokens=tokens, verify_slope=verify_slope,
                      target_step=target_step, prompt_len=prompt_len, concentration=concentration,

@@ -12,10 +12,10 @@ from typing import Any, Callable
 import pandas as pd
 from rich.table import Table
 
-from simlab.cli.output import write_frame
 from simlab.live.session import Comparison, LiveSession, PromptOutcome
 from simlab.sim.devices import Slice
 from simlab.sim.timeline import write_chrome_trace
+from simlab.table_file import write_frame
 
 
 def _forward_slices(run) -> list[Slice]:

@@ -44,6 +44,7 @@ from simlab.sweep.store import ResultStore, code_digest, digest, frame_digest
 from simlab.trace.io import Trace
 
 EXECUTORS = ("local", "ray")
+PACKAGE = Path(__file__).resolve().parents[1]  # the simlab package, which Ray ships to a cluster
 
 
 def default_workers() -> int:
@@ -205,7 +206,6 @@ def _run_ray(sim: Simulator, key: str, configs: list[Config], workers: int, addr
         import ray
     except ImportError:
         raise SimlabError("--executor ray needs Ray: pip install 'simlab[sweep]'") from None
-    import simlab
 
     address = address or os.environ.get("RAY_ADDRESS")
     started = not ray.is_initialized()
@@ -213,7 +213,7 @@ def _run_ray(sim: Simulator, key: str, configs: list[Config], workers: int, addr
         options = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING}
         try:
             if address:  # simlab travels with the tasks: cluster nodes need only its dependencies
-                ray.init(address=address, runtime_env={"py_modules": [os.path.dirname(simlab.__file__)]}, **options)
+                ray.init(address=address, runtime_env={"py_modules": [str(PACKAGE)]}, **options)
             else:  # local workers import simlab as this process does; a local node stays on loopback
                 ray.init(num_cpus=workers, _node_ip_address="127.0.0.1", **options)
         except Exception as exc:  # Ray raises bare Exceptions (e.g. a node that timed out starting)

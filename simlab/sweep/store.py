@@ -23,8 +23,6 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
-import simlab
-
 KEY_CHARS = 20  # hex digits of sha256 kept in keys: collisions are not a practical concern
 
 # Parts of the package that cannot change a simulated result.
@@ -51,7 +49,7 @@ def frame_digest(df: pd.DataFrame | None) -> str:
 
 def code_digest() -> str:
     """A key for the source of every simlab module that can change a simulated result."""
-    root = Path(simlab.__file__).parent
+    root = Path(__file__).resolve().parents[1]  # the simlab package
     h = hashlib.sha256()
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root)

@@ -218,19 +218,3 @@ def synthetic_latency(spec: SynthSpec) -> pd.DataFrame:
     df["corun"] = False
     df["repeat"] = 0
     return df
-
-
-def with_latency(trace: Trace, profile: str | Path) -> Trace:
-    """``trace`` with its synthetic latencies replaced by a profile's (fitted or roofline),
-    tabulated at the trace's k and context lengths: a paper's setup without its hardware."""
-    from simlab.latency.model import load_profile, tabulate
-
-    model = load_profile(profile)
-    spec = trace.manifest.extra["synth"]
-    contexts = (spec["prompt_len"], spec["prompt_len"] + spec["tokens"])
-    trace.latency = tabulate(model, range(1, spec["max_k"] + 2), contexts, corun=getattr(model, "has_corun", False))
-    m = trace.manifest
-    m.hardware = getattr(model, "hardware", "") or model.name
-    m.draft_model, m.target_model = f"synthetic draft ({model.name})", f"synthetic target ({model.name})"
-    m.notes += f" Latencies tabulated from the profile {profile} ({model.name}), not measured."
-    return trace

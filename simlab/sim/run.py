@@ -7,17 +7,15 @@ from typing import Any
 
 import pandas as pd
 
-from simlab.latency.grid import LatencyGrid
 from simlab.latency.model import LatencyModel, TableLatency
 from simlab.metrics import SUMMARY_KEYS, PositionStats, Summary, total
 from simlab.policies import PolicyContext, make_policy
 from simlab.policies.base import AcceptancePredictor
+from simlab.sim.context import policy_context, tabulated, typical_context_len
 from simlab.sim.devices import Slice, Topology
 from simlab.sim.executor import SimExecutor
 from simlab.trace.io import Trace
 from simlab.trace.replay import TraceReplay
-
-GRID_MARGIN = 64  # context lengths tabulated past the longest prompt (parallel drafts look ahead)
 
 # Vanilla SD's γ grid for the cost reference ("SD at its best γ", SPIDE §4.1 (ii), Table 17
 # searched up to 13); wide enough that the optimum is not at its edge on high-acceptance traces.
@@ -75,15 +73,15 @@ class Simulator:
         self.replay = TraceReplay(trace, seed)
         # One tabulated latency model shared by the executor and the policies, so that both
         # price a round identically (the oracle's plan relies on it).
-        self.latency = LatencyGrid(model, self.replay.max_context + GRID_MARGIN)
+        self.latency = tabulated(model, self.replay.max_context)
         self._reference: Reference | None = None
 
     def context(self) -> PolicyContext:
-        m = self.trace.manifest
-        typical = int(self.trace.prompts["prompt_len"].median() + self.trace.prompts["n_tokens"].median() / 2)
-        return PolicyContext(latency=self.latency, exit_layers=list(m.exit_layers), n_layers=m.n_layers,
-                             context_len=typical, corun=self.topology is Topology.ONE_DEVICE,
-                             best_gamma=lambda: self.reference().gamma, predictor=self.predictor)
+        """What every policy of this simulator is built with (:mod:`simlab.sim.context`)."""
+        prompts = self.trace.prompts
+        return policy_context(self.latency, typical_context_len(prompts["prompt_len"], prompts["n_tokens"]),
+                              self.topology, self.trace.manifest, best_gamma=lambda: self.reference().gamma,
+                              predictor=self.predictor)
 
     def run(
         self,

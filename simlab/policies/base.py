@@ -183,6 +183,19 @@ class Policy(ABC):
     #: True if the policy reads every exit layer's token after the prefill and each serial
     #: verification (:meth:`observe_shadows`; DEL's shadow tokens).
     needs_shadows: ClassVar[bool] = False
+    #: True if a serial round stops drafting right after the draft proposes an end token (the
+    #: token is still verified), as Hugging Face's assistant does. False: the draft drafts on
+    #: past it, as the papers' algorithms (which do not treat end tokens) are written; what
+    #: follows a rejected end token is wasted, and an accepted one ends the prompt anyway.
+    #: Parallel rounds never stop early: their window is fixed when the round starts.
+    stops_at_draft_end: ClassVar[bool] = False
+
+    @classmethod
+    def draft_end_choice(cls) -> str:
+        """The declared choice, as ``simlab policies`` prints it."""
+        if cls.stops_at_draft_end:
+            return "serial drafts stop after the draft's own end token (as Hugging Face's assistant does)"
+        return "the draft drafts on past its own end token (the paper does not treat end tokens)"
 
     def __init__(self, context: PolicyContext, **values: Any):
         self.context = context

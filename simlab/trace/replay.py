@@ -18,6 +18,11 @@ the first rejected position d of a run, the i-th further token's confidence is s
 rollout recorded at d. When a policy drafts past the end of a recorded rollout (or past
 the prompt's end token), the last recorded signal is repeated and the overrun is counted; when no rollout was recorded at d (only
 possible on stochastic traces), the true path's signals stand in for it.
+
+Whether a drafted token is an end token (``TokenSignal.end``, which stops the drafting of the
+policies that declare ``stops_at_draft_end``) is read from the recorded tokens — the draft's
+token on the true path, the rollout's, an exit layer's — against the manifest's
+``eos_token_ids`` (draft and target share a vocabulary; ``simlab record`` checks it).
 """
 
 from __future__ import annotations
@@ -51,8 +56,9 @@ class DraftPath:
     confidence: list[float]
     entropy: list[float]
     score: list[float] | None = None
-    # divergence position -> (confidences, entropies) of the draft's own continuation
-    rollouts: dict[int, tuple[list[float], list[float]]] = field(default_factory=dict)
+    # divergence position -> (confidences, entropies, end flags) of the draft's own continuation
+    rollouts: dict[int, tuple[list[float], list[float], list[bool]]] = field(default_factory=dict)
+    end: list[bool] = field(default_factory=list)  # the drafted token at each position is an end token
 
 
 @dataclass(repr=False)
@@ -95,12 +101,12 @@ class PromptReplay:
         rollout = path.rollouts.get(d)
         if rollout is None:
             return _signal(path, i, min(t, self.n_tokens - 1))
-        conf, ent = rollout
+        conf, ent, end = rollout
         j = t - d
         if j > len(conf):
             self.rollout_overruns += 1
             j = len(conf)
-        return TokenSignal(i, conf[j - 1], ent[j - 1])
+        return TokenSignal(i, conf[j - 1], ent[j - 1], math.nan, end[j - 1])
 
     def shadows(self, start: int, count: int) -> ShadowTokens:
         """Every recorded exit layer's token at positions ``start..start+count-1`` (DEL's shadow
@@ -157,7 +163,7 @@ class SignalRun(NamedTuple):
 
 def _signal(path: DraftPath, i: int, t: int) -> TokenSignal:
     score = path.score[t] if path.score is not None else math.nan
-    return TokenSignal(i, path.confidence[t], path.entropy[t], score)
+    return TokenSignal(i, path.confidence[t], path.entropy[t], score, path.end[t])
 
 
 class TraceReplay:
@@ -174,17 +180,19 @@ class TraceReplay:
             return [part.tolist() for part in np.split(values, cuts)]
 
         accept = self._accept(pos, np.random.default_rng(seed))
+        eos = np.asarray(trace.manifest.eos_token_ids, dtype=np.int64)
         columns = {
             "accept": split(accept),
             "target": split(pos["target_token"].to_numpy(np.int64)),
             "draft": split(pos["draft_token"].to_numpy(np.int64)),
             "conf": split(pos["draft_conf"].to_numpy(float)),
             "entropy": split(pos["draft_entropy"].to_numpy(float)),
+            "end": split(np.isin(pos["draft_token"].to_numpy(np.int64), eos)),
         }
         scores = split(pos["predictor_score"].to_numpy(float)) if "predictor_score" in pos.columns else None
-        rollouts = _group_rollouts(trace.rollouts)
+        rollouts = _group_rollouts(trace.rollouts, eos)
         budget = int(trace.manifest.max_new_tokens)
-        layers = _group_layers(trace.layers, pos) if trace.layers is not None else {}
+        layers = _group_layers(trace.layers, pos, eos) if trace.layers is not None else {}
         self.prompts: list[PromptReplay] = []
         for i, row in enumerate(trace.prompts.sort_values("prompt_id").itertuples(index=False)):
             pid = int(row.prompt_id)
@@ -195,6 +203,7 @@ class TraceReplay:
                 entropy=columns["entropy"][i],
                 score=scores[i] if scores is not None else None,
                 rollouts=rollouts.get(pid, {}),
+                end=columns["end"][i],
             )
             self.prompts.append(PromptReplay(
                 prompt_id=pid,
@@ -223,8 +232,8 @@ class TraceReplay:
         return max((p.prompt_len + p.budget for p in self.prompts), default=0)
 
 
-def _group_rollouts(df: pd.DataFrame) -> dict[int, dict[int, tuple[list[float], list[float]]]]:
-    out: dict[int, dict[int, tuple[list[float], list[float]]]] = {}
+def _group_rollouts(df: pd.DataFrame, eos: np.ndarray) -> dict[int, dict[int, tuple[list[float], list[float], list[bool]]]]:
+    out: dict[int, dict[int, tuple[list[float], list[float], list[bool]]]] = {}
     if df.empty:
         return out
     df = df.sort_values(["prompt_id", "pos", "step"], kind="stable")
@@ -232,12 +241,13 @@ def _group_rollouts(df: pd.DataFrame) -> dict[int, dict[int, tuple[list[float], 
     starts = np.flatnonzero(np.r_[True, (np.diff(pid) != 0) | (np.diff(d) != 0)])
     conf = np.split(df["draft_conf"].to_numpy(float), starts[1:])
     ent = np.split(df["draft_entropy"].to_numpy(float), starts[1:])
+    end = np.split(np.isin(df["token"].to_numpy(np.int64), eos), starts[1:])
     for j, s in enumerate(starts):
-        out.setdefault(int(pid[s]), {})[int(d[s])] = (conf[j].tolist(), ent[j].tolist())
+        out.setdefault(int(pid[s]), {})[int(d[s])] = (conf[j].tolist(), ent[j].tolist(), end[j].tolist())
     return out
 
 
-def _group_layers(df: pd.DataFrame, pos: pd.DataFrame) -> dict[int, dict[int, DraftPath]]:
+def _group_layers(df: pd.DataFrame, pos: pd.DataFrame, eos: np.ndarray) -> dict[int, dict[int, DraftPath]]:
     """Per prompt and exit layer, a greedy draft path: accepted iff the early-exit token matches."""
     target = pos[["prompt_id", "pos", "target_token"]]
     df = df.merge(target, on=["prompt_id", "pos"], how="inner").sort_values(["prompt_id", "layer", "pos"])
@@ -249,5 +259,6 @@ def _group_layers(df: pd.DataFrame, pos: pd.DataFrame) -> dict[int, dict[int, Dr
             run=runs_of(accept),
             confidence=g["draft_conf"].astype(float).tolist(),
             entropy=g["draft_entropy"].astype(float).tolist(),
+            end=np.isin(g["token"].to_numpy(np.int64), eos).tolist(),
         )
     return out

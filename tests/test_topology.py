@@ -91,3 +91,17 @@ def test_simulate_and_sweep_name_the_topology_and_where_it_came_from(tmp_path):
     text = simlab_text("sweep", "--trace", str(tmp_path / "t"), "--policy", "sd:gamma=1,2", "--no-cache",
                        "--workers", "1")
     assert "sweep — topology one-device (as recorded)" in " ".join(text.split())
+
+
+def test_timeline_and_frontier_titles_name_the_topology(tmp_path):
+    from simlab.plots.frontier import frontier_figure
+    from simlab.sim.timeline import read_chrome_trace
+    from simlab.sweep import PolicyGrid, run_sweep
+
+    trace = hand_trace([PATTERN], latency=latency_table(draft=0.25, corun=(2.0, 1.5)))
+    trace.manifest.topology = "one-device"
+    write_trace(trace, tmp_path / "t")
+    simlab_text("simulate", "--trace", str(tmp_path / "t"), "--timeline", str(tmp_path / "tl.json"))
+    assert read_chrome_trace(tmp_path / "tl.json")[0].endswith("one-device")
+    table = run_sweep(trace, [PolicyGrid("sd", {"gamma": (1, 2)})], workers=1, cache=False, progress=False).table
+    assert "one-device" in frontier_figure(table).axes[0].get_title()

@@ -49,8 +49,7 @@ def _trace_report(trace: Path, latency: Optional[Path], max_gamma: int, seed: in
     sim = Simulator(tr, lat, seed=seed)
     a = analyse_trace(sim, max_gamma)
     if json_out:
-        print_json({"trace": str(tr.path), "trace_kind": tr.manifest.kind, "latency": sim.latency.name,
-                    "topology": sim.topology.value, **a.to_dict()})
+        print_json({"trace": str(tr.path), "trace_kind": tr.manifest.kind, "latency": sim.latency.name, **a.to_dict()})
         return
     console.print(f"trace: {trace_label(tr)}")
     draft = f"draft step {1e3 * a.t_draft:.2f} ms, " if a.t_draft == a.t_draft else ""

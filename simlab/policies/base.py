@@ -195,7 +195,8 @@ class Policy(ABC):
         """The declared choice, as ``simlab policies`` prints it."""
         if cls.stops_at_draft_end:
             return "serial drafts stop after the draft's own end token (as Hugging Face's assistant does)"
-        return "the draft drafts on past its own end token (the paper does not treat end tokens)"
+        choice = "the draft drafts on past its own end token (its algorithm does not treat end tokens)"
+        return choice + ("; a parallel window runs to its length, fixed when the round starts" if cls.parallel else "")
 
     def __init__(self, context: PolicyContext, **values: Any):
         self.context = context

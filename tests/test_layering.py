@@ -19,7 +19,7 @@ LAYERS = (
     ("record", "policies"),
     ("rounds",),  # the protocol between a policy and an executor
     ("sim",),  # the SimPy executor
-    ("live", "predictor", "analytic_trace", "frontier", "result_table", "bench"),
+    ("live", "serve", "predictor", "analytic_trace", "frontier", "result_table", "bench"),
     ("sweep", "plots"),
     ("cli",),
     ("__main__",),

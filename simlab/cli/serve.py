@@ -9,10 +9,11 @@ import typer
 
 from simlab.cli import policy_options as opt
 from simlab.cli.app import app
-from simlab.cli.output import console, err_console, frame_path, policy_params, print_json, write_frame
+from simlab.cli.output import console, err_console, policy_params, print_json
 from simlab.cli.simulate import load_inputs, trace_label
 from simlab.errors import SimlabError
 from simlab.serve.scheduler import DEFAULT_MAX_BATCH, DEFAULT_TOKEN_BUDGET
+from simlab.table_file import frame_path, write_frame
 
 # (label, JSON key, scale, unit) of the printed rows; the JSON output carries every figure.
 LATENCY_ROWS = (("TTFT", "ttft", 1e3, "ms"), ("TPOT", "tpot", 1e3, "ms"), ("end-to-end", "e2e", 1.0, "s"))

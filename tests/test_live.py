@@ -20,7 +20,8 @@ torch = pytest.importorskip("torch", reason="live decoding needs the models extr
 pytest.importorskip("transformers", reason="live decoding needs the models extra (transformers)")
 
 from simlab.live.executor import LiveExecutor  # noqa: E402
-from simlab.live.session import LiveConfig, LiveSession  # noqa: E402
+from simlab.live.session import LiveSession  # noqa: E402
+from simlab.live.setup import LiveConfig  # noqa: E402
 from simlab.models import install  # noqa: E402
 from simlab.models.early_exit import early_exit_draft  # noqa: E402
 from simlab.policies import REGISTRY  # noqa: E402
@@ -103,6 +104,23 @@ def test_simulator_predicts_live_target_calls_and_mat_exactly(session, policy):
         run = session.executor.run(pol, pid, ids, TOKENS)
         assert run.counts.target_calls == sim.loc[pid, "target_calls"]
         assert run.counts.accepted / run.counts.target_calls == pytest.approx(sim.loc[pid, "mat"])
+
+
+def test_a_live_session_hands_policies_the_simulators_context(session):
+    """Policies that size windows from the context (spide, pearl) decide live as in the
+    prediction only if both build them with the same context (simlab/sim/context.py)."""
+    from simlab.policies.spide import Spide
+    from simlab.sim.run import Simulator
+
+    live = session.make_policy("spide", {}).context
+    sim = Simulator(session.trace, topology=session.topology).context()
+    assert (live.context_len, live.corun, live.exit_layers, live.n_layers) == \
+        (sim.context_len, sim.corun, sim.exit_layers, sim.n_layers)
+    assert type(live.latency) is type(sim.latency)
+    assert [live.latency.target_forward(k, live.context_len, live.corun) for k in range(1, 9)] == \
+        [sim.latency.target_forward(k, sim.context_len, sim.corun) for k in range(1, 9)]
+    assert live.best_gamma() == sim.best_gamma()
+    assert Spide(live).window == Spide(sim).window
 
 
 def test_speculative_sampling_runs_to_the_budget(session):

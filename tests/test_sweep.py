@@ -8,9 +8,9 @@ import pytest
 from simlab.errors import SimlabError
 from simlab.frontier import pareto_mask
 from simlab.metrics import SUMMARY_KEYS
+from simlab.result_table import TIMING_COLUMNS, param_columns
 from simlab.sim.run import Simulator
 from simlab.sweep import combine, run_sweep
-from simlab.sweep.runner import TIMING_COLUMNS, param_columns
 from simlab.trace.synth import SynthSpec, synth_trace
 
 GRID = ["sd:gamma=1..4", "oracle:max_draft=2,4", "ad"]

@@ -1,4 +1,4 @@
-"""Shared pieces of the commands: parameter parsing, tables, JSON and file outputs."""
+"""Shared pieces of the commands: parameter parsing, tables and JSON (table files: simlab.table_file)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any, Iterable
 
-import pandas as pd
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from simlab.atomic import check_output, replace_file
+from simlab.atomic import check_output
 from simlab.errors import SimlabError
 from simlab.params import parse_value
+from simlab.table_file import frame_path
 
 console = Console()
 err_console = Console(stderr=True)
@@ -81,39 +81,12 @@ def metrics_table(title: str, rows: dict[str, Any], caption: str | None = None) 
     return table
 
 
-def frame_path(path: str | Path, what: str = "--out") -> Path:
-    """``path`` if it names a table file (.csv or .parquet); check before long work."""
-    out = Path(path)
-    if out.suffix.lower() not in (".csv", ".parquet"):
-        raise SimlabError(f"{what} must end in .csv or .parquet, got {out.name!r}")
-    return out
-
-
 Force = Annotated[bool, typer.Option("--force", help="Overwrite (replace) an existing output.")]
 
 
 def frame_output(path: str | Path, force: bool, what: str = "--out") -> Path:
     """Check before any work that ``path`` can take a table (see :func:`simlab.atomic.check_output`)."""
     return frame_path(check_output(path, what, force=force), what)
-
-
-def write_frame(df: pd.DataFrame, path: str | Path) -> Path:
-    """Write a table as CSV or Parquet, chosen by the file suffix, in one rename."""
-    out = frame_path(path)
-    if out.suffix.lower() == ".csv":
-        return replace_file(out, lambda tmp: df.to_csv(tmp, index=False))
-    return replace_file(out, lambda tmp: df.to_parquet(tmp, index=False))
-
-
-def read_frame(path: str | Path) -> pd.DataFrame:
-    """Read a table written by :func:`write_frame` (or any CSV/Parquet file)."""
-    p = frame_path(path, "a table file")
-    if not p.is_file():
-        raise SimlabError(f"table not found: {p}")
-    try:
-        return pd.read_csv(p) if p.suffix.lower() == ".csv" else pd.read_parquet(p)
-    except (ValueError, OSError, pd.errors.ParserError) as exc:
-        raise SimlabError(f"cannot read {p} ({exc})") from exc
 
 
 def print_json(obj: Any) -> None:

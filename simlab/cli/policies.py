@@ -18,7 +18,9 @@ def describe_policy(cls) -> dict:
         "schedule": "parallel" if cls.parallel else "serial",
         "params": [{"name": p.name, "default": p.default, "help": p.help} for p in cls.params],
         "choices": cls.choices,
-        "upper_bound": cls.needs_future,
+        "draft_end": cls.draft_end_choice(),
+        "stops_at_draft_end": cls.stops_at_draft_end,
+        "serial_schedule_bound": cls.needs_future,
     }
 
 
@@ -55,4 +57,5 @@ def policies(
             console.print(f"  --param {p['name']}={_default(p['default'])}  {p['help']}", highlight=False)
         if row["choices"]:
             console.print(f"  choices where the paper is silent: {row['choices']}", highlight=False)
+        console.print(f"  end token: {row['draft_end']}", highlight=False)
         console.print()

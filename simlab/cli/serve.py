@@ -10,11 +10,12 @@ import typer
 from simlab.atomic import check_output
 from simlab.cli import policy_options as opt
 from simlab.cli.app import app
-from simlab.cli.output import Force, console, err_console, frame_output, policy_params, print_json, write_frame
+from simlab.cli.output import Force, console, err_console, frame_output, policy_params, print_json
 from simlab.cli.simulate import load_inputs, trace_label
 from simlab.errors import SimlabError
 from simlab.params import check_seed
 from simlab.serve.scheduler import DEFAULT_MAX_BATCH, DEFAULT_TOKEN_BUDGET
+from simlab.table_file import write_frame
 
 # (label, JSON key, scale, unit) of the printed rows; the JSON output carries every figure.
 LATENCY_ROWS = (("TTFT", "ttft", 1e3, "ms"), ("TPOT", "tpot", 1e3, "ms"), ("end-to-end", "e2e", 1.0, "s"))

@@ -10,11 +10,15 @@ import typer
 from simlab.atomic import check_output
 from simlab.cli import policy_options as opt
 from simlab.cli.app import app
-from simlab.cli.output import Force, console, frame_output, metrics_table, policy_params, print_json, write_frame
+from simlab.cli.output import Force, console, frame_output, metrics_table, policy_params, print_json
 from simlab.errors import SimlabError
 from simlab.metrics import SUMMARY_KEYS
 from simlab.paths import default_trace
 from simlab.sim.devices import Topology
+from simlab.table_file import write_frame
+
+TopologyOption = Annotated[Optional[Topology], typer.Option(
+    "--topology", help="Where the two models run. [default: the topology the trace was recorded in, from its manifest]")]
 
 
 def load_inputs(trace: Optional[Path], latency: Optional[Path]):
@@ -25,6 +29,11 @@ def load_inputs(trace: Optional[Path], latency: Optional[Path]):
     tr = read_trace(trace or default_trace())
     lat = load_profile(latency) if latency else None
     return tr, lat
+
+
+def topology_label(topology: Topology, given: Optional[Topology]) -> str:
+    """The simulated topology and where it came from, for table titles."""
+    return f"{topology.value} ({'--topology' if given is not None else 'as recorded'})"
 
 
 def trace_label(tr) -> str:
@@ -46,7 +55,7 @@ def simulate(
     trace: Annotated[Optional[Path], typer.Option("--trace", help="Trace directory. [default: the shipped trace]")] = None,
     latency: Annotated[Optional[Path], typer.Option("--latency", help="Latency profile JSON. [default: the trace's own samples]")] = None,
     predictor: Annotated[Optional[Path], typer.Option("--predictor", help="Acceptance predictor JSON (simlab calibrate predictor) for the policies that use one. [default: the draft's confidence]")] = None,
-    topology: Annotated[Topology, typer.Option("--topology", help="Where the two models run.")] = Topology.TWO_DEVICES,
+    topology: TopologyOption = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed for stochastic replay (temperature > 0 traces).")] = 0,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")] = False,
     out: Annotated[Optional[Path], typer.Option("--out", help="Write per-prompt results (.csv or .parquet).")] = None,
@@ -79,7 +88,7 @@ def simulate(
     if out:
         write_frame(res.per_prompt, out)
     if timeline:
-        write_chrome_trace(res.timeline, timeline, title=f"{policy} on prompt {timeline_prompt}")
+        write_chrome_trace(res.timeline, timeline, title=f"{policy} on prompt {timeline_prompt}, {sim.topology.value}")
     summary = res.summary.to_dict()
     if json_out:
         print_json({
@@ -90,6 +99,7 @@ def simulate(
             "latency": sim.latency.name,
             "predictor": pred.name if pred else None,
             "topology": sim.topology.value,
+            "topology_from": "--topology" if topology is not None else "trace manifest",
             "seed": seed,
             **summary,
         })
@@ -99,8 +109,9 @@ def simulate(
                else "MAT excludes the bonus token")
     params_text = ", ".join(f"{k}={v}" for k, v in res.params.items() if k != "policy")
     console.print(f"trace: {trace_label(tr)}")
-    console.print(f"latency: {sim.latency.name}; topology: {sim.topology.value}")
-    console.print(metrics_table(f"{policy} ({params_text})" if params_text else policy,
+    console.print(f"latency: {sim.latency.name}; topology: {topology_label(sim.topology, topology)}")
+    title = f"{policy} ({params_text})" if params_text else policy
+    console.print(metrics_table(f"{title} — {topology_label(sim.topology, topology)}",
                                 {k: summary[k] for k in SUMMARY_KEYS}, caption))
     if summary.get("corun_latency", "measured") != "measured" and res.summary.parallel_rounds:
         console.print("[yellow]note:[/] one-device topology without co-running latency samples: parallel rounds "

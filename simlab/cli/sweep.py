@@ -12,9 +12,10 @@ import typer
 from rich.table import Table
 
 from simlab.cli.app import EXIT_INTERRUPTED, app
-from simlab.cli.output import Force, console, fmt, frame_output, write_frame
-from simlab.cli.simulate import load_inputs, trace_label
+from simlab.cli.output import Force, console, fmt, frame_output
+from simlab.cli.simulate import TopologyOption, load_inputs, topology_label, trace_label
 from simlab.sim.devices import Topology
+from simlab.table_file import write_frame
 
 # Columns of the printed table and their headers (every metric goes to --out).
 SHOWN = {"speedup": "speedup", "cost": "cost", "mat": "MAT", "mean_accept_len": "accept len",
@@ -34,7 +35,7 @@ def sweep(
     grid: Annotated[Optional[Path], typer.Option("--grid", help="TOML grid file with [[policy]] tables.")] = None,
     trace: Annotated[Optional[Path], typer.Option("--trace", help="Trace directory. [default: the shipped trace]")] = None,
     latency: Annotated[Optional[Path], typer.Option("--latency", help="Latency profile JSON. [default: the trace's own samples]")] = None,
-    topology: Annotated[Topology, typer.Option("--topology", help="Where the two models run.")] = Topology.TWO_DEVICES,
+    topology: TopologyOption = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed for stochastic replay (temperature > 0 traces).")] = 0,
     out: Annotated[Optional[Path], typer.Option("--out", help="Write every metric of every configuration (.parquet or .csv).")] = None,
     workers: Annotated[Optional[int], typer.Option("--workers", help="Parallel workers (1: no pool). [default: all cores]")] = None,
@@ -63,8 +64,9 @@ def sweep(
         sys.exit(EXIT_INTERRUPTED)
     table = res.table
     console.print(f"trace: {trace_label(tr)}")
-    console.print(f"latency: {table['latency'].iat[0]}; topology: {topology.value}; seed: {seed}")
-    console.print(results_table(table))
+    shown = topology_label(Topology(table["topology"].iat[0]), topology)
+    console.print(f"latency: {table['latency'].iat[0]}; topology: {shown}; seed: {seed}")
+    console.print(results_table(table, shown))
     console.print(f"{len(table)} configurations: {res.cached} from the cache, {res.computed} simulated; "
                   f"{res.seconds:.1f} s with {res.workers} {executor.value} worker{'s' * (res.workers != 1)}"
                   + (f"; cached in {res.store}" if res.store else ""))
@@ -72,9 +74,9 @@ def sweep(
         console.print(f"wrote {write_frame(table, out)}")
 
 
-def results_table(table: pd.DataFrame) -> Table:
+def results_table(table: pd.DataFrame, topology: str) -> Table:
     gamma = table["reference_gamma"].iat[0]
-    view = Table(caption=f"{PARETO_MARK} Pareto-optimal: nothing else is faster at no more cost, or cheaper at no "
+    view = Table(title=f"sweep — topology {topology}", caption=f"{PARETO_MARK} Pareto-optimal: nothing else is faster at no more cost, or cheaper at no "
                          f"less speed. cost: target calls / sd at its best γ={gamma}; MAT excludes the bonus token, "
                          "mean accept len includes it",
                  header_style="bold")

@@ -38,8 +38,9 @@ def synth(
     force: Annotated[bool, typer.Option("--force", help="Replace a trace already in --out.")] = False,
 ) -> None:
     """Write a synthetic trace: i.i.d., bursty (markov) or histogram-driven (table) acceptance."""
+    from simlab.latency.retime import with_latency
     from simlab.trace.io import write_trace
-    from simlab.trace.synth import synth_trace, with_latency
+    from simlab.trace.synth import synth_trace
 
     check_output(out, "--out", force=force, directory=True, owned=MANIFEST)
     spec = SynthSpec(kind=kind, alpha=alpha, c=c, prompts=prompts, tokens=tokens, verify_slope=verify_slope,

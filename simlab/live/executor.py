@@ -27,6 +27,7 @@ synchronize) and logged with its device, so measured and simulated timelines can
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -71,11 +72,12 @@ def crop_to(cache, length: int) -> None:
         cache.crop(-remove)
 
 
-def signal_of(logits: torch.Tensor, index: int) -> TokenSignal:
-    """Confidence (top-1 probability, SPIDE eq. 2) and entropy (nats) of raw-softmax logits."""
+def signal_of(logits: torch.Tensor, index: int, end: bool = False) -> TokenSignal:
+    """Confidence (top-1 probability, SPIDE eq. 2) and entropy (nats) of raw-softmax logits;
+    ``end``: the drafted token is an end token."""
     logp = torch.log_softmax(logits.float(), dim=-1)
     p = logp.exp()
-    return TokenSignal(index, float(p.max()), float(-(p * logp).sum()))
+    return TokenSignal(index, float(p.max()), float(-(p * logp).sum()), math.nan, end)
 
 
 class _Model:
@@ -230,7 +232,7 @@ class LiveExecutor:
         token = self._pick(q)
         state.drafts.append(token)
         state.q.append(q)
-        return LazySignal(logits, index)
+        return LazySignal(logits, index, token in self.eos)
 
     def _settle(self, state: "_PromptState", info: PromptInfo, c: int, emitted: list[int], accepted: int) -> int:
         """Commit ``emitted`` from position c; stop at the end — an end token or the budget's last
@@ -357,15 +359,15 @@ class LazySignal:
     """A drafted token's logits; its :class:`TokenSignal` (a softmax over the vocabulary) is
     computed on first use."""
 
-    __slots__ = ("logits", "index", "_signal")
+    __slots__ = ("logits", "index", "end", "_signal")
 
-    def __init__(self, logits: torch.Tensor, index: int):
-        self.logits, self.index, self._signal = logits, index, None
+    def __init__(self, logits: torch.Tensor, index: int, end: bool = False):
+        self.logits, self.index, self.end, self._signal = logits, index, end, None
 
     @property
     def signal(self) -> TokenSignal:
         if self._signal is None:
-            self._signal = signal_of(self.logits, self.index)
+            self._signal = signal_of(self.logits, self.index, self.end)
             self.logits = None
         return self._signal
 

@@ -12,10 +12,12 @@ from typing import Any, Callable
 import pandas as pd
 from rich.table import Table
 
-from simlab.cli.output import write_frame
-from simlab.live.session import Comparison, LiveSession, PromptOutcome
+from simlab.live.decoding import PromptOutcome
+from simlab.live.prediction import Comparison
+from simlab.live.session import LiveSession
 from simlab.sim.devices import Slice
 from simlab.sim.timeline import write_chrome_trace
+from simlab.table_file import write_frame
 
 
 def _forward_slices(run) -> list[Slice]:
@@ -39,7 +41,7 @@ class LiveReport:
         if s.cfg.compare:
             s.load_trace()
             self.say(f"comparison trace: {s.trace.path} ({len(s.trace.prompts)} of its prompts)")
-        self.say(f"loading {s.draft_name()} and {s.cfg.target} on {s.target_device} ({s.dtype})")
+        self.say(f"loading {s.setup.draft_name()} and {s.cfg.target} on {s.setup.target_device} ({s.setup.dtype})")
         s.load_models()
         started = time.perf_counter()
         try:
@@ -94,15 +96,10 @@ class LiveReport:
     def _write_sim_timelines(self) -> None:
         if self.log_dir is None or self.comparison is None:
             return
-        from simlab.sim.run import Simulator
-
         s = self.session
-        sim = Simulator(s.trace, seed=s.cfg.seed, topology=s.topology)
         for outcome in self.outcomes:
-            pid = int(s.trace.prompts.set_index("source").loc[outcome.source, "prompt_id"])
-            res = sim.run(s.cfg.policy, s.cfg.params, timeline_prompt=pid, with_cost=False)
-            write_chrome_trace(res.timeline, self.log_dir / f"sim-{outcome.prompt_id}.json",
-                               title=f"simulated {s.cfg.policy}, prompt {outcome.prompt_id}")
+            write_chrome_trace(s.prediction.timeline(outcome.source), self.log_dir / f"sim-{outcome.prompt_id}.json",
+                               title=f"simulated {s.cfg.policy}, prompt {outcome.prompt_id}, {s.topology.value}")
 
     def table(self) -> pd.DataFrame:
         if self.comparison is not None:
@@ -122,8 +119,8 @@ class LiveReport:
     def summary(self) -> dict[str, Any]:
         s = self.session
         df = self.table()
-        out: dict[str, Any] = {"policy": s.cfg.policy, "params": s.cfg.params, "draft": s.draft_name(),
-                               "target": s.cfg.target, "hardware": s.hardware, "prompts": len(self.outcomes),
+        out: dict[str, Any] = {"policy": s.cfg.policy, "params": s.cfg.params, "draft": s.setup.draft_name(),
+                               "target": s.cfg.target, "hardware": s.setup.hardware, "prompts": len(self.outcomes),
                                "interrupted": self.interrupted}
         if df.empty:
             return out

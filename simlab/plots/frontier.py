@@ -8,6 +8,8 @@ black line, as in SPIDE Figure 6, so the quadrant above and left of them holds w
 faster and cheaper than the best vanilla SD. Each series has its own colour and marker (a sweep
 of every policy has more series than a colour cycle), the legend sits outside the axes, and each
 Pareto-optimal point is named by its policy and the value of the parameter that policy sweeps.
+The oracle is labelled as what it is: the fastest *serial* schedule, which parallel policies
+(PEARL, SPIDE) can beat, so it bounds serial policies only. The title names the topology.
 """
 
 from __future__ import annotations
@@ -19,12 +21,13 @@ from matplotlib.figure import Figure
 
 from simlab.errors import SimlabError
 from simlab.frontier import pareto_front
-from simlab.plots.table import require, series_of, trace_name
+from simlab.plots.table import require, series_of, setup_name
 
 REFERENCE_STYLE = {"color": "tab:red", "linestyle": "--", "linewidth": 1}
 PARITY_STYLE = {"color": "black", "linestyle": "-", "linewidth": 0.8}
 FRONT_LABEL = "Pareto front"
 MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+SERIES_LABELS = {"oracle": "oracle (serial-schedule bound)"}  # what a series is, where its name does not say
 COLORS = colormaps["tab20"]  # its 10 dark colours (tab10's) first, then the 10 light ones
 
 
@@ -38,7 +41,8 @@ def frontier_figure(table: pd.DataFrame, title: str | None = None) -> Figure:
     ax = fig.add_subplot()
     names = {}  # row index -> name of the point on the front
     for i, (name, rows, param) in enumerate(series_of(table)):
-        label = f"{name} ({param} {_span(rows[param])})" if param else name
+        shown = SERIES_LABELS.get(name, name)
+        label = f"{shown} ({param} {_span(rows[param])})" if param else shown
         ax.plot(rows["cost"], rows["speedup"], linestyle="-" if param else "none", marker=MARKERS[i % len(MARKERS)],
                 color=COLORS(2 * i % 20 + i // 10 % 2), markersize=5, label=label)
         names.update({idx: f"{name} {param}={value:g}" if param else name for idx, value in
@@ -61,7 +65,7 @@ def frontier_figure(table: pd.DataFrame, title: str | None = None) -> Figure:
             label=f"sd at its best γ={gamma}")
     ax.set_xlabel("cost (target calls / sd at its best γ)")
     ax.set_ylabel("speedup over autoregressive decoding")
-    ax.set_title(title or f"Speed vs cost: {trace_name(table)}")
+    ax.set_title(title or f"Speed vs cost: {setup_name(table)}")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()

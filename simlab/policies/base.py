@@ -109,7 +109,7 @@ class PromptInfo:
     capped by it. ``n_tokens`` is where the prompt ends: a trace knows it (the EOS or the
     budget); the live decoder starts with the budget and lowers it when the target emits an
     end token. ``replay`` is the trace replay of this prompt; only the oracle policy (the
-    declared exception, an upper bound) may read it. It is None in live decoding.
+    declared exception, a serial-schedule bound) may read it. It is None in live decoding.
     """
 
     prompt_id: int
@@ -176,13 +176,27 @@ class Policy(ABC):
     paper: ClassVar[str]
     params: ClassVar[tuple[Param, ...]] = ()
     choices: ClassVar[str] = ""
-    #: True for the oracle: it reads the replay (future acceptance) and is only an upper bound.
+    #: True for the oracle: it reads the replay (future acceptance) and is only a bound (over serial schedules).
     needs_future: ClassVar[bool] = False
     #: True if the policy may plan parallel rounds.
     parallel: ClassVar[bool] = False
     #: True if the policy reads every exit layer's token after the prefill and each serial
     #: verification (:meth:`observe_shadows`; DEL's shadow tokens).
     needs_shadows: ClassVar[bool] = False
+    #: True if a serial round stops drafting right after the draft proposes an end token (the
+    #: token is still verified), as Hugging Face's assistant does. False: the draft drafts on
+    #: past it, as the papers' algorithms (which do not treat end tokens) are written; what
+    #: follows a rejected end token is wasted, and an accepted one ends the prompt anyway.
+    #: Parallel rounds never stop early: their window is fixed when the round starts.
+    stops_at_draft_end: ClassVar[bool] = False
+
+    @classmethod
+    def draft_end_choice(cls) -> str:
+        """The declared choice, as ``simlab policies`` prints it."""
+        if cls.stops_at_draft_end:
+            return "serial drafts stop after the draft's own end token (as Hugging Face's assistant does)"
+        choice = "the draft drafts on past its own end token (its algorithm does not treat end tokens)"
+        return choice + ("; a parallel window runs to its length, fixed when the round starts" if cls.parallel else "")
 
     def __init__(self, context: PolicyContext, **values: Any):
         self.context = context

@@ -31,6 +31,7 @@ class HfHeuristic(Policy):
     """
 
     name = "hf-heuristic"
+    stops_at_draft_end = True  # the assistant's generate() stops at its end token
     summary = "HF assisted generation's heuristic schedule: +2 after a fully accepted round, -1 otherwise"
     paper = "transformers AssistedCandidateGenerator, schedule 'heuristic' (docs/policies/hf.md)"
     params = (Param("gamma", 5, "initial num_assistant_tokens N (5: the default that came with 'heuristic')"),)
@@ -81,6 +82,7 @@ class HfConfidence(StopRule):
     """
 
     name = "hf-confidence"
+    stops_at_draft_end = True  # the assistant's generate() stops at its end token
     summary = "HF assisted generation's confidence criterion: stop when the draft's probability < threshold"
     paper = ("transformers ConfidenceCriteria; ROC re-tuning of PR #33258 after DISCO, arXiv:2405.04304 "
              "(docs/policies/hf.md)")

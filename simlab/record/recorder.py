@@ -34,7 +34,7 @@ from simlab.record.prompts import Prompt, load_prompts
 from simlab.record.ranges import int_ranges
 from simlab.record.writer import ROW_TABLES, TraceWriter, agreement
 from simlab.trace.io import Trace, read_trace
-from simlab.trace.schema import MANIFEST, NO_LAYER, Manifest
+from simlab.trace.schema import MANIFEST, NO_LAYER, Manifest, Topology
 
 # Manifest fields that must match for --resume to append to an existing trace.
 RESUME_FIELDS = (
@@ -202,6 +202,7 @@ def _prepare(cfg: RecordConfig) -> _Setup:
         dataset=cfg.prompts,
         hardware=machine.hardware_name(device),
         device=device,
+        topology=Topology.ONE_DEVICE.value,  # both models are loaded on ``device``
         dtype=dtype,
         tokenizer=f"{cfg.target} ({type(tokenizer).__name__}, {len(tokenizer)} tokens)",
         temperature=float(cfg.temperature),

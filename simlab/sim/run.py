@@ -7,20 +7,18 @@ from typing import Any
 
 import pandas as pd
 
-from simlab.latency.grid import LatencyGrid
 from simlab.latency.model import LatencyModel, TableLatency
 from simlab.metrics import SUMMARY_KEYS, PositionStats, Summary, total
 from simlab.params import check_seed
 from simlab.policies import PolicyContext, make_policy
 from simlab.policies.base import AcceptancePredictor
 from simlab.policies.fixed import VanillaSD
+from simlab.sim.context import policy_context, tabulated, typical_context_len
 from simlab.sim.devices import Slice, Topology
 from simlab.sim.executor import SimExecutor
 from simlab.sim.vanilla import FixedGammaSD
 from simlab.trace.io import Trace
 from simlab.trace.replay import TraceReplay
-
-GRID_MARGIN = 64  # context lengths tabulated past the longest prompt (parallel drafts look ahead)
 
 # Vanilla SD's γ grid for the cost reference ("SD at its best γ", SPIDE §4.1 (ii), Table 17
 # searched up to 13); wide enough that the optimum is not at its edge on high-acceptance traces.
@@ -63,30 +61,31 @@ class Simulator:
         trace: Trace,
         latency: LatencyModel | None = None,
         seed: int = 0,
-        topology: Topology | str = Topology.TWO_DEVICES,
+        topology: Topology | str | None = None,
         predictor: AcceptancePredictor | None = None,
     ):
+        """``topology``: None (the default) simulates the topology the trace was recorded in."""
         self.trace = trace
         self.predictor = predictor  # a trained acceptance predictor for the policies that use one
         model = latency or latency_of(trace)
         self.seed = check_seed(seed)
-        self.topology = Topology(topology)
+        self.topology = Topology(topology) if topology is not None else trace.manifest.recorded_topology()
         # one-device runs price parallel rounds with co-running latencies; without such
         # measurements the solo figures stand in (optimistic), and results say so.
         self.corun_measured = bool(getattr(model, "has_corun", False))
         self.replay = TraceReplay(trace, seed)
         # One tabulated latency model shared by the executor and the policies, so that both
         # price a round identically (the oracle's plan relies on it).
-        self.latency = LatencyGrid(model, self.replay.max_context + GRID_MARGIN)
+        self.latency = tabulated(model, self.replay.max_context)
         self._reference: Reference | None = None
         self._sd: FixedGammaSD | None = None  # vanilla SD in closed form: the reference, and `sd` runs
 
     def context(self) -> PolicyContext:
-        m = self.trace.manifest
-        typical = int(self.trace.prompts["prompt_len"].median() + self.trace.prompts["n_tokens"].median() / 2)
-        return PolicyContext(latency=self.latency, exit_layers=list(m.exit_layers), n_layers=m.n_layers,
-                             context_len=typical, corun=self.topology is Topology.ONE_DEVICE,
-                             best_gamma=lambda: self.reference().gamma, predictor=self.predictor)
+        """What every policy of this simulator is built with (:mod:`simlab.sim.context`)."""
+        prompts = self.trace.prompts
+        return policy_context(self.latency, typical_context_len(prompts["prompt_len"], prompts["n_tokens"]),
+                              self.topology, self.trace.manifest, best_gamma=lambda: self.reference().gamma,
+                              predictor=self.predictor)
 
     def run(
         self,

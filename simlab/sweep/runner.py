@@ -34,9 +34,9 @@ from tqdm import tqdm
 from simlab.errors import SimlabError
 from simlab.frontier import pareto_mask
 from simlab.latency.model import LatencyModel
-from simlab.metrics import SUMMARY_KEYS
 from simlab.paths import cache_root
 from simlab.policies import make_policy
+from simlab.result_table import METRIC_COLUMNS, TIMING_COLUMNS
 from simlab.sim.devices import Topology
 from simlab.sim.run import Simulator
 from simlab.sweep.grid import PolicyGrid
@@ -44,13 +44,7 @@ from simlab.sweep.store import ResultStore, code_digest, digest, frame_digest
 from simlab.trace.io import Trace
 
 EXECUTORS = ("local", "ray")
-
-# Columns of a sweep table besides the policy parameters, in order (metrics: simlab.metrics).
-METRIC_COLUMNS = (*SUMMARY_KEYS, "drafted", "accepted", "parallel_rounds", "rollout_overruns",
-                  "reference_gamma", "reference_speedup")
-SETUP_COLUMNS = ("trace", "latency", "seed", "topology")
-TIMING_COLUMNS = ("sim_seconds", "cpu_seconds")  # wall and CPU time of one configuration's simulation
-OTHER_COLUMNS = ("policy", "label", "pareto", *TIMING_COLUMNS, "key")
+PACKAGE = Path(__file__).resolve().parents[1]  # the simlab package, which Ray ships to a cluster
 
 
 def default_workers() -> int:
@@ -212,7 +206,6 @@ def _run_ray(sim: Simulator, key: str, configs: list[Config], workers: int, addr
         import ray
     except ImportError:
         raise SimlabError("--executor ray needs Ray: pip install 'simlab[sweep]'") from None
-    import simlab
 
     address = address or os.environ.get("RAY_ADDRESS")
     started = not ray.is_initialized()
@@ -220,7 +213,7 @@ def _run_ray(sim: Simulator, key: str, configs: list[Config], workers: int, addr
         options = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING}
         try:
             if address:  # simlab travels with the tasks: cluster nodes need only its dependencies
-                ray.init(address=address, runtime_env={"py_modules": [os.path.dirname(simlab.__file__)]}, **options)
+                ray.init(address=address, runtime_env={"py_modules": [str(PACKAGE)]}, **options)
             else:  # local workers import simlab as this process does; a local node stays on loopback
                 ray.init(num_cpus=workers, _node_ip_address="127.0.0.1", **options)
         except Exception as exc:  # Ray raises bare Exceptions (e.g. a node that timed out starting)
@@ -249,7 +242,7 @@ def run_sweep(
     *,
     latency: LatencyModel | None = None,
     seed: int = 0,
-    topology: Topology | str = Topology.TWO_DEVICES,
+    topology: Topology | str | None = None,
     workers: int | None = None,
     executor: str = "local",
     ray_address: str | None = None,
@@ -258,6 +251,7 @@ def run_sweep(
 ) -> SweepResult:
     """Simulate every configuration of ``grids`` on ``trace``; see the module docstring.
 
+    ``topology``: None simulates the topology the trace was recorded in.
     ``cache``: the result store's directory; True for ``$SIMLAB_CACHE/sweeps``, False for none.
     ``progress``: a progress bar on stderr; None shows one on a terminal only.
     """
@@ -298,17 +292,6 @@ def run_sweep(
     table = sweep_table([rows[c.key] for c in configs], sim)
     return SweepResult(table, cached, len(todo), time.perf_counter() - t0, min(workers, max(len(todo), 1)),
                        executor, store.path if store else None)
-
-
-def param_columns(table: pd.DataFrame) -> list[str]:
-    """The policy-parameter columns of a sweep table (every column that is not a metric or setup)."""
-    fixed = {*METRIC_COLUMNS, *SETUP_COLUMNS, *OTHER_COLUMNS}
-    return [c for c in table.columns if c not in fixed]
-
-
-def varying(table: pd.DataFrame) -> list[str]:
-    """The parameters that take more than one value among ``table``'s rows."""
-    return [c for c in param_columns(table) if table[c].dropna().nunique() > 1]
 
 
 def sweep_table(rows: list[dict], sim: Simulator) -> pd.DataFrame:

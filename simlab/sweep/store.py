@@ -27,7 +27,6 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
-import simlab
 from simlab.atomic import check_output
 from simlab.errors import SimlabError
 
@@ -57,7 +56,7 @@ def frame_digest(df: pd.DataFrame | None) -> str:
 
 def code_digest() -> str:
     """A key for the source of every simlab module that can change a simulated result."""
-    root = Path(simlab.__file__).parent
+    root = Path(__file__).resolve().parents[1]  # the simlab package
     h = hashlib.sha256()
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root)

@@ -18,6 +18,11 @@ the first rejected position d of a run, the i-th further token's confidence is s
 rollout recorded at d. When a policy drafts past the end of a recorded rollout (or past
 the prompt's end token), the last recorded signal is repeated and the overrun is counted; when no rollout was recorded at d (only
 possible on stochastic traces), the true path's signals stand in for it.
+
+Whether a drafted token is an end token (``TokenSignal.end``, which stops the drafting of the
+policies that declare ``stops_at_draft_end``) is read from the recorded tokens — the draft's
+token on the true path, the rollout's, an exit layer's — against the manifest's
+``eos_token_ids`` (draft and target share a vocabulary; ``simlab record`` checks it).
 """
 
 from __future__ import annotations
@@ -51,8 +56,9 @@ class DraftPath:
     confidence: list[float]
     entropy: list[float]
     score: list[float] | None = None
-    # divergence position -> (confidences, entropies) of the draft's own continuation
-    rollouts: "Rollouts | dict[int, tuple[list[float], list[float]]]" = field(default_factory=dict)
+    # divergence position -> (confidences, entropies, end flags) of the draft's own continuation
+    rollouts: "Rollouts | dict[int, tuple[list[float], list[float], list[bool]]]" = field(default_factory=dict)
+    end: list[bool] = field(default_factory=list)  # the drafted token at each position is an end token
 
 
 @dataclass(repr=False)
@@ -95,12 +101,12 @@ class PromptReplay:
         rollout = path.rollouts.get(d)
         if rollout is None:
             return _signal(path, i, min(t, self.n_tokens - 1))
-        conf, ent = rollout
+        conf, ent, end = rollout
         j = t - d
         if j > len(conf):
             self.rollout_overruns += 1
             j = len(conf)
-        return TokenSignal(i, conf[j - 1], ent[j - 1])
+        return TokenSignal(i, conf[j - 1], ent[j - 1], math.nan, end[j - 1])
 
     def shadows(self, start: int, count: int) -> ShadowTokens:
         """Every recorded exit layer's token at positions ``start..start+count-1`` (DEL's shadow
@@ -157,7 +163,7 @@ class SignalRun(NamedTuple):
 
 def _signal(path: DraftPath, i: int, t: int) -> TokenSignal:
     score = path.score[t] if path.score is not None else math.nan
-    return TokenSignal(i, path.confidence[t], path.entropy[t], score)
+    return TokenSignal(i, path.confidence[t], path.entropy[t], score, path.end[t])
 
 
 class TraceReplay:
@@ -199,6 +205,7 @@ class TraceReplay:
             whole = values.tolist()
             return [whole[a:b] for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
 
+        eos = np.asarray(trace.manifest.eos_token_ids, dtype=np.int64)
         columns = {
             "accept": split(self.accept),
             "run": split(_runs(self.accept, bounds)),
@@ -206,10 +213,11 @@ class TraceReplay:
             "draft": split(pos["draft_token"].to_numpy(np.int64)),
             "conf": split(pos["draft_conf"].to_numpy(float)),
             "entropy": split(pos["draft_entropy"].to_numpy(float)),
+            "end": split(np.isin(pos["draft_token"].to_numpy(np.int64), eos)),
         }
         scores = split(pos["predictor_score"].to_numpy(float)) if "predictor_score" in pos.columns else None
-        rollouts = _RolloutTable(trace.rollouts)
-        layers = _group_layers(trace.layers, pos) if trace.layers is not None else {}
+        rollouts = _RolloutTable(trace.rollouts, eos)
+        layers = _group_layers(trace.layers, pos, eos) if trace.layers is not None else {}
         prompts = []
         for i, (pid, prompt_len, n, budget) in enumerate(zip(self.prompt_ids.tolist(), self.prompt_lens.tolist(),
                                                             self.lengths.tolist(), self.budgets.tolist())):
@@ -220,6 +228,7 @@ class TraceReplay:
                 entropy=columns["entropy"][i],
                 score=scores[i] if scores is not None else None,
                 rollouts=rollouts.of(pid),
+                end=columns["end"][i],
             )
             prompts.append(PromptReplay(
                 prompt_id=pid,
@@ -270,44 +279,46 @@ def _runs(accept: np.ndarray, bounds: np.ndarray) -> np.ndarray:
 
 
 class Rollouts:
-    """One prompt's divergence rollouts: divergence position -> (confidences, entropies).
+    """One prompt's divergence rollouts: divergence position -> (confidences, entropies, end flags).
 
     Grouped into lists on first use: a trace holds a rollout per rejected position, and a
     policy that reads no signals past a rejection (vanilla SD) never needs them.
     """
 
-    __slots__ = ("_pos", "_conf", "_ent", "_groups")
+    __slots__ = ("_pos", "_conf", "_ent", "_end", "_groups")
 
-    def __init__(self, pos: np.ndarray, conf: np.ndarray, ent: np.ndarray):
-        self._pos, self._conf, self._ent = pos, conf, ent  # sorted by (pos, step)
-        self._groups: dict[int, tuple[list[float], list[float]]] | None = None
+    def __init__(self, pos: np.ndarray, conf: np.ndarray, ent: np.ndarray, end: np.ndarray):
+        self._pos, self._conf, self._ent, self._end = pos, conf, ent, end  # sorted by (pos, step)
+        self._groups: dict[int, tuple[list[float], list[float], list[bool]]] | None = None
 
-    def get(self, d: int) -> tuple[list[float], list[float]] | None:
+    def get(self, d: int) -> tuple[list[float], list[float], list[bool]] | None:
         if self._groups is None:
             cuts = np.flatnonzero(np.diff(self._pos)) + 1
             starts = [0, *cuts.tolist()]
             ends = [*cuts.tolist(), len(self._pos)]
-            conf, ent, at = self._conf.tolist(), self._ent.tolist(), self._pos[starts].tolist() if len(self._pos) else []
-            self._groups = {d: (conf[a:b], ent[a:b]) for d, a, b in zip(at, starts, ends)}
+            conf, ent, end = self._conf.tolist(), self._ent.tolist(), self._end.tolist()
+            at = self._pos[starts].tolist() if len(self._pos) else []
+            self._groups = {d: (conf[a:b], ent[a:b], end[a:b]) for d, a, b in zip(at, starts, ends)}
         return self._groups.get(d)
 
 
 class _RolloutTable:
     """A trace's rollouts table as sorted arrays, cut into :class:`Rollouts` per prompt."""
 
-    def __init__(self, df: pd.DataFrame):
+    def __init__(self, df: pd.DataFrame, eos: np.ndarray):
         df = _sorted(df, ["prompt_id", "pos", "step"])
         self.pid = df["prompt_id"].to_numpy(np.int64)
         self.pos = df["pos"].to_numpy(np.int64)
         self.conf = df["draft_conf"].to_numpy(float)
         self.ent = df["draft_entropy"].to_numpy(float)
+        self.end = np.isin(df["token"].to_numpy(np.int64), eos)
 
     def of(self, prompt_id: int) -> Rollouts:
         lo, hi = np.searchsorted(self.pid, [prompt_id, prompt_id + 1])
-        return Rollouts(self.pos[lo:hi], self.conf[lo:hi], self.ent[lo:hi])
+        return Rollouts(self.pos[lo:hi], self.conf[lo:hi], self.ent[lo:hi], self.end[lo:hi])
 
 
-def _group_layers(df: pd.DataFrame, pos: pd.DataFrame) -> dict[int, dict[int, DraftPath]]:
+def _group_layers(df: pd.DataFrame, pos: pd.DataFrame, eos: np.ndarray) -> dict[int, dict[int, DraftPath]]:
     """Per prompt and exit layer, a greedy draft path: accepted iff the early-exit token matches."""
     target = pos[["prompt_id", "pos", "target_token"]]
     df = df.merge(target, on=["prompt_id", "pos"], how="inner").sort_values(["prompt_id", "layer", "pos"])
@@ -319,5 +330,6 @@ def _group_layers(df: pd.DataFrame, pos: pd.DataFrame) -> dict[int, dict[int, Dr
             run=runs_of(accept),
             confidence=g["draft_conf"].astype(float).tolist(),
             entropy=g["draft_entropy"].astype(float).tolist(),
+            end=np.isin(g["token"].to_numpy(np.int64), eos).tolist(),
         )
     return out

@@ -9,7 +9,7 @@ import pytest
 
 from simlab.metrics import SUMMARY_KEYS
 
-JSON_KEYS = {"speedup", "cost", "mat", "mean_accept_len", "target_calls", "draft_calls", "acceptance_rate",
+JSON_KEYS = {"speedup", "cost", "mat", "tokens_per_target_call", "target_calls", "draft_calls", "acceptance_rate",
              "tokens", "wall_time_s", "ad_wall_time_s"}
 
 

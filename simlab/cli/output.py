@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from simlab.errors import SimlabError
+from simlab.metrics import LIST_COLUMNS, upgrade_columns
 from simlab.params import parse_value
 
 console = Console()
@@ -23,9 +24,13 @@ METRIC_FORMATS: dict[str, tuple[str, str]] = {
     "speedup": ("speedup vs AD", "{:.3f}x"),
     "cost": ("cost (target calls / best SD)", "{:.3f}x"),
     "mat": ("MAT (accepted drafts / target call)", "{:.3f}"),
-    "mean_accept_len": ("mean accept len (incl. bonus)", "{:.3f}"),
+    "tokens_per_target_call": ("tokens per target call (incl. bonus)", "{:.3f}"),
+    "mean_acceptance_length": ("mean acceptance length (vLLM)", "{:.3f}"),
     "target_calls": ("target calls", "{:d}"),
     "draft_calls": ("draft calls", "{:d}"),
+    "num_drafts": ("drafts (rounds that drafted)", "{:d}"),
+    "drafted": ("draft tokens", "{:d}"),
+    "accepted": ("accepted tokens", "{:d}"),
     "acceptance_rate": ("acceptance rate", "{:.3f}"),
     "tokens": ("tokens", "{:d}"),
     "wall_time_s": ("wall time (s)", "{:.3f}"),
@@ -86,8 +91,9 @@ def write_frame(df: pd.DataFrame, path: str | Path) -> Path:
     """Write a table as CSV or Parquet, chosen by the file suffix."""
     out = frame_path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    if out.suffix.lower() == ".csv":
-        df.to_csv(out, index=False)
+    if out.suffix.lower() == ".csv":  # list cells as JSON, which read_frame turns back into lists
+        lists = [c for c in LIST_COLUMNS if c in df.columns]
+        df.assign(**{c: df[c].map(json.dumps) for c in lists}).to_csv(out, index=False)
     else:
         df.to_parquet(out, index=False)
     return out
@@ -99,9 +105,13 @@ def read_frame(path: str | Path) -> pd.DataFrame:
     if not p.is_file():
         raise SimlabError(f"table not found: {p}")
     try:
-        return pd.read_csv(p) if p.suffix.lower() == ".csv" else pd.read_parquet(p)
+        df = pd.read_csv(p) if p.suffix.lower() == ".csv" else pd.read_parquet(p)
+        for c in LIST_COLUMNS:
+            if c in df.columns:
+                df[c] = df[c].map(lambda v: json.loads(v) if isinstance(v, str) else list(v))
     except (ValueError, OSError, pd.errors.ParserError) as exc:
         raise SimlabError(f"cannot read {p} ({exc})") from exc
+    return df.rename(columns=upgrade_columns(df.columns))
 
 
 def print_json(obj: Any) -> None:

@@ -17,7 +17,7 @@ from simlab.cli.simulate import load_inputs, trace_label
 from simlab.sim.devices import Topology
 
 # Columns of the printed table and their headers (every metric goes to --out).
-SHOWN = {"speedup": "speedup", "cost": "cost", "mat": "MAT", "mean_accept_len": "accept len",
+SHOWN = {"speedup": "speedup", "cost": "cost", "mat": "MAT", "mean_acceptance_length": "accept len",
          "target_calls": "target calls"}
 PARETO_MARK = "★"
 
@@ -74,8 +74,8 @@ def sweep(
 def results_table(table: pd.DataFrame) -> Table:
     gamma = table["reference_gamma"].iat[0]
     view = Table(caption=f"{PARETO_MARK} Pareto-optimal: nothing else is faster at no more cost, or cheaper at no "
-                         f"less speed. cost: target calls / sd at its best γ={gamma}; MAT excludes the bonus token, "
-                         "mean accept len includes it",
+                         f"less speed. cost: target calls / sd at its best γ={gamma}; MAT: accepted drafts per target "
+                         "call; accept len: vLLM's mean acceptance length, 1 + accepted / drafts",
                  header_style="bold")
     view.add_column(PARETO_MARK)
     view.add_column("policy", no_wrap=True)

@@ -120,6 +120,7 @@ class SimExecutor:
         cum = grid.draft_cumulative(NO_LAYER, False)
         last_ctx = len(cum) - 1
         checked_hist, accepted_hist = positions.checked_hist, positions.accepted_hist
+        drafts_before = positions.drafting_rounds()
         while True:
             try:
                 req = send(answer)
@@ -184,6 +185,7 @@ class SimExecutor:
         counts.draft_busy_s += draft_dev.busy_s
         counts.target_busy_s += target_dev.busy_s
         counts.rollout_overruns += rp.rollout_overruns - overruns_before
+        counts.num_drafts += positions.drafting_rounds() - drafts_before
         run.slices = draft_dev.slices + target_dev.slices
 
     def _parallel(self, env: simpy.Environment, grid: LatencyGrid, rp: PromptReplay, req: ParallelRound,

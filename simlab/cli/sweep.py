@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 
 import pandas as pd
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from simlab.cli.app import EXIT_INTERRUPTED, app
@@ -31,16 +32,16 @@ class Executor(str, enum.Enum):
 def sweep(
     policy: Annotated[list[str], typer.Option("--policy", help="NAME[:KEY=VALUES,...]; VALUES is a value, a list a,b,c, "
                                               "a range 1..12 or 0.5..0.95:0.05. Repeatable.")] = [],
-    grid: Annotated[Optional[Path], typer.Option("--grid", help="TOML grid file with [[policy]] tables.")] = None,
-    trace: Annotated[Optional[Path], typer.Option("--trace", help="Trace directory. [default: the shipped trace]")] = None,
-    latency: Annotated[Optional[Path], typer.Option("--latency", help="Latency profile JSON. [default: the trace's own samples]")] = None,
+    grid: Annotated[Optional[Path], typer.Option("--grid", help=escape("TOML grid file with [[policy]] tables."))] = None,
+    trace: Annotated[Optional[Path], typer.Option("--trace", help="Trace directory.", show_default="the shipped trace")] = None,
+    latency: Annotated[Optional[Path], typer.Option("--latency", help="Latency profile JSON.", show_default="the trace's own samples")] = None,
     topology: Annotated[Topology, typer.Option("--topology", help="Where the two models run.")] = Topology.TWO_DEVICES,
     seed: Annotated[int, typer.Option("--seed", help="Seed for stochastic replay (temperature > 0 traces).")] = 0,
     out: Annotated[Optional[Path], typer.Option("--out", help="Write every metric of every configuration (.parquet or .csv).")] = None,
-    workers: Annotated[Optional[int], typer.Option("--workers", help="Parallel workers (1: no pool). [default: all cores]")] = None,
+    workers: Annotated[Optional[int], typer.Option("--workers", help="Parallel workers (1: no pool).", show_default="all cores")] = None,
     executor: Annotated[Executor, typer.Option("--executor", help="local: a process pool; ray: Ray tasks.")] = Executor.LOCAL,
-    ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="Ray cluster to use. [default: $RAY_ADDRESS, else a local instance]")] = None,
-    cache: Annotated[Optional[Path], typer.Option("--cache", help="Directory of cached results. [default: $SIMLAB_CACHE/sweeps]")] = None,
+    ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="Ray cluster to use.", show_default="$RAY_ADDRESS, else a local instance")] = None,
+    cache: Annotated[Optional[Path], typer.Option("--cache", help="Directory of cached results.", show_default="$SIMLAB_CACHE/sweeps")] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write cached results.")] = False,
 ) -> None:
     """Simulate every combination of policies and parameters; mark the speed-vs-cost Pareto front.

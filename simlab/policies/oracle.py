@@ -20,13 +20,13 @@ from __future__ import annotations
 
 from simlab.errors import SimlabError
 from simlab.policies.base import (
+    COUNT,
     Param,
     Plan,
     Policy,
     PromptInfo,
     RoundState,
     Serial,
-    check_positive_int,
 )
 
 
@@ -34,12 +34,11 @@ class Oracle(Policy):
     name = "oracle"
     summary = "perfect-knowledge serial schedule (dynamic programming); an upper bound, not a policy"
     paper = "upper bound (DESIGN.md); Leviathan et al. 2023 round model"
-    params = (Param("max_draft", 16, "largest draft length K the oracle considers"),)
+    params = (Param("max_draft", 16, "largest draft length K the oracle considers", COUNT),)
     needs_future = True
 
     def __init__(self, context, **values):
         super().__init__(context, **values)
-        self.max_draft = check_positive_int("max_draft", self.max_draft)
         self._choice: list[int] = []
 
     def reset(self, prompt: PromptInfo) -> None:

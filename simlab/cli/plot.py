@@ -36,6 +36,20 @@ def frontier(
 
 
 @plot_app.command()
+def acceptance(
+    results: Annotated[Path, typer.Argument(help="Sweep table from `simlab sweep --out`.")],
+    out: Out,
+    policy: Annotated[list[str], typer.Option("--policy", help="Plot only this policy; repeatable.",
+                                              show_default="every policy")] = [],
+    title: Title = None,
+) -> None:
+    """Per-position acceptance as vLLM reports it (accepted at position i / drafts), one line per configuration."""
+    from simlab.plots.acceptance import acceptance_figure
+
+    _save(acceptance_figure(read_frame(results), title, policy or None), out)
+
+
+@plot_app.command()
 def tau(
     results: Annotated[Path, typer.Argument(help="Sweep table from `simlab sweep --out`.")],
     out: Out,

@@ -39,7 +39,7 @@ from simlab.paths import cache_root
 from simlab.policies import REGISTRY, make_policy
 from simlab.sim.devices import Topology
 from simlab.sim.run import Simulator
-from simlab.sweep.grid import PolicyGrid
+from simlab.sweep.grid import PolicyGrid, parse_policy
 from simlab.sweep.store import ResultStore, code_digest, digest, frame_digest
 from simlab.trace.io import Trace
 
@@ -260,7 +260,7 @@ def _run_ray(sim: Simulator, key: str, configs: list[Config], workers: int, addr
 
 def run_sweep(
     trace: Trace,
-    grids: list[PolicyGrid],
+    grids: Iterable[PolicyGrid | str],
     *,
     latency: LatencyModel | None = None,
     seed: int = 0,
@@ -273,6 +273,8 @@ def run_sweep(
 ) -> SweepResult:
     """Simulate every configuration of ``grids`` on ``trace``; see the module docstring.
 
+    ``grids``: :class:`PolicyGrid` objects or specs as ``--policy`` takes them ("sd:gamma=1..12").
+
     ``cache``: the result store's directory; True for ``$SIMLAB_CACHE/sweeps``, False for none.
     ``progress``: a progress bar on stderr; None shows one on a terminal only.
     """
@@ -282,6 +284,7 @@ def run_sweep(
     if workers < 1:
         raise SimlabError(f"--workers must be at least 1, got {workers}")
     t0 = time.perf_counter()
+    grids = [parse_policy(g) if isinstance(g, str) else g for g in grids]
     sim = Simulator(trace, latency, seed=seed, topology=topology)
     key = setup_key(sim)
     configs = expand(grids, sim, key)

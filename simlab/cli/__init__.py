@@ -1,7 +1,7 @@
 """Command-line entry point.
 
 Every module in this package except ``app``, ``output`` and ``policy_options`` defines commands on the shared Typer
-app; they are imported here, in pipeline order, so ``simlab --help`` reads like DESIGN.md.
+app; they are imported here, in pipeline order, so ``simlab --help`` reads like the pipeline of docs/architecture.md.
 """
 
 from __future__ import annotations

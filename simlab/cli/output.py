@@ -93,7 +93,7 @@ def write_frame(df: pd.DataFrame, path: str | Path) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     if out.suffix.lower() == ".csv":  # list cells as JSON, which read_frame turns back into lists
         lists = [c for c in LIST_COLUMNS if c in df.columns]
-        df.assign(**{c: df[c].map(json.dumps) for c in lists}).to_csv(out, index=False)
+        df.assign(**{c: df[c].map(lambda v: json.dumps([float(x) for x in v])) for c in lists}).to_csv(out, index=False)
     else:
         df.to_parquet(out, index=False)
     return out
@@ -108,10 +108,17 @@ def read_frame(path: str | Path) -> pd.DataFrame:
         df = pd.read_csv(p) if p.suffix.lower() == ".csv" else pd.read_parquet(p)
         for c in LIST_COLUMNS:
             if c in df.columns:
-                df[c] = df[c].map(lambda v: json.loads(v) if isinstance(v, str) else list(v))
+                df[c] = df[c].map(_as_list)
     except (ValueError, OSError, pd.errors.ParserError) as exc:
         raise SimlabError(f"cannot read {p} ({exc})") from exc
     return df.rename(columns=upgrade_columns(df.columns))
+
+
+def _as_list(cell: Any) -> list[float]:
+    """A list cell as written to CSV — JSON, or the repr of a list or NumPy array — or as Parquet holds it."""
+    if not isinstance(cell, str):
+        return [float(v) for v in cell]
+    return [float(v) for v in cell.strip("[]").replace(",", " ").split()]
 
 
 def print_json(obj: Any) -> None:

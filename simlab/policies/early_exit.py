@@ -10,10 +10,10 @@ from typing import Any
 
 from simlab.errors import SimlabError
 from simlab.policies.base import (
-    Decision,
     BOOL,
     COUNT,
     PROBABILITY,
+    Decision,
     Param,
     Plan,
     Policy,

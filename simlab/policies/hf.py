@@ -22,7 +22,6 @@ from simlab.policies.base import (
 from simlab.policies.stop import StopRule
 from simlab.signals import TokenSignal
 
-
 SCHEDULES = ("constant", "heuristic", "heuristic_transient")
 SCHEDULE_HELP = ("num_assistant_tokens_schedule: constant keeps N; heuristic: N += 2 after a round whose drafts "
                  "were all accepted, else N = max(1, N - 1), kept from prompt to prompt; heuristic_transient: the "

@@ -25,11 +25,11 @@ from typing import Any, ClassVar
 from simlab.errors import SimlabError
 from simlab.mapping import ONE, SPIDE_EDGES
 from simlab.policies.base import (
+    COUNT,
+    PROBABILITY,
     Decision,
     Outcome,
     Parallel,
-    COUNT,
-    PROBABILITY,
     Param,
     Plan,
     Policy,

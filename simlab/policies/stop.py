@@ -18,12 +18,12 @@ from collections import deque
 from typing import Any
 
 from simlab.policies.base import (
+    POSITIVE,
+    PROBABILITY,
     RECENT_WINDOW,
     ConfidencePredictor,
     Decision,
     Outcome,
-    POSITIVE,
-    PROBABILITY,
     Param,
     Plan,
     Policy,

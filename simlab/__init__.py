@@ -33,6 +33,8 @@ _API = {
     "Trace": "simlab.trace.io",
     "synth_trace": "simlab.trace.synth",
     "SynthSpec": "simlab.trace.synth",
+    "with_latency": "simlab.trace.synth",
+    "shipped_traces": "simlab.paths",
     # latency models
     "load_profile": "simlab.latency.model",
     # policies
@@ -59,6 +61,7 @@ _API = {
     "mapping_figure": "simlab.plots.mapping",
     "trace_mapping": "simlab.plots.mapping",
     "timeline_figure": "simlab.plots.timeline",
+    "read_chrome_trace": "simlab.sim.timeline",
     "live_figure": "simlab.plots.live",
 }
 

@@ -49,7 +49,7 @@ def test_policy_flags_set_the_parameter_of_the_same_name(synthetic, args):  # no
         assert out["params"][flag.lstrip("-").replace("-", "_")] == pytest.approx(float(value))
 
 
-@pytest.mark.parametrize("command", ["simulate", "live"])
+@pytest.mark.parametrize("command", ["simulate", "live", "serve"])
 def test_every_declared_parameter_and_alias_has_a_flag_and_no_flag_is_h(command):
     text = wide_help(command)
     names = {name for cls in REGISTRY.values() for p in cls.params for name in (p.name, *p.aliases)}

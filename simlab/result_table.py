@@ -11,7 +11,7 @@ import pandas as pd
 from simlab.metrics import SUMMARY_KEYS
 
 # Columns of a sweep table besides the policy parameters, in order (metrics: simlab.metrics).
-METRIC_COLUMNS = (*SUMMARY_KEYS, "drafted", "accepted", "parallel_rounds", "rollout_overruns",
+METRIC_COLUMNS = (*SUMMARY_KEYS, "acceptance_per_position", "parallel_rounds", "rollout_overruns",
                   "reference_gamma", "reference_speedup")
 SETUP_COLUMNS = ("trace", "latency", "seed", "topology")
 TIMING_COLUMNS = ("sim_seconds", "cpu_seconds")  # wall and CPU time of one configuration's simulation

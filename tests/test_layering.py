@@ -14,7 +14,8 @@ import simlab
 LAYERS = (
     ("errors",),
     ("atomic",),  # writes that never leave a half-written output
-    ("jsonfile", "paths", "params", "signals", "mapping", "metrics", "table_file"),  # no domain knowledge
+    ("jsonfile", "paths", "params", "signals", "mapping", "metrics"),  # no domain knowledge
+    ("table_file",),  # result tables on disk (their list columns: metrics)
     ("trace",),  # the schema, IO, replay and synthetic traces
     ("latency", "models", "analytic"),
     ("record", "policies"),

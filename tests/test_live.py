@@ -104,6 +104,8 @@ def test_simulator_predicts_live_target_calls_and_mat_exactly(session, policy):
         run = session.executor.run(pol, pid, ids, TOKENS)
         assert run.counts.target_calls == sim.loc[pid, "target_calls"]
         assert run.counts.accepted / run.counts.target_calls == pytest.approx(sim.loc[pid, "mat"])
+        assert run.counts.num_drafts == sim.loc[pid, "num_drafts"]  # vLLM's counter, tallied alike
+        assert sum(run.positions.accepted) == run.counts.accepted
 
 
 def test_a_live_session_hands_policies_the_simulators_context(session):
@@ -164,6 +166,8 @@ def test_live_cli_compares_measured_with_predicted(trace_dir, tmp_path):
     summary = json.loads(proc.stdout)
     assert summary["prompts"] == 2 and summary["lossless"] == 2
     assert summary["target_calls_equal"] == 2
+    assert summary["measured_num_drafts"] == summary["predicted_num_drafts"] > 0
+    assert summary["measured_mean_acceptance_length"] == pytest.approx(summary["predicted_mean_acceptance_length"])
     assert summary["topology"] == "one-device"  # draft and target share the CPU: so does the prediction
     df = pd.read_csv(out)
     assert {"measured_speedup", "predicted_speedup", "error_speedup"} <= set(df.columns)

@@ -19,7 +19,7 @@ def analytic(
     gamma: Annotated[int, typer.Option("--gamma", help="Draft length γ.")] = 5,
     verify_slope: Annotated[float, typer.Option("--verify-slope", help="Extra target steps per extra verified token.")] = 0.0,
     trace: Annotated[Optional[Path], typer.Option("--trace", help="Compare the closed forms with the simulator on this trace (α, costs and acceptance runs from the trace; --alpha/--c/--gamma are ignored).")] = None,
-    latency: Annotated[Optional[Path], typer.Option("--latency", help="With --trace: a latency profile. [default: the trace's own samples]")] = None,
+    latency: Annotated[Optional[Path], typer.Option("--latency", help="With --trace: a latency profile.", show_default="the trace's own samples")] = None,
     max_gamma: Annotated[int, typer.Option("--max-gamma", help="With --trace: γ = 1..this.")] = 10,
     seed: Annotated[int, typer.Option("--seed", help="With --trace: seed of stochastic replay.")] = 0,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,

@@ -22,14 +22,14 @@ def _machine() -> str:
 
 @app.command()
 def bench(
-    policy: Annotated[list[str], typer.Option("--policy", help="Policy to time, as NAME or NAME:KEY=VALUE,...; repeatable. [default: every policy at its defaults]")] = [],
+    policy: Annotated[list[str], typer.Option("--policy", help="Policy to time, as NAME or NAME:KEY=VALUE,...; repeatable.", show_default="every policy at its defaults")] = [],
     tokens: Annotated[int, typer.Option("--tokens", min=1, help="Tokens of the synthetic trace that the whole-process `simulate` runs on.")] = 1_000_000,
     policy_tokens: Annotated[int, typer.Option("--policy-tokens", min=1, help="Tokens of the synthetic trace each policy is timed on.")] = 200_000,
     repeats: Annotated[int, typer.Option("--repeats", min=1, help="Timings per policy; the fastest counts.")] = 3,
     sweep: Annotated[bool, typer.Option("--sweep", help="Time a whole uncached sweep per worker count instead.")] = False,
-    grid: Annotated[list[str], typer.Option("--grid", help="With --sweep: grid spec as --policy of `simlab sweep`; repeatable. [default: 10 policies x 10 values]")] = [],
-    trace: Annotated[Optional[Path], typer.Option("--trace", help="With --sweep: trace directory. [default: the shipped trace]")] = None,
-    workers: Annotated[list[int], typer.Option("--workers", min=1, help="With --sweep: worker count to time; repeatable. [default: 1 and 2]")] = [],
+    grid: Annotated[list[str], typer.Option("--grid", help="With --sweep: grid spec as --policy of `simlab sweep`; repeatable.", show_default="10 policies x 10 values")] = [],
+    trace: Annotated[Optional[Path], typer.Option("--trace", help="With --sweep: trace directory.", show_default="the shipped trace")] = None,
+    workers: Annotated[list[int], typer.Option("--workers", min=1, help="With --sweep: worker count to time; repeatable.", show_default="1 and 2")] = [],
     executor: Annotated[str, typer.Option("--executor", help="With --sweep: local or ray.")] = "local",
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:

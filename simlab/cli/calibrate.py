@@ -51,7 +51,7 @@ def fit(
     out: Annotated[Path, typer.Option("--out", help="Profile to write, e.g. calibrate/NAME.json.")],
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Also draw the fit (.png, .svg or .pdf).")] = None,
     form: Annotated[str, typer.Option("--form", help="auto (smallest BIC), affine, hinge or per-x.")] = "auto",
-    name: Annotated[Optional[str], typer.Option("--name", help="Profile name. [default: the --out file's stem]")] = None,
+    name: Annotated[Optional[str], typer.Option("--name", help="Profile name.", show_default="the --out file's stem")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     force: Force = False,
 ) -> None:
@@ -120,7 +120,7 @@ def roofline(
     out: Annotated[Optional[Path], typer.Option("--out", help="Profile to write, e.g. calibrate/roofline/NAME.json.")] = None,
     dtype: Annotated[str, typer.Option("--dtype", help="Weight and KV-cache dtype: bfloat16, float16, float32 or int8.")] = "bfloat16",
     framework: Annotated[str, typer.Option("--framework", help="Fixed per-layer/per-forward overhead fitted to published figures of this framework, or 'ideal' for none.")] = "hf-eager",
-    name: Annotated[Optional[str], typer.Option("--name", help="Profile name. [default: the --out file's stem]")] = None,
+    name: Annotated[Optional[str], typer.Option("--name", help="Profile name.", show_default="the --out file's stem")] = None,
     check: Annotated[bool, typer.Option("--check", help="Compare the model with the published latencies in calibrate/roofline/published.csv.")] = False,
     list_known: Annotated[bool, typer.Option("--list", help="List the known GPUs and model shapes.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,

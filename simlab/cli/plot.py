@@ -16,7 +16,7 @@ plot_app = typer.Typer(help="Figures of sweeps, traces, timelines and live runs.
 app.add_typer(plot_app, name="plot")
 
 Out = Annotated[Path, typer.Option("--out", "-o", help="Image to write; .png, .svg or .pdf.")]
-Title = Annotated[Optional[str], typer.Option("--title", help="Figure title. [default: from the data]")]
+Title = Annotated[Optional[str], typer.Option("--title", help="Figure title.", show_default="from the data")]
 
 
 def _save(fig, out: Path) -> None:
@@ -38,11 +38,25 @@ def frontier(
 
 
 @plot_app.command()
+def acceptance(
+    results: Annotated[Path, typer.Argument(help="Sweep table from `simlab sweep --out`.")],
+    out: Out,
+    policy: Annotated[list[str], typer.Option("--policy", help="Plot only this policy; repeatable.",
+                                              show_default="every policy")] = [],
+    title: Title = None,
+) -> None:
+    """Per-position acceptance as vLLM reports it (accepted at position i / drafts), one line per configuration."""
+    from simlab.plots.acceptance import acceptance_figure
+
+    _save(acceptance_figure(read_frame(results), title, policy or None), out)
+
+
+@plot_app.command()
 def tau(
     results: Annotated[Path, typer.Argument(help="Sweep table from `simlab sweep --out`.")],
     out: Out,
     param: Annotated[str, typer.Option("--param", help="The parameter on the x axis.")] = "tau",
-    policy: Annotated[Optional[str], typer.Option("--policy", help="Policy to plot. [default: the one sweeping --param]")] = None,
+    policy: Annotated[Optional[str], typer.Option("--policy", help="Policy to plot.", show_default="the one sweeping --param")] = None,
     where: Annotated[list[str], typer.Option("--where", help="KEY=VALUE pinning another parameter; repeatable.")] = [],
     title: Title = None,
 ) -> None:

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
 from simlab.atomic import check_output
 from simlab.cli import policy_options as opt
 from simlab.cli.app import app
-from simlab.cli.output import Force, console, frame_output, metrics_table, policy_params, print_json
+from simlab.cli.output import Force, console, frame_output, metrics_table, print_json
 from simlab.errors import SimlabError
 from simlab.metrics import SUMMARY_KEYS
 from simlab.paths import default_trace
@@ -18,7 +18,7 @@ from simlab.sim.devices import Topology
 from simlab.table_file import write_frame
 
 TopologyOption = Annotated[Optional[Topology], typer.Option(
-    "--topology", help="Where the two models run. [default: the topology the trace was recorded in, from its manifest]")]
+    "--topology", help="Where the two models run.", show_default="the topology the trace was recorded in, from its manifest")]
 
 
 def load_inputs(trace: Optional[Path], latency: Optional[Path]):
@@ -43,24 +43,19 @@ def trace_label(tr) -> str:
 
 
 @app.command()
+@opt.with_policy_flags
 def simulate(
+    params: dict[str, Any],
     policy: opt.Policy = "sd",
-    gamma: opt.Gamma = None,
-    tau: opt.Tau = None,
-    threshold: opt.Threshold = None,
-    window: opt.Window = None,
-    h: opt.H = None,
-    block: opt.Block = None,
-    param: opt.Params = [],
-    trace: Annotated[Optional[Path], typer.Option("--trace", help="Trace directory. [default: the shipped trace]")] = None,
-    latency: Annotated[Optional[Path], typer.Option("--latency", help="Latency profile JSON. [default: the trace's own samples]")] = None,
-    predictor: Annotated[Optional[Path], typer.Option("--predictor", help="Acceptance predictor JSON (simlab calibrate predictor) for the policies that use one. [default: the draft's confidence]")] = None,
+    trace: Annotated[Optional[Path], typer.Option("--trace", help="Trace directory.", show_default="the shipped trace")] = None,
+    latency: Annotated[Optional[Path], typer.Option("--latency", help="Latency profile JSON.", show_default="the trace's own samples")] = None,
+    predictor: Annotated[Optional[Path], typer.Option("--predictor", help="Acceptance predictor JSON (simlab calibrate predictor) for the policies that use one.", show_default="the draft's confidence")] = None,
     topology: TopologyOption = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed for stochastic replay (temperature > 0 traces).")] = 0,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")] = False,
     out: Annotated[Optional[Path], typer.Option("--out", help="Write per-prompt results (.csv or .parquet).")] = None,
     timeline: Annotated[Optional[Path], typer.Option("--timeline", help="Write one prompt's per-device timeline (Chrome trace JSON).")] = None,
-    timeline_prompt: Annotated[Optional[int], typer.Option("--timeline-prompt", help="prompt_id for --timeline. [default: the first prompt]")] = None,
+    timeline_prompt: Annotated[Optional[int], typer.Option("--timeline-prompt", help="prompt_id for --timeline.", show_default="the first prompt")] = None,
     force: Force = False,
 ) -> None:
     """Replay a trace in the SimPy simulator under a drafting policy.
@@ -72,7 +67,6 @@ def simulate(
     from simlab.sim.run import Simulator
     from simlab.sim.timeline import write_chrome_trace
 
-    params = policy_params(param, gamma=gamma, tau=tau, threshold=threshold, window=window, h=h, block=block)
     if out is not None:
         frame_output(out, force)
     if timeline is not None:

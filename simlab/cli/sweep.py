@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 
 import pandas as pd
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from simlab.cli.app import EXIT_INTERRUPTED, app
@@ -18,7 +19,7 @@ from simlab.sim.devices import Topology
 from simlab.table_file import write_frame
 
 # Columns of the printed table and their headers (every metric goes to --out).
-SHOWN = {"speedup": "speedup", "cost": "cost", "mat": "MAT", "mean_accept_len": "accept len",
+SHOWN = {"speedup": "speedup", "cost": "cost", "mat": "MAT", "mean_acceptance_length": "accept len",
          "target_calls": "target calls"}
 PARETO_MARK = "★"
 
@@ -32,16 +33,16 @@ class Executor(str, enum.Enum):
 def sweep(
     policy: Annotated[list[str], typer.Option("--policy", help="NAME[:KEY=VALUES,...]; VALUES is a value, a list a,b,c, "
                                               "a range 1..12 or 0.5..0.95:0.05. Repeatable.")] = [],
-    grid: Annotated[Optional[Path], typer.Option("--grid", help="TOML grid file with [[policy]] tables.")] = None,
-    trace: Annotated[Optional[Path], typer.Option("--trace", help="Trace directory. [default: the shipped trace]")] = None,
-    latency: Annotated[Optional[Path], typer.Option("--latency", help="Latency profile JSON. [default: the trace's own samples]")] = None,
+    grid: Annotated[Optional[Path], typer.Option("--grid", help=escape("TOML grid file with [[policy]] tables."))] = None,
+    trace: Annotated[Optional[Path], typer.Option("--trace", help="Trace directory.", show_default="the shipped trace")] = None,
+    latency: Annotated[Optional[Path], typer.Option("--latency", help="Latency profile JSON.", show_default="the trace's own samples")] = None,
     topology: TopologyOption = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed for stochastic replay (temperature > 0 traces).")] = 0,
     out: Annotated[Optional[Path], typer.Option("--out", help="Write every metric of every configuration (.parquet or .csv).")] = None,
-    workers: Annotated[Optional[int], typer.Option("--workers", help="Parallel workers (1: no pool). [default: all cores]")] = None,
+    workers: Annotated[Optional[int], typer.Option("--workers", help="Parallel workers (1: no pool).", show_default="all cores")] = None,
     executor: Annotated[Executor, typer.Option("--executor", help="local: a process pool; ray: Ray tasks.")] = Executor.LOCAL,
-    ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="Ray cluster to use. [default: $RAY_ADDRESS, else a local instance]")] = None,
-    cache: Annotated[Optional[Path], typer.Option("--cache", help="Directory of cached results. [default: $SIMLAB_CACHE/sweeps]")] = None,
+    ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="Ray cluster to use.", show_default="$RAY_ADDRESS, else a local instance")] = None,
+    cache: Annotated[Optional[Path], typer.Option("--cache", help="Directory of cached results.", show_default="$SIMLAB_CACHE/sweeps")] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write cached results.")] = False,
     force: Force = False,
 ) -> None:
@@ -77,8 +78,8 @@ def sweep(
 def results_table(table: pd.DataFrame, topology: str) -> Table:
     gamma = table["reference_gamma"].iat[0]
     view = Table(title=f"sweep — topology {topology}", caption=f"{PARETO_MARK} Pareto-optimal: nothing else is faster at no more cost, or cheaper at no "
-                         f"less speed. cost: target calls / sd at its best γ={gamma}; MAT excludes the bonus token, "
-                         "mean accept len includes it",
+                         f"less speed. cost: target calls / sd at its best γ={gamma}; MAT: accepted drafts per target "
+                         "call; accept len: vLLM's mean acceptance length, 1 + accepted / drafts",
                  header_style="bold")
     view.add_column(PARETO_MARK)
     view.add_column("policy", no_wrap=True)

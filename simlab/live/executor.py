@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import torch
 
 from simlab.errors import SimlabError
-from simlab.metrics import Counts
+from simlab.metrics import Counts, PositionStats
 from simlab.policies.base import Policy, PromptInfo
 from simlab.rounds import DraftRun, DraftToken, ParallelResult, ParallelRound, Shadow, Verify, decode
 from simlab.signals import ShadowTokens, TokenSignal
@@ -63,6 +63,7 @@ class LiveRun:
     counts: Counts
     forwards: list[Forward] = field(default_factory=list)
     rounds: list[dict] = field(default_factory=list)
+    positions: PositionStats = field(default_factory=PositionStats)  # tallied as the simulator does
 
 
 def crop_to(cache, length: int) -> None:
@@ -293,6 +294,8 @@ class LiveExecutor:
         state.drafts, state.q = [], []
         run.counts.target_calls += 1
         run.counts.accepted += accepted
+        run.counts.num_drafts += k > 0
+        run.positions.add(accepted + 1 if accepted < k else k, accepted)
         run.rounds.append({"mode": "serial", "start": c, "drafted": k, "accepted": accepted})
         return accepted
 
@@ -348,6 +351,8 @@ class LiveExecutor:
         run.counts.target_calls += 1
         run.counts.accepted += accepted + first_new
         run.counts.parallel_rounds += 1
+        run.counts.num_drafts += 1  # the first new draft, at least, was checked
+        run.positions.add(accepted + 1 if accepted < m else m + 1, accepted + first_new)
         run.rounds.append({"mode": "parallel", "start": c, "drafted": s, "accepted": accepted + first_new})
         return ParallelResult(accepted, first_new, new)
 

@@ -93,12 +93,33 @@ class Outcome(NamedTuple):
 
 
 @dataclass(frozen=True)
+class Kind:
+    """A parameter's type and range: how a command line parses it and how :class:`Policy`
+    checks it (once, for every policy, when the policy is built)."""
+
+    type: type
+    range: str  # as help text shows it
+    check: Callable[[str, Any], Any]  # (name, value) -> the value, or SimlabError
+
+
+@dataclass(frozen=True)
 class Param:
-    """A policy parameter as ``simlab policies`` lists it."""
+    """A policy parameter, declared once: ``simlab policies``, the flags of ``simulate`` and
+    ``live``, sweep grids and validation all read it.
+
+    A default of None means "derived" (from the latency model or the trace) and None is then
+    accepted as a value. ``aliases`` are other names the parameter answers to, e.g. Hugging
+    Face's ``num_assistant_tokens`` for γ.
+    """
 
     name: str
     default: Any
     help: str
+    kind: Kind
+    aliases: tuple[str, ...] = ()
+
+    def check(self, value: Any) -> Any:
+        return None if value is None and self.default is None else self.kind.check(self.name, value)
 
 
 @dataclass
@@ -200,14 +221,28 @@ class Policy(ABC):
 
     def __init__(self, context: PolicyContext, **values: Any):
         self.context = context
-        unknown = set(values) - {p.name for p in self.params}
+        values = self.canonical(values)
+        for p in self.params:
+            setattr(self, p.name, p.check(values.get(p.name, p.default)))
+
+    @classmethod
+    def canonical(cls, values: dict[str, Any]) -> dict[str, Any]:
+        """``values`` under the parameters' own names (aliases resolved); unknown names and a
+        parameter given twice (under two names) are a :class:`SimlabError`."""
+        name_of = {alias: p.name for p in cls.params for alias in (p.name, *p.aliases)}
+        unknown = sorted(set(values) - set(name_of))
         if unknown:
             raise SimlabError(
-                f"policy {self.name!r} has no parameter(s) {sorted(unknown)}; "
-                f"it takes {[p.name for p in self.params] or 'none'}"
+                f"policy {cls.name!r} has no parameter(s) {unknown}; "
+                f"it takes {[p.name for p in cls.params] or 'none'}"
             )
-        for p in self.params:
-            setattr(self, p.name, values.get(p.name, p.default))
+        out: dict[str, Any] = {}
+        for key, value in values.items():
+            name = name_of[key]
+            if name in out:
+                raise SimlabError(f"policy {cls.name!r}: {name} is given twice (as {name} and an alias)")
+            out[name] = value
+        return out
 
     def reset(self, prompt: PromptInfo) -> None:
         """Called before each prompt. State kept across prompts (e.g. SPIDE's table) stays."""
@@ -254,3 +289,22 @@ def check_bool(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise SimlabError(f"{name} must be true or false, got {value!r}")
     return value
+
+
+def check_choice(*options: str) -> Callable[[str, Any], str]:
+    def check(name: str, value: Any) -> str:
+        if value not in options:
+            raise SimlabError(f"{name} must be one of {', '.join(options)}; got {value!r}")
+        return value
+
+    return check
+
+
+COUNT = Kind(int, "integer ≥ 1", check_positive_int)
+PROBABILITY = Kind(float, "0 ≤ x ≤ 1", check_probability)
+POSITIVE = Kind(float, "x > 0", check_positive)
+BOOL = Kind(bool, "true or false", check_bool)
+
+
+def choice(*options: str) -> Kind:
+    return Kind(str, " | ".join(options), check_choice(*options))

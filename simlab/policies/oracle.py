@@ -23,13 +23,13 @@ from __future__ import annotations
 
 from simlab.errors import SimlabError
 from simlab.policies.base import (
+    COUNT,
     Param,
     Plan,
     Policy,
     PromptInfo,
     RoundState,
     Serial,
-    check_positive_int,
 )
 
 
@@ -38,12 +38,11 @@ class Oracle(Policy):
     summary = ("perfect-knowledge serial schedule (dynamic programming): a serial-schedule bound, not a "
                "policy; parallel policies can beat it")
     paper = "bound over serial schedules (docs/policies/oracle.md); Leviathan et al. 2023 round model, arXiv:2211.17192"
-    params = (Param("max_draft", 16, "largest draft length K the oracle considers"),)
+    params = (Param("max_draft", 16, "largest draft length K the oracle considers", COUNT),)
     needs_future = True
 
     def __init__(self, context, **values):
         super().__init__(context, **values)
-        self.max_draft = check_positive_int("max_draft", self.max_draft)
         self._choice: list[int] = []
 
     def reset(self, prompt: PromptInfo) -> None:

@@ -121,6 +121,7 @@ class SimExecutor:
         cum = grid.draft_cumulative(NO_LAYER, False)
         last_ctx = len(cum) - 1
         checked_hist, accepted_hist = positions.checked_hist, positions.accepted_hist
+        drafts_before = positions.drafting_rounds()
         while True:
             try:
                 req = send(answer)
@@ -181,6 +182,7 @@ class SimExecutor:
         counts.draft_busy_s += draft_dev.busy_s
         counts.target_busy_s += target_dev.busy_s
         counts.rollout_overruns += rp.rollout_overruns - overruns_before
+        counts.num_drafts += positions.drafting_rounds() - drafts_before
         run.slices = draft_dev.slices + target_dev.slices
 
 

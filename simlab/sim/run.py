@@ -104,7 +104,8 @@ class Simulator:
             executor = SimExecutor(self.latency, self.topology, keep_tokens=keep_tokens, timeline_prompt=timeline_prompt)
             sim = executor.run(self.replay, pol)
         ref = self.reference() if with_cost else None
-        summary = Summary.from_counts(total(r.counts for r in sim.prompts), ref.target_calls if ref else None)
+        summary = Summary.from_counts(total(r.counts for r in sim.prompts), ref.target_calls if ref else None,
+                                     sim.positions)
         if ref:
             summary.extra["reference_gamma"] = ref.gamma
         if self.topology is Topology.ONE_DEVICE:

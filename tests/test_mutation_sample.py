@@ -81,15 +81,16 @@ def apply(mutant: Mutant, root: Path) -> None:
     path.write_text(text.replace(mutant.original, mutant.mutated))
 
 
-def killed(mutant: Mutant, tmp_path: Path) -> bool:
+def killed(mutant: Mutant | None, tmp_path: Path) -> bool:
     """Run the fast subset on a copy of the package with ``mutant`` applied; True if it fails.
 
-    The copy runs from ``tmp_path`` (with the tests), so that nothing
+    The copy runs from ``tmp_path`` (with the tests and the data they read), so that nothing
     imports this checkout's unmutated ``simlab``."""
-    for part in ("simlab", "tests"):
+    for part in ("simlab", "tests", "calibrate"):
         shutil.copytree(ROOT / part, tmp_path / part, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path)
-    apply(mutant, tmp_path)
+    if mutant is not None:
+        apply(mutant, tmp_path)
     env = {**os.environ, "PYTHONPATH": str(tmp_path), "PYTHONDONTWRITEBYTECODE": "1"}
     cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *fast_tests()]
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
@@ -102,6 +103,19 @@ def test_every_sample_mutant_applies_to_the_current_source(tmp_path):
 
 
 @pytest.mark.slow
+def test_the_fast_subset_passes_on_an_unmutated_copy(tmp_path):
+    # otherwise a "kill" below could be the copy failing for another reason
+    assert not killed(None, tmp_path)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("mutant", MUTANTS, ids=[f"{Path(m.file).stem}:{m.why}" for m in MUTANTS])
 def test_the_fast_subset_kills_the_sample_mutant(mutant, tmp_path):
     assert killed(mutant, tmp_path), f"survived: {mutant.file}: {mutant.original!r} -> {mutant.mutated!r}"
+
+
+def test_hypothesis_is_derandomised_unless_asked():
+    from hypothesis import settings
+
+    if "HYPOTHESIS_PROFILE" not in os.environ:
+        assert settings.default.derandomize and settings.default.database is None

@@ -25,7 +25,6 @@ from simlab.trace.synth import SynthSpec, synth_trace
 from tests.test_cli import one_line_error, simlab
 
 
-
 def draws(path, expected, tmp_path) -> bool:
     """Whether the PNG at ``path`` (written by the CLI) has the pixels of the figure
     ``expected`` (built by the library from the same data), and is not blank: the command

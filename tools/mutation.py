@@ -110,7 +110,8 @@ def report(statuses: dict[str, str], notes: dict) -> str:
     score = f"{totals['killed'] / tested:.1%}" if tested else "–"
     lines.append(f"| **all** | {totals['mutants']} | {totals['killed']} | {totals['survived']} | "
                  f"{totals['equivalent']} | {totals['other']} | {score} |")
-    lines += ["", "## Survivors", ""]
+    lines += ["", "A module whose mutants are all \"not checked\" has not been run since `mutants/` was made: "
+              "run `python tools/mutation.py MODULE`.", "", "## Survivors", ""]
     survivors = sorted(n for n, s in statuses.items() if s == "survived" and module_of(n))
     if not survivors:
         lines.append("None.")
@@ -120,7 +121,8 @@ def report(statuses: dict[str, str], notes: dict) -> str:
                   *[f"  {line}" for line in diff_of(name).splitlines()], "  ```", ""]
     lines += ["## Survivors of earlier campaigns, killed by new tests", ""]
     for name, test in sorted(killed_by.items()):
-        lines.append(f"- `{name}` — {test} (now: {statuses.get(name, 'not in this run')})")
+        now = f" (now: {statuses[name]})" if name in statuses else ""
+        lines.append(f"- {name} — killed by `{test}`{now}")
     return "\n".join(lines) + "\n"
 
 

@@ -1,6 +1,6 @@
 """simlab: a lab for speculative decoding.
 
-The package is a one-way pipeline (see DESIGN.md):
+The package is a one-way pipeline (see docs/architecture.md):
 ``trace`` (schema, IO, synthetic traces) <- ``record`` (real models);
 ``latency`` (cost models); ``analytic`` (closed forms); ``policies`` (decisions);
 ``rounds`` (the protocol between a policy and an executor); ``sim`` (SimPy executor);

@@ -1,5 +1,5 @@
 """Closed forms of speculative decoding under i.i.d. acceptance (Leviathan et al. 2023, §3.1-3.4;
-restated in ``papers/baselines.md`` §0).
+arXiv:2211.17192; docs/policies/fixed.md).
 
 With per-token acceptance probability α, draft length γ and c = T_draft / T_target:
 

@@ -91,7 +91,7 @@ def brute_force_best(pattern: str, draft: float, verify: dict[int, float]) -> fl
 
 
 def test_oracle_is_the_fastest_serial_schedule_even_when_verify_is_not_monotone():
-    """With a 4-token verify cheaper than a 3-token one (as DESIGN.md measured on CPU), drafting
+    """With a 4-token verify cheaper than a 3-token one (as measured on a 2-core CPU), drafting
     past the first mismatch can pay: the oracle must find that, not just draft the run."""
     verify = {1: 1.0, 2: 2.0, 3: 3.0, 4: 1.5, 5: 5.0, 6: 6.0, 7: 7.0, 8: 8.0}
     pattern = "1" + "110" + "110"

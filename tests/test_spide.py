@@ -141,7 +141,7 @@ def test_without_dyna_draft_gamma_defaults_to_vanilla_sd_best():
 
 
 def test_window_of_eq_6_on_a_verify_cost_that_varies_with_k():
-    """DESIGN.md's CPU figures: draft 0.129 s; verify 0.317 (k=1), 0.660, 0.935, 0.575 (k=4),
+    """An early 2-core CPU probe of the Qwen pair: draft 0.129 s; verify 0.317 (k=1), 0.660, 0.935, 0.575 (k=4),
     0.687 (k=6), 0.638 (k=8). The largest s whose s draft steps fit in an s-token verify is 4."""
     verify = {1: 0.317, 2: 0.660, 3: 0.935, 4: 0.575, 6: 0.687, 8: 0.638, 16: 0.837}
     sim = Simulator(hand_trace(["1" * 8], latency=latency_table(draft=0.129, verify=verify)))

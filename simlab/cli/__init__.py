@@ -1,7 +1,7 @@
 """Command-line entry point.
 
 Every module in this package except ``app``, ``output`` and ``policy_options`` defines commands on the shared Typer
-app; they are imported here, in pipeline order, so ``simlab --help`` reads like DESIGN.md.
+app; they are imported here, in pipeline order, so ``simlab --help`` reads like the pipeline of docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from simlab.cli.app import EXIT_INTERRUPTED, app
 from simlab.errors import SimlabError
 
 EXIT_USER_ERROR = 2
-PIPELINE_ORDER = ("models", "record", "calibrate", "simulate", "policies", "sweep", "plot", "live",
+PIPELINE_ORDER = ("models", "record", "calibrate", "simulate", "serve", "policies", "sweep", "plot", "live",
                   "synth", "analytic", "bench")
 _NOT_COMMANDS = {"app", "output", "policy_options"}
 # Click's base class of usage errors, as the installed Typer raises it: Typer 0.29 and later

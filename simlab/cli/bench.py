@@ -21,6 +21,7 @@ def bench(
 ) -> None:
     """Simulated tokens per CPU-second on a synthetic i.i.d. trace (one core, best of N runs)."""
     from simlab.bench import bench_policy, bench_trace
+    from simlab.serve.bench import bench_serve_row
     from simlab.sim.run import Simulator
 
     sim = Simulator(bench_trace(tokens, alpha))
@@ -31,6 +32,7 @@ def bench(
         r = bench_policy(sim, name, params, repeats)
         rows.append({"policy": name, "params": params, "tokens": r.tokens, "cpu_seconds": r.cpu_seconds,
                      "tokens_per_cpu_second": r.tokens_per_cpu_second})
+    rows.append(bench_serve_row())  # 10,000 requests of 256 tokens under `simlab serve` (simlab/serve/bench.py)
     machine = f"{platform.processor() or platform.machine()}, Python {platform.python_version()}"
     if json_out:
         print_json({"machine": machine, "alpha": alpha, "results": rows})

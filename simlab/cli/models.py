@@ -1,4 +1,4 @@
-"""``simlab models``: install and list the models that load offline (DESIGN.md)."""
+"""``simlab models``: install and list the models that load offline (see ``simlab/models/catalog.py``)."""
 
 from __future__ import annotations
 

@@ -157,6 +157,22 @@ def ideal_seconds(shape: ModelShape, gpu: GpuSpec, k, ctx, dtype_bytes: int, lay
     return float(out) if out.ndim == 0 else out
 
 
+def batch_ideal_seconds(shape: ModelShape, gpu: GpuSpec, ks, ctxs, dtype_bytes: int, layers: int | None = None) -> float:
+    """The roofline time of one forward over a batch: sequence i brings ``ks[i]`` new tokens at
+    context ``ctxs[i]``. The weights are read once for the whole batch, each sequence's KV cache
+    is read, and the weight FLOPs scale with the batch's tokens — why batching is cheap until
+    the forward turns compute-bound (docs/serving.md)."""
+    ell = shape.layers if layers is None else layers
+    weights = shape.params(ell)
+    tokens = sum(ks)
+    kv_positions = sum(c + k for c, k in zip(ctxs, ks))
+    attention = sum(k * (c + k) for c, k in zip(ctxs, ks))
+    mem_s = (dtype_bytes * weights + ell * 2 * shape.kv * shape.hd * kv_positions * dtype_bytes) / (
+        gpu.memory_bandwidth_gb_s * 1e9)
+    flops = 2.0 * tokens * weights + ell * 4.0 * attention * shape.heads * shape.hd
+    return max(mem_s, flops / (gpu.matmul_tflops * 1e12))
+
+
 @dataclass
 class RooflineLatency:
     """A :class:`~simlab.latency.model.LatencyModel` from shapes, a GPU and a framework overhead.
@@ -185,16 +201,32 @@ class RooflineLatency:
         fixed = ell * self.overhead.per_layer_s + self.overhead.per_forward_s
         return ideal_seconds(shape, self.gpu, k, ctx, DTYPE_BYTES[self.dtype], layers) + fixed
 
-    def draft_step(self, context_len, layer: int = NO_LAYER, corun: bool = False):
+    def batch_forward(self, ks, ctxs, draft: bool, layer: int = NO_LAYER) -> float:
+        """One forward of a batch (see :func:`batch_ideal_seconds`) by the draft (``draft``; an
+        exit layer's prefix of the target when ``layer`` is set) or the target; the framework
+        overhead is paid once per forward, whatever the batch size."""
+        shape, ell = self.target, None
+        if draft:
+            shape, ell = self._drafter(layer)
+        ell_count = shape.layers if ell is None else ell
+        fixed = ell_count * self.overhead.per_layer_s + self.overhead.per_forward_s
+        return batch_ideal_seconds(shape, self.gpu, ks, ctxs, DTYPE_BYTES[self.dtype], ell) + fixed
+
+    def _drafter(self, layer: int) -> tuple[ModelShape, int | None]:
+        """The shape that drafts and how many of its layers run (None: all)."""
         if layer == NO_LAYER and self.draft is None:
             layer = self.draft_layer
         if layer != NO_LAYER:
             if not 1 <= layer <= self.target.layers:
                 raise SimlabError(f"exit layer {layer} is outside 1..{self.target.layers} of {self.target.name}")
-            return self.forward(self.target, 1, context_len, layer)
+            return self.target, layer
         if self.draft is None:
             raise SimlabError(f"roofline profile {self.name!r} has no draft model and no draft layer")
-        return self.forward(self.draft, 1, context_len)
+        return self.draft, None
+
+    def draft_step(self, context_len, layer: int = NO_LAYER, corun: bool = False):
+        shape, ell = self._drafter(layer)
+        return self.forward(shape, 1, context_len, ell)
 
     def target_forward(self, k: int, context_len, corun: bool = False):
         check_k(k)

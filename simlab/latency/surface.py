@@ -11,7 +11,7 @@ cache it reads is (``ctx``). Every form shares the context term and differs in `
   compute-bound, then linear (the roofline's shape) — piecewise-linear in x.
 - ``per-x``:   one intercept per measured x, linear in between; beyond the last measured x the
   last segment's slope is extended (never downwards), as :class:`~simlab.latency.model.TableLatency`
-  does. CPU verify cost is not monotone in k (DESIGN.md: 317/660/935/575 ms for k=1..4), and
+  does. CPU verify cost is not monotone in k (2 CPU cores, Qwen pair: 317/660/935/575 ms for k=1..4), and
   only a table in x can hold that.
 
 ``ctx_slope`` is the cost of reading one more cached token; ``ctx_x_slope`` the attention

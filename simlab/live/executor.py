@@ -10,12 +10,12 @@ executor runs the draft and the target:
   acceptance is the longest prefix where the draft's token is the target's argmax; with
   temperature > 0, speculative sampling (accept x with probability min(1, p(x)/q(x)); on
   rejection sample norm(max(0, p - q)); a bonus token from p when all are accepted —
-  Leviathan et al. 2023, baselines.md §0, SPIDE eq. 1);
+  Leviathan et al. 2023, arXiv:2211.17192; SPIDE eq. 1);
 - rollback: both KV caches are cropped to the committed prefix (transformers >= 5:
   ``DynamicCache.crop`` takes the negative number of tokens to remove);
 - parallel rounds (PEARL, SPIDE): the draft drafts while the target verifies, in two threads
-  with one intra-op thread each on CPU (DESIGN.md measured this overlap at 0.74x of running
-  them one after the other on 2 cores), restoring the full thread count afterwards.
+  with one intra-op thread each on CPU (on 2 cores this overlap took 0.74x the time of running
+  them one after the other, Qwen pair), restoring the full thread count afterwards.
 
 The end of a prompt follows :mod:`simlab.rounds`: drafts are capped by the budget, and when
 the target's end token appears the executor lowers ``PromptInfo.n_tokens`` and counts that

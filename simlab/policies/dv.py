@@ -1,5 +1,5 @@
 """Draft & Verify (Zhang et al., ACL 2024): confidence-threshold drafting with the threshold
-adjusted online toward a target acceptance rate (baselines.md §3, ``decoding.py``)."""
+adjusted online toward a target acceptance rate (docs/policies/dv.md; the authors' ``decoding.py``)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ class DraftVerify(AdaptiveStop):
 
     name = "dv"
     summary = "Draft & Verify: stop when confidence < θ, θ steered online toward a target acceptance rate"
-    paper = "Zhang et al. 2024 (baselines.md §3; SPIDE §4.1 baseline (iv))"
+    paper = "Zhang et al. 2024, Draft & Verify, arXiv:2309.08168 (docs/policies/dv.md); SPIDE §4.1 baseline (iv)"
     params = (
         Param("threshold", 0.8, "θ's initial value, th_stop_draft (0.8 greedy; D&V's sampling default is 0.5)"),
         Param("max_draft", 8, "max_step_draft"),

@@ -32,11 +32,12 @@ def exit_layers(name: str, context: PolicyContext) -> list[int]:
 
 
 class LayerSkip(Policy):
-    """LayerSkip self-speculative decoding: a fixed exit layer E and a fixed γ (baselines.md §7)."""
+    """LayerSkip self-speculative decoding: a fixed exit layer E and a fixed γ (docs/policies/early-exit.md)."""
 
     name = "layerskip"
     summary = "LayerSkip: draft γ tokens with the target's first E layers, verify with all layers"
-    paper = "Elhoushi et al. 2024 (baselines.md §7; DEL §2, baseline LS(E-γ))"
+    paper = ("Elhoushi et al. 2024, LayerSkip, arXiv:2404.16710 (docs/policies/early-exit.md); "
+             "DEL §2, baseline LS(E-γ)")
     params = (
         Param("exit_layer", None, "exit layer E (none: the deepest recorded exit layer)"),
         Param("gamma", 6, "num_speculations γ (README example: E=8, γ=6 on Llama2-7B)"),
@@ -79,7 +80,7 @@ class Del(Policy):
 
     name = "del"
     summary = "DEL: exit layer by max Token-per-Layer from decayed shadow-token acceptance, dynamic draft exit"
-    paper = "Entezari Zarch et al., DEL §4.1-4.4 eqs. 1-3, Algorithm 1; defaults Appendix B.2"
+    paper = "Entezari Zarch et al. 2025, DEL, arXiv:2504.05598, §4.1-4.4 eqs. 1-3, Algorithm 1; defaults Appendix B.2"
     params = (
         Param("omega", 0.95, "ω, decay of past rounds in S(·)"),
         Param("d_max", 18, "largest speculation length d"),

@@ -5,9 +5,9 @@ from the entropy H (nats) of the draft distribution, falls too low:
 
     L(H) = 1 − sqrt(γ_e · H)
 
-SVIP stops when sqrt(0.15·H) > h, i.e. L < 1 − h with γ_e = 0.15 (baselines.md §2, from its
-``vanilla-sd/eval_specbench.py``); AdaEDL stops when L < λ with γ_e ≈ 0.2 and λ adapted during
-generation (baselines.md §6).
+SVIP stops when sqrt(0.15·H) > h, i.e. L < 1 − h with γ_e = 0.15 (as the authors'
+``vanilla-sd/eval_specbench.py`` does); AdaEDL stops when L < λ with γ_e ≈ 0.2 and λ adapted during
+generation. Both: docs/policies/entropy.md.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ class Svip(StopRule):
 
     name = "svip"
     summary = "SVIP: stop drafting when the draft entropy's bound sqrt(0.15·H) exceeds h"
-    paper = "Zhang et al. 2024b (baselines.md §2; SPIDE §2, §4.1 baseline (iii))"
+    paper = "Zhang et al. 2024, SVIP, arXiv:2411.18462 (docs/policies/entropy.md); SPIDE §2, §4.1 baseline (iii)"
     params = (
         Param("h", 0.3, "entropy_threshold h: stop when sqrt(0.15·H) > h"),
         Param("max_draft", 40, "hard cap on drafts per round"),
@@ -54,7 +54,7 @@ class AdaEdl(AdaptiveStop):
 
     name = "adaedl"
     summary = "AdaEDL: stop when the entropy-based lower bound on acceptance falls below an adaptive λ"
-    paper = "Agrawal et al. 2024 (baselines.md §6; Pacer §4 baseline)"
+    paper = "Agrawal et al. 2024, AdaEDL, arXiv:2410.18351 (docs/policies/entropy.md); Pacer §4.3 baseline"
     params = (
         Param("threshold", 0.7, "λ's initial value (0.7: the λ at which the rule equals SVIP's default)"),
         Param("scale", 0.2, "γ_e, the entropy scale of the bound"),

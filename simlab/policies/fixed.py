@@ -17,7 +17,7 @@ class Autoregressive(Policy):
 
     name = "ad"
     summary = "autoregressive decoding: the target alone, one token per forward"
-    paper = "SPIDE §4.1, baseline (i)"
+    paper = "SPIDE §4.1, baseline (i) (docs/policies/fixed.md)"
 
     def plan(self, state: RoundState) -> Plan:
         return Serial(0, fixed=True)
@@ -26,13 +26,13 @@ class Autoregressive(Policy):
 class VanillaSD(Policy):
     """Vanilla SD: draft exactly γ tokens, then verify them in one target forward.
 
-    Leviathan et al. 2023 / Chen et al. 2023 (baselines.md §0; SPIDE §3.1 "Speculative
+    Leviathan et al. 2023 / Chen et al. 2023 (docs/policies/fixed.md; SPIDE §3.1 "Speculative
     Decoding"); SPIDE §4.1 (ii) compares against it at its best γ.
     """
 
     name = "sd"
     summary = "vanilla speculative decoding: draft a fixed γ tokens, then verify"
-    paper = "Leviathan et al. 2023 (baselines.md §0); SPIDE §3.1"
+    paper = "Leviathan et al. 2023, arXiv:2211.17192 (docs/policies/fixed.md); SPIDE §3.1"
     params = (Param("gamma", 5, "draft length γ"),)
 
     def __init__(self, context, **values):

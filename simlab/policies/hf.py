@@ -1,5 +1,5 @@
 """Hugging Face transformers' assisted generation: the heuristic schedule and the confidence
-criterion (baselines.md §4; ``AssistedCandidateGenerator`` in ``candidate_generator.py``)."""
+criterion (docs/policies/hf.md; ``AssistedCandidateGenerator`` in transformers' ``candidate_generator.py``)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ class HfHeuristic(Policy):
 
     name = "hf-heuristic"
     summary = "HF assisted generation's heuristic schedule: +2 after a fully accepted round, -1 otherwise"
-    paper = "baselines.md §4 (transformers AssistedCandidateGenerator, schedule 'heuristic')"
+    paper = "transformers AssistedCandidateGenerator, schedule 'heuristic' (docs/policies/hf.md)"
     params = (Param("gamma", 5, "initial num_assistant_tokens N (5: the default that came with 'heuristic')"),)
     choices = "a round that drafts nothing (a prompt's last position) leaves N unchanged"
 
@@ -82,7 +82,8 @@ class HfConfidence(StopRule):
 
     name = "hf-confidence"
     summary = "HF assisted generation's confidence criterion: stop when the draft's probability < threshold"
-    paper = "baselines.md §4 (transformers ConfidenceCriteria; ROC re-tuning of PR #33258)"
+    paper = ("transformers ConfidenceCriteria; ROC re-tuning of PR #33258 after DISCO, arXiv:2405.04304 "
+             "(docs/policies/hf.md)")
     params = (
         Param("threshold", 0.4, "assistant_confidence_threshold"),
         Param("max_draft", 20, "num_assistant_tokens (schedule 'constant')"),

@@ -1,10 +1,10 @@
 """The oracle: the fastest serial schedule for a trace, found with perfect knowledge.
 
-The one declared exception to "a policy never sees the future" (DESIGN.md): it reads the
-replay's acceptance outcomes and is only an upper bound. Drafting exactly the tokens that
-will be accepted is *not* optimal when verify cost is not monotone in k (on CPU, DESIGN.md
-measured a 4-token verify cheaper than a 3-token one), so the oracle plans by dynamic
-programming over rounds. Let ``run[c]`` be the accepted run from position c and ``T(c, k)``
+The one declared exception to "a policy never sees the future" (docs/architecture.md): it
+reads the replay's acceptance outcomes and is only an upper bound. Drafting exactly the tokens
+that will be accepted is *not* optimal when verify cost is not monotone in k (on 2 CPU cores a
+4-token verify of the Qwen pair measured cheaper than a 3-token one), so the oracle plans by
+dynamic programming over rounds. Let ``run[c]`` be the accepted run from position c and ``T(c, k)``
 the price of a serial round (k draft steps, then a (k+1)-token verify, both at context c;
 priced by the same :class:`~simlab.latency.grid.LatencyGrid` the simulator uses):
 
@@ -33,7 +33,7 @@ from simlab.policies.base import (
 class Oracle(Policy):
     name = "oracle"
     summary = "perfect-knowledge serial schedule (dynamic programming); an upper bound, not a policy"
-    paper = "upper bound (DESIGN.md); Leviathan et al. 2023 round model"
+    paper = "bound over serial schedules (docs/policies/oracle.md); Leviathan et al. 2023 round model, arXiv:2211.17192"
     params = (Param("max_draft", 16, "largest draft length K the oracle considers"),)
     needs_future = True
 

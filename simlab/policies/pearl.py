@@ -1,5 +1,6 @@
 """PEARL (Liu et al., ICLR 2025): parallel speculative decoding with pre-verify and post-verify
-(baselines.md §1, ``src/engine.py`` of smart-lty/ParallelSpeculativeDecoding; SPIDE §1, Fig. 1b).
+(arXiv:2408.11850, docs/policies/pearl.md; ``src/engine.py`` of smart-lty/ParallelSpeculativeDecoding;
+SPIDE §1, Fig. 1b).
 
 Every step runs both models at once: the draft drafts γ tokens while the target runs one forward.
 The two modes are exactly the two cases of a parallel round of :mod:`simlab.rounds`:
@@ -26,7 +27,7 @@ from simlab.policies.timing import window_param
 class Pearl(Policy):
     name = "pearl"
     summary = "PEARL: draft and target always in parallel, pre-verify / post-verify, window γ = draft/target speed"
-    paper = "Liu et al. 2025 (baselines.md §1; SPIDE §1, Fig. 1b, §4.1 baseline (v))"
+    paper = "Liu et al. 2025, PEARL, arXiv:2408.11850 (docs/policies/pearl.md); SPIDE §1, Fig. 1b, §4.1 baseline (v)"
     params = (Param("window", None, "γ, drafts per step (none: target time / draft time from the latency "
                                     "model, SPIDE eq. 6's rule; PEARL's scripts use 3-5)"),)
     parallel = True

@@ -1,5 +1,5 @@
 """SpecDec++ (Huang et al. 2024): stop when the predicted probability of at least one rejection
-exceeds a threshold (baselines.md §5, ``specdec_pp/hf_generation.py``)."""
+exceeds a threshold (docs/policies/specdecpp.md; the authors' ``specdec_pp/hf_generation.py``)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ class SpecDecPP(PredictedStop):
 
     name = "specdecpp"
     summary = "SpecDec++: stop when the predicted P(at least one rejection) = 1 − Πa_j exceeds a threshold"
-    paper = "Huang et al. 2024 (baselines.md §5; SPIDE §2)"
+    paper = "Huang et al. 2024, SpecDec++, arXiv:2405.19715 (docs/policies/specdecpp.md); SPIDE §2"
     params = (
         Param("threshold", 0.3, "stop_threshold h (README example; sample.py uses 0.7)"),
         Param("min_draft", 2, "lower bound of the draft length"),

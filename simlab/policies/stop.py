@@ -6,7 +6,7 @@ AdaEDL, Draft & Verify, SpecDec++, the h-rule, Pacer). :class:`StopRule` is that
 subclass only says when to stop. Two refinements are shared:
 
 - :class:`AdaptiveStop`: Draft & Verify's online threshold, moved after every verification
-  toward a target acceptance rate (baselines.md §3); AdaEDL's λ reuses it.
+  toward a target acceptance rate (docs/policies/dv.md); AdaEDL's λ reuses it.
 - :class:`PredictedStop`: rules on a predicted P(accept) (SpecDec++, the h-rule, Pacer), read
   from the context's trained predictor, or from the draft's confidence when there is none.
 """
@@ -72,7 +72,7 @@ ADAPTIVE_PARAMS = (
 
 
 class AdaptiveStop(StopRule):
-    """A stop threshold adjusted after every verification (Draft & Verify, baselines.md §3):
+    """A stop threshold adjusted after every verification (Draft & Verify, docs/policies/dv.md):
 
         r   = accepted / drafted of the round (the target's own token excluded)
         ÃR ← β₁·ÃR + (1 − β₁)·r                          (ÃR = 0 at the start of each prompt)

@@ -7,7 +7,7 @@ protocol and use the grid's cumulative sums only when it has them.
 SPIDE eq. 6 sets the window s = ⌊v_q/v_p⌋ (draft speed over target speed) so that the draft
 finishes its s new tokens when the target finishes verifying; PEARL sets its γ the same way
 (SPIDE §1). On hardware whose verify cost depends on how many tokens are verified (CPUs; see
-DESIGN.md), "target speed" needs a size: in the steady state of a parallel round the target
+docs/architecture.md), "target speed" needs a size: in the steady state of a parallel round the target
 verifies s tokens (s − 1 pending drafts and the first new one) while the draft drafts s. So
 the window is the largest s with
 

@@ -9,7 +9,7 @@ rounding, identical to it (tests/test_record.py checks that).
 Early exit (self-speculative drafting, DEL / LayerSkip): the draft of exit layer l is the
 target's first l decoder layers followed by the final norm and the LM head. In transformers,
 ``hidden_states[l]`` is the residual stream after l layers, except the last entry, which is
-already normalised (DESIGN.md); :func:`exit_logits` applies the norm to the others only.
+already normalised for Llama-style models; :func:`exit_logits` applies the norm to the others only.
 """
 
 from __future__ import annotations

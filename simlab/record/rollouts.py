@@ -1,6 +1,6 @@
 """The draft's own continuation after each position where it diverged from the target.
 
-What a policy sees while it drafts past a mistake (DESIGN.md): at a divergence position t
+What a policy sees while it drafts past a mistake (docs/architecture.md, "Replay"): at a divergence position t
 the draft emitted its own token d_t instead of the target's y_t; a drafting policy that does
 not stop would feed d_t back and keep going. Step 1 of the rollout is the draft's greedy token
 given ``prompt + y[:t] + d_t``, step 2 given that plus step 1's token, and so on.

@@ -1,0 +1,121 @@
+"""``simlab serve``: speculative decoding under load (docs/serving.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from simlab.cli import policy_options as opt
+from simlab.cli.app import app
+from simlab.cli.output import console, err_console, frame_path, policy_params, print_json, write_frame
+from simlab.cli.simulate import load_inputs, trace_label
+from simlab.errors import SimlabError
+from simlab.serve.scheduler import DEFAULT_MAX_BATCH, DEFAULT_TOKEN_BUDGET
+
+# (label, JSON key, scale, unit) of the printed rows; the JSON output carries every figure.
+LATENCY_ROWS = (("TTFT", "ttft", 1e3, "ms"), ("TPOT", "tpot", 1e3, "ms"), ("end-to-end", "e2e", 1.0, "s"))
+
+
+@app.command()
+def serve(
+    policy: opt.Policy = "sd",
+    gamma: opt.Gamma = None,
+    threshold: opt.Threshold = None,
+    param: opt.Params = [],
+    trace: Annotated[Optional[Path], typer.Option("--trace", help="Trace directory; request i replays its prompt i mod N. [default: the shipped trace]")] = None,
+    latency: Annotated[Optional[Path], typer.Option("--latency", help="Latency profile JSON; a roofline profile prices batches from shapes. [default: the trace's own samples]")] = None,
+    rate: Annotated[float, typer.Option("--rate", help="Poisson arrival rate, requests per second (ignored with --arrivals).")] = 1.0,
+    requests: Annotated[Optional[int], typer.Option("--requests", help="Requests to serve. [default: 500, or every time in --arrivals]")] = None,
+    arrivals: Annotated[Optional[Path], typer.Option("--arrivals", help="Text file of arrival times in seconds, one per line, sorted.")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the Poisson arrivals and of stochastic replay.")] = 0,
+    max_batch: Annotated[int, typer.Option("--max-batch", help="Most requests decoding at once.")] = DEFAULT_MAX_BATCH,
+    token_budget: Annotated[int, typer.Option("--token-budget", help="Prefill tokens plus one per running request allowed in one engine step.")] = DEFAULT_TOKEN_BUDGET,
+    gamma_by_batch: Annotated[Optional[str], typer.Option("--gamma-by-batch", help="Batch-level cap on the draft length by batch size, as BATCH:GAMMA pairs, e.g. 1:6,4:4,16:0.")] = None,
+    sd_off_above: Annotated[Optional[int], typer.Option("--sd-off-above", help="No speculation in engine steps with more requests than this.")] = None,
+    smartspec: Annotated[Optional[int], typer.Option("--smartspec", help="SmartSpec: each step drafts the length in 0..N with the highest expected goodput.")] = None,
+    slo_ttft: Annotated[Optional[float], typer.Option("--slo-ttft", help="SLO on time to first token, seconds.")] = None,
+    slo_tpot: Annotated[Optional[float], typer.Option("--slo-tpot", help="SLO on time per output token, seconds.")] = None,
+    baseline: Annotated[bool, typer.Option("--baseline/--no-baseline", help="Also serve the same load without speculation (policy ad) for the speedup.")] = True,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")] = False,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Write per-request results (.csv or .parquet).")] = None,
+    timeline: Annotated[Optional[Path], typer.Option("--timeline", help="Write the engine's draft/target forwards (Chrome trace JSON).")] = None,
+) -> None:
+    """Serve a trace's prompts under load: continuous batching, batched drafting and verification.
+
+    Requests arrive (Poisson, or replayed times), queue, are prefilled, and decode together:
+    each engine step runs batched draft steps and one batched verification. Prints throughput, TTFT, TPOT and end-to-end latency percentiles, SLO attainment and
+    goodput, per-position acceptance, and the speedup over the same load without speculation.
+    """
+    from simlab.serve.batch_policy import BatchSpec
+    from simlab.serve.metrics import Slo
+    from simlab.serve.run import ServeConfig, check_policy
+    from simlab.serve.run import serve as serve_run
+    from simlab.serve.scheduler import Scheduler
+    from simlab.serve.workload import check_requests, poisson_arrivals, read_arrivals
+    from simlab.sim.run import Simulator
+    from simlab.sim.timeline import write_chrome_trace
+
+    # every input is checked before the trace is read or anything runs
+    check_policy(policy)
+    slo = Slo(slo_ttft, slo_tpot)
+    scheduler = Scheduler(max_batch, token_budget)
+    batch = BatchSpec(gamma_by_batch, sd_off_above, smartspec)
+    if out:
+        frame_path(out)
+    if requests is not None:
+        check_requests(requests)
+    times = read_arrivals(arrivals) if arrivals else poisson_arrivals(rate, requests or 500, seed)
+    if requests is not None:
+        if requests > len(times):
+            raise SimlabError(f"--requests {requests} is more than the {len(times)} times in {arrivals}")
+        times = times[:requests]
+    params = policy_params(param, gamma=gamma, threshold=threshold)
+    config = ServeConfig(policy, params, scheduler, batch, slo)
+
+    tr, lat = load_inputs(trace, latency)
+    sim = Simulator(tr, lat, seed=seed)
+    res = serve_run(sim, times, config, baseline=baseline, record=timeline is not None)
+    run = res.run
+    if out:
+        write_frame(run.frame, out)
+    if timeline:
+        write_chrome_trace(run.slices, timeline, title=f"serve {policy}, {len(times)} requests")
+    stats = run.stats
+    mean_batch = stats.batch_sizes / stats.decode_steps if stats.decode_steps else 0.0
+    acceptance = run.positions.rates()
+    if res.extrapolated and max_batch > 1:
+        err_console.print(f"[yellow]warning:[/] {res.latency_rule}; pass a roofline profile with --latency for "
+                          "batch costs from shapes")
+    if json_out:
+        print_json({
+            "policy": policy, "params": run.params, "trace": str(tr.path), "latency": sim.latency.name,
+            "latency_rule": res.latency_rule, "batch_latency_extrapolated": res.extrapolated,
+            "arrivals": str(arrivals) if arrivals else {"poisson_rate": rate, "seed": seed},
+            "max_batch": max_batch, "token_budget": token_budget, "batch_policy": run.batch_policy,
+            "slo_ttft_s": slo_ttft, "slo_tpot_s": slo_tpot,
+            **run.summary, "mean_batch": mean_batch, "engine_steps": stats.steps,
+            "per_position_acceptance": acceptance,
+            "baseline": res.baseline.summary if res.baseline else None, **res.speedups,
+        })
+        return
+    s = run.summary
+    console.print(f"trace: {trace_label(tr)}")
+    console.print(f"latency: {sim.latency.name}; {res.latency_rule}")
+    console.print(f"{policy} ({', '.join(f'{k}={v}' for k, v in run.params.items() if k != 'policy')}), "
+                  f"{s['requests']} requests, batch policy {run.batch_policy}, max batch {max_batch}, mean decoding batch {mean_batch:.2f}")
+    console.print(f"  throughput {s['throughput_tokens_per_s']:.2f} tokens/s, "
+                  f"{s['throughput_requests_per_s']:.4f} requests/s over {s['makespan_s']:.1f} s")
+    for label, key, scale, unit in LATENCY_ROWS:
+        figures = ", ".join(f"p{p} {s[f'{key}_p{p}_s'] * scale:.2f}" for p in (50, 90, 99))
+        console.print(f"  {label} ({unit}): mean {s[f'{key}_mean_s'] * scale:.2f}, {figures}")
+    console.print(f"  SLO attainment {s['slo_attainment']:.3f}, goodput {s['goodput_requests_per_s']:.4f} requests/s")
+    console.print(f"  acceptance rate {s['acceptance_rate']:.3f}; per position: "
+                  + " ".join(f"{a:.2f}" for a in acceptance[:12]))
+    if res.baseline:
+        b = res.baseline.summary
+        sp = res.speedups
+        console.print(f"without speculation (ad): TPOT mean {b['tpot_mean_s'] * 1e3:.2f} ms, end-to-end mean "
+                      f"{b['e2e_mean_s']:.2f} s -> speedup at this load: end-to-end {sp['e2e_speedup']:.3f}x, "
+                      f"TPOT {sp['tpot_speedup']:.3f}x, throughput {sp['throughput_ratio']:.3f}x")

@@ -1,0 +1,101 @@
+"""Forwards of a batch: B sequences at once, sequence i bringing k_i new tokens at context c_i.
+
+A serving engine runs one forward for every request in its batch; what that forward costs is
+the whole question of speculative decoding under load. Two sources:
+
+- **Roofline profiles** (``kind: roofline``) price the batch from first principles: the weights
+  are read once per forward, each sequence's KV cache is read, and compute scales with the
+  batch's tokens (:func:`~simlab.latency.roofline.batch_ideal_seconds`); the framework's fixed
+  overhead is paid once per forward. Not extrapolated.
+- **Measured tables** (a trace's samples, fitted profiles) hold B = 1 only: the recording's
+  latency probe has no batch axis yet. For B > 1 they use the *token-count rule*: a target
+  forward over the batch costs the single-sequence forward over the batch's total tokens
+  K = Σ k_i at the batch's mean context, ``T(K, mean c)``; a draft step of B sequences costs
+  the measured draft step scaled by the target's measured growth from 1 to B tokens,
+  ``D(mean c) · T(B, mean c) / T(1, mean c)``. On a CPU, where a forward is compute-bound, the
+  batch's tokens are what costs; the KV reads of separate sequences and the draft's own
+  scaling are not measured, so results on such models are flagged as extrapolated.
+
+At B = 1 every price is the single-request model's own figure (the same grid cells the
+SimPy executor reads), so a batch of one reproduces ``simulate`` exactly.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from simlab.latency.grid import LatencyGrid
+from simlab.latency.roofline import RooflineLatency
+from simlab.trace.schema import NO_LAYER
+
+TOKEN_COUNT_RULE = ("batched forwards priced by the token-count rule (B sequences x k tokens = one sequence of "
+                    "B*k tokens at the mean context; draft steps scaled by the target's k-growth): extrapolated "
+                    "from batch-1 measurements")
+ROOFLINE_RULE = "batched forwards priced by the roofline (weights read once per forward, KV per sequence)"
+
+
+class BatchLatency:
+    """Durations of batched draft steps, verifications and prefills on one latency grid."""
+
+    def __init__(self, grid: LatencyGrid):
+        self.grid = grid
+        model = grid.model
+        self.roofline = model if isinstance(model, RooflineLatency) else None
+        self.name = grid.name
+
+    @property
+    def extrapolated(self) -> bool:
+        """True when batches of more than one sequence are priced by the token-count rule."""
+        return self.roofline is None
+
+    @property
+    def rule(self) -> str:
+        return TOKEN_COUNT_RULE if self.extrapolated else ROOFLINE_RULE
+
+    def target(self, ks: Sequence[int], ctxs: Sequence[int]) -> float:
+        """One target forward: sequence i brings ``ks[i]`` tokens at context ``ctxs[i]``."""
+        if len(ks) == 1:
+            return self.grid.target_forward(ks[0], ctxs[0])
+        if self.roofline is not None:
+            return self.roofline.batch_forward(ks, ctxs, draft=False)
+        return self.grid.target_forward(sum(ks), _mean(ctxs))
+
+    def draft(self, ks: Sequence[int], ctxs: Sequence[int], layer: int = NO_LAYER) -> float:
+        """One draft forward (a draft step when every k is 1; a prefill otherwise)."""
+        if len(ks) == 1 and ks[0] == 1:
+            return self.grid.draft_step(ctxs[0], layer)
+        if self.roofline is not None:
+            return self.roofline.batch_forward(ks, ctxs, draft=True, layer=layer)
+        c = _mean(ctxs)
+        return self.grid.draft_step(c, layer) * self.grid.target_forward(sum(ks), c) / self.grid.target_forward(1, c)
+
+    def draft_phase(self, drafts: Sequence[int], ctxs: Sequence[int], layer: int = NO_LAYER) -> tuple[float, int]:
+        """Ragged drafting: sequence i drafts ``drafts[i]`` tokens from context ``ctxs[i]``. Draft
+        step j runs over the sequences that draft at least j tokens, so the phase lasts as many
+        steps as the longest draft. Returns (seconds, draft forwards)."""
+        active = [(c, k) for c, k in zip(ctxs, drafts) if k > 0]
+        if not active:
+            return 0.0, 0
+        if len(active) == 1:
+            c, k = active[0]
+            return self.grid.draft_seconds(c, k, layer), k
+        longest = max(k for _, k in active)
+        seconds = 0.0
+        for j in range(longest):
+            step = [c + j for c, k in active if k > j]
+            seconds += self.draft([1] * len(step), step, layer)
+        return seconds, longest
+
+    def prefill(self, prompt_lens: Sequence[int], layer: int = NO_LAYER) -> float:
+        """The prompts' prefill: one target forward over every prompt, then one draft forward
+        (the draft needs its own KV cache of the prompt)."""
+        zeros = [0] * len(prompt_lens)
+        if self.roofline is None:  # the grid tabulates k up to a few hundred; prompts go to the model
+            model, k, c = self.grid.model, sum(prompt_lens), 0
+            target = model.target_forward(k, c)
+            return target + model.draft_step(c, layer) * target / model.target_forward(1, c)
+        return self.target(prompt_lens, zeros) + self.draft(prompt_lens, zeros, layer)
+
+
+def _mean(values: Sequence[int]) -> int:
+    return (sum(values) + len(values) // 2) // len(values)

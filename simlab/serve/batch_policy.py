@@ -1,0 +1,198 @@
+"""Batch-level drafting policies: a cap on every request's draft length, chosen per engine step.
+
+A per-request policy (vanilla SD, an adaptive stop rule...) decides how far *its* request
+drafts; under load the right length also depends on how many requests share the step. A
+batch-level policy looks at the step — its batch size and, for SmartSpec, the acceptance seen
+so far — and caps every running request's draft length for that step. The request's own
+policy still plans and stops as it would; it only drafts no more than the cap (a cap of 0
+makes the round a plain target step). Three of them:
+
+- ``table``: a draft length per batch size, as vLLM's dynamic speculation configures it
+  (``--gamma-by-batch 1:6,4:4,16:2,32:0``: batches of 1–3 draft ≤ 6, 4–15 ≤ 4, ...).
+- ``off-above``: speculation off above a batch size (what SGLang users ask for).
+- ``smartspec``: the length that maximises the step's goodput — expected tokens the batch
+  commits per second — from each request's acceptance history; Liu et al., "Optimizing
+  Speculative Decoding for Serving Large Language Models Using Goodput" (SmartSpec), 2024,
+  arXiv 2406.14066. See docs/serving.md for the estimate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+from simlab.errors import SimlabError
+from simlab.latency.batch import BatchLatency
+from simlab.policies.base import Outcome, Policy, PromptInfo, RoundState, Serial
+
+# SmartSpec's acceptance estimate: an exponential moving average over verified draft tokens,
+# starting from this prior before a request has any history.
+ACCEPTANCE_PRIOR = 0.7
+ACCEPTANCE_SMOOTHING = 0.1
+
+
+class CappedPolicy(Policy):
+    """A request's own policy, its serial draft lengths capped by the engine before each step,
+    and its acceptance history kept for batch-level policies."""
+
+    name = "capped"
+    summary = "a request's policy under a batch-level draft-length cap"
+    paper = ""
+
+    def __init__(self, inner: Policy):  # noqa: D107 - wraps a built policy, takes no parameters
+        self.inner = inner
+        self.cap: int | None = None
+        self.acceptance = ACCEPTANCE_PRIOR
+
+    @property
+    def needs_shadows(self) -> bool:  # type: ignore[override]
+        return self.inner.needs_shadows
+
+    @property
+    def needs_future(self) -> bool:  # type: ignore[override]
+        return self.inner.needs_future
+
+    def reset(self, prompt: PromptInfo) -> None:
+        self.inner.reset(prompt)
+
+    def plan(self, state: RoundState):
+        plan = self.inner.plan(state)
+        if self.cap is not None and type(plan) is Serial and plan.max_draft > self.cap:
+            return Serial(self.cap, plan.fixed, plan.layer)
+        return plan
+
+    def on_draft(self, signal):
+        return self.inner.on_draft(signal)
+
+    def observe(self, outcome: Outcome) -> None:
+        checked = len(outcome.checked)
+        if checked:
+            rate = outcome.accepted / checked
+            self.acceptance += ACCEPTANCE_SMOOTHING * (rate - self.acceptance)
+        self.inner.observe(outcome)
+
+    def observe_shadows(self, shadows) -> None:
+        self.inner.observe_shadows(shadows)
+
+    def describe(self) -> dict:
+        return self.inner.describe()
+
+
+class BatchPolicy(Protocol):
+    """Chooses the draft-length cap of one engine step (None: no cap)."""
+
+    name: str
+
+    def cap(self, requests: Sequence[CappedPolicy], ctxs: Sequence[int]) -> int | None: ...
+
+
+class NoCap:
+    name = "none"
+
+    def cap(self, requests, ctxs) -> int | None:
+        return None
+
+
+@dataclass(frozen=True)
+class GammaByBatch:
+    """Draft length by batch size: the entry with the largest batch size ≤ B applies."""
+
+    table: tuple[tuple[int, int], ...]  # (min batch size, draft length), sorted by batch size
+    name: str = "table"
+
+    def cap(self, requests, ctxs) -> int | None:
+        b, out = len(requests), None
+        for size, gamma in self.table:
+            if size <= b:
+                out = gamma
+        return out
+
+    @classmethod
+    def parse(cls, text: str) -> "GammaByBatch":
+        """``"1:6,4:4,16:0"`` -> batches of 1-3 draft ≤ 6 tokens, 4-15 ≤ 4, 16 and more none."""
+        pairs = []
+        for item in (p.strip() for p in text.split(",") if p.strip()):
+            size, sep, gamma = item.partition(":")
+            try:
+                pair = (int(size), int(gamma))
+            except ValueError:
+                pair = None
+            if not sep or pair is None or pair[0] < 1 or pair[1] < 0:
+                raise SimlabError(f"--gamma-by-batch takes BATCH:GAMMA pairs (BATCH >= 1, GAMMA >= 0), got {item!r}")
+            pairs.append(pair)
+        sizes = [s for s, _ in pairs]
+        if not pairs or sizes != sorted(set(sizes)):
+            raise SimlabError(f"--gamma-by-batch needs increasing batch sizes, got {text!r}")
+        return cls(tuple(pairs))
+
+
+@dataclass(frozen=True)
+class OffAbove:
+    """No speculation in steps whose batch is larger than ``batch``."""
+
+    batch: int
+    name: str = "off-above"
+
+    def cap(self, requests, ctxs) -> int | None:
+        return 0 if len(requests) > self.batch else None
+
+
+@dataclass
+class SmartSpec:
+    """The uniform draft length k ∈ 0..``max_gamma`` with the highest goodput for this step:
+    Σ_i E[tokens_i(k)] / (k batched draft steps + one verification of k+1 tokens per request),
+    where a request with acceptance estimate a commits E = (1 − a^(k+1)) / (1 − a) tokens
+    (i.i.d. acceptance, SmartSpec §4)."""
+
+    latency: BatchLatency
+    max_gamma: int
+    name: str = "smartspec"
+
+    def cap(self, requests, ctxs) -> int | None:
+        b = len(requests)
+        best_k, best = 0, -1.0
+        for k in range(self.max_gamma + 1):
+            tokens = sum(_expected_tokens(r.acceptance, k) for r in requests)
+            draft_s, _ = self.latency.draft_phase([k] * b, ctxs) if k else (0.0, 0)
+            seconds = draft_s + self.latency.target([k + 1] * b, ctxs)
+            if tokens / seconds > best:
+                best_k, best = k, tokens / seconds
+        return best_k
+
+
+def _expected_tokens(a: float, k: int) -> float:
+    """Tokens one verification commits with k drafts accepted i.i.d. with probability a."""
+    if a >= 1.0:
+        return k + 1.0
+    return (1.0 - a ** (k + 1)) / (1.0 - a)
+
+
+@dataclass(frozen=True)
+class BatchSpec:
+    """The batch-level policy a run asks for (at most one of the three)."""
+
+    gamma_by_batch: str | None = None
+    off_above: int | None = None
+    smartspec: int | None = None  # the longest draft SmartSpec may choose
+
+    def __post_init__(self) -> None:
+        """Every check, before anything runs."""
+        asked = [name for name, v in (("--gamma-by-batch", self.gamma_by_batch), ("--sd-off-above", self.off_above),
+                                      ("--smartspec", self.smartspec)) if v is not None]
+        if len(asked) > 1:
+            raise SimlabError(f"choose one batch-level policy, got {' and '.join(asked)}")
+        if self.gamma_by_batch is not None:
+            GammaByBatch.parse(self.gamma_by_batch)
+        if self.off_above is not None and self.off_above < 1:
+            raise SimlabError(f"--sd-off-above must be a batch size >= 1, got {self.off_above}")
+        if self.smartspec is not None and self.smartspec < 1:
+            raise SimlabError(f"--smartspec must be a longest draft length >= 1, got {self.smartspec}")
+
+    def build(self, latency: BatchLatency) -> BatchPolicy:
+        if self.gamma_by_batch is not None:
+            return GammaByBatch.parse(self.gamma_by_batch)
+        if self.off_above is not None:
+            return OffAbove(self.off_above)
+        if self.smartspec is not None:
+            return SmartSpec(latency, self.smartspec)
+        return NoCap()

@@ -1,0 +1,156 @@
+"""The serving engine: one SimPy process that runs engine steps back to back.
+
+An engine step, in model time (docs/serving.md):
+
+1. the scheduler admits waiting requests; their prompts are prefilled in one batched target
+   forward and one batched draft forward — each admitted request's first token is out when
+   the prefill ends;
+2. every request that was already running plans its round (its own policy, under the step's
+   batch-level cap) and drafts: draft step j is one batched draft forward over the requests
+   that draft at least j tokens, so ragged draft lengths cost as many steps as the longest
+   draft, and a request that stopped drafting waits for the others;
+3. one batched target forward verifies every running request's drafts plus its bonus
+   position (k_i + 1 tokens each); requests that reached their end leave the batch.
+
+Requests proceed in lock-step: nobody starts the next round before the step ends. Forwards
+are booked on two :class:`~simlab.sim.devices.Device` rows (draft, target), which refuse
+overlapping work, and the step is handed to SimPy as one timeout (event aggregation, as the
+single-request executor does for serial rounds). An idle engine sleeps until an arrival.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import simpy
+
+from simlab.latency.batch import BatchLatency
+from simlab.metrics import PositionStats
+from simlab.serve.batch_policy import BatchPolicy
+from simlab.serve.request import ServedRequest
+from simlab.serve.scheduler import Scheduler
+from simlab.sim.devices import Device, Slice
+from simlab.trace.schema import NO_LAYER
+
+
+@dataclass
+class EngineStats:
+    steps: int = 0
+    prefill_steps: int = 0
+    draft_forwards: int = 0
+    batch_sizes: int = 0  # sum over decode steps of the decoding batch size (mean = / decode_steps)
+    decode_steps: int = 0
+    caps: dict = field(default_factory=dict)  # draft-length cap -> decode steps that used it
+
+
+class Engine:
+    """Continuous batching of speculative decoding on one draft/target pair."""
+
+    def __init__(self, env: simpy.Environment, latency: BatchLatency, scheduler: Scheduler,
+                 batch_policy: BatchPolicy, record: bool = False):
+        self.env = env
+        self.latency = latency
+        self.scheduler = scheduler
+        self.batch_policy = batch_policy
+        self.waiting: deque[ServedRequest] = deque()
+        self.running: list[ServedRequest] = []
+        self.finished: list[ServedRequest] = []
+        self.positions = PositionStats()
+        self.stats = EngineStats()
+        self.draft_dev = Device("draft")
+        self.target_dev = Device("target")
+        self.record = record
+        self.slices: list[Slice] = []
+        self._wake: simpy.Event | None = None
+
+    def submit(self, request: ServedRequest) -> None:
+        """A request arrives: queue it and wake the engine if it sleeps."""
+        self.waiting.append(request)
+        if self._wake is not None and not self._wake.triggered:
+            self._wake.succeed()
+
+    def run(self, total: int):
+        """The engine's SimPy process: steps until ``total`` requests have finished."""
+        env = self.env
+        while len(self.finished) < total:
+            if not self.waiting and not self.running:
+                self._wake = env.event()
+                yield self._wake
+                self._wake = None
+                continue
+            now = env.now
+            end = self._step(now)
+            yield env.timeout(end - now)
+
+    def _step(self, now: float) -> float:
+        """Price and settle one step that starts at ``now``; return its end time."""
+        stats = self.stats
+        stats.steps += 1
+        decoders = self.running
+        admitted = self.scheduler.admit(self.waiting, len(decoders))
+        t = now
+        if admitted:
+            t = self._prefill(admitted, t)
+        if decoders:
+            t = self._decode(decoders, t)
+        self.running = [r for r in decoders if not r.done] + [r for r in admitted if not r.done]
+        return t
+
+    def _prefill(self, admitted: list[ServedRequest], t: float) -> float:
+        self.stats.prefill_steps += 1
+        lens = [r.prompt_len for r in admitted]
+        seconds = self.latency.prefill(lens)
+        end = self._book(self.target_dev, t, seconds, "prefill", len(admitted), sum(lens))
+        for r in admitted:
+            r.admitted, r.first_token = t, end
+            r.start()
+            if r.done:  # a one-token answer: the prefill emitted all of it
+                self._finish(r, end)
+        return end
+
+    def _decode(self, decoders: list[ServedRequest], t: float) -> float:
+        stats = self.stats
+        ctxs = [r.context for r in decoders]
+        cap = self.batch_policy.cap([r.policy for r in decoders], ctxs)
+        stats.caps[cap] = stats.caps.get(cap, 0) + 1
+        rounds = []
+        for r in decoders:
+            r.policy.cap = cap
+            rounds.append(r.next_round())
+        drafts = [k for _, k, _ in rounds]
+        layers = [layer for _, _, layer in rounds if layer is not None]
+        seconds, steps = self.latency.draft_phase(drafts, ctxs, max(layers) if layers else NO_LAYER)
+        if steps:
+            t = self._book(self.draft_dev, t, seconds, f"draft x{steps}", len(decoders), sum(drafts))
+        verify = self.latency.target([k + 1 for k in drafts], ctxs)
+        accepted = 0
+        for r, (start, k, layer) in zip(decoders, rounds):
+            accepted += r.verify(start, k, layer, self.positions)
+        t = self._book(self.target_dev, t, verify, "verify", len(decoders), sum(drafts) + len(decoders), accepted)
+        for r in decoders:
+            if r.done:
+                self._finish(r, t)
+        stats.draft_forwards += steps
+        stats.batch_sizes += len(decoders)
+        stats.decode_steps += 1
+        return t
+
+    def _book(self, device: Device, t: float, seconds: float, what: str, batch: int, tokens: int,
+              accepted: int | None = None) -> float:
+        """Occupy ``device`` (which refuses overlapping work) and keep a timeline slice if asked."""
+        end = device.book(t, seconds, what, 0, tokens)
+        if self.record:
+            args = {"step": self.stats.steps, "batch": batch, "tokens": tokens}
+            if accepted is not None:
+                args["accepted"] = accepted
+            self.slices.append(Slice(device.name, what, t, end, args))
+        return end
+
+    def _finish(self, r: ServedRequest, t: float) -> None:
+        r.finish = t
+        r.finished_steps += 1
+        c = r.counts
+        c.tokens += r.replay.n_tokens - 1
+        c.wall_time_s += t - r.first_token
+        self.finished.append(r)

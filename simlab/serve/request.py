@@ -1,0 +1,102 @@
+"""One served request: its prompt's replay, its own policy object and the round protocol.
+
+The engine never decides how a request drafts. Each request runs :func:`simlab.rounds.decode`
+with its own policy; :meth:`ServedRequest.next_round` answers the generator's draft requests
+from the trace (as the single-request executor does) until it asks for a verification, and
+:meth:`ServedRequest.verify` settles that verification. The generator is resumed with the
+verification's answer only when the next round starts, so a batch-level cap set by the
+engine for that step is in place when the policy plans the round.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from simlab.metrics import Counts, PositionStats
+from simlab.policies.base import PromptInfo
+from simlab.rounds import DraftRun, DraftToken, ParallelRound, PolicyError, Shadow, Verify, decode
+from simlab.serve.batch_policy import CappedPolicy
+from simlab.trace.replay import PromptReplay, SignalRun
+
+
+@dataclass(eq=False)
+class ServedRequest:
+    """A request's timeline, counts and protocol state."""
+
+    request_id: int
+    replay: PromptReplay
+    policy: CappedPolicy
+    arrival: float
+    counts: Counts = field(default_factory=Counts)
+    admitted: float = math.nan  # the step that prefilled it started
+    first_token: float = math.nan  # its prefill ended: position 0 is out
+    finish: float = math.nan  # its last verification ended
+    committed: int = 1
+    finished_steps: int = 0  # how many times it was marked finished (conservation tests: exactly 1)
+    _answer: object = None
+    _gen: object = None
+
+    @property
+    def prompt_len(self) -> int:
+        return self.replay.prompt_len
+
+    @property
+    def context(self) -> int:
+        """The target's context before the next round."""
+        return self.replay.prompt_len + self.committed
+
+    def start(self) -> None:
+        """Begin decoding (after the prefill emitted position 0)."""
+        rp = self.replay
+        info = PromptInfo(rp.prompt_id, rp.prompt_len, rp.n_tokens, rp.budget,
+                          replay=rp if self.policy.needs_future else None)
+        self._gen = decode(self.policy, info)
+        self._answer = None
+
+    def next_round(self) -> tuple[int, int, int | None]:
+        """Run the protocol up to the next verification: (start, drafts, layer)."""
+        send, rp, answer = self._gen.send, self.replay, self._answer
+        while True:
+            req = send(answer)
+            kind = type(req)
+            if kind is Verify:
+                self.counts.drafted += req.drafts
+                self.counts.draft_calls += req.drafts
+                return req.start, req.drafts, req.layer
+            if kind is DraftRun:
+                answer = SignalRun(rp, req.start, req.count, req.layer)
+            elif kind is DraftToken:
+                answer = rp.signal(req.start, req.index, req.layer)
+            elif kind is Shadow:
+                answer = rp.shadows(req.start, req.count)
+            elif kind is ParallelRound:
+                raise PolicyError(f"{self.policy.inner.name}: parallel rounds are not served")
+            else:  # pragma: no cover - decode() yields only the types above
+                raise TypeError(f"unknown request {req!r}")
+
+    def verify(self, start: int, drafts: int, layer: int | None, positions: PositionStats) -> int:
+        """Settle one verification of ``drafts`` tokens from ``start``: the same acceptance as
+        the single-request executor (runs of accepted positions; the end token is always the
+        target's). Returns the drafts accepted; the request is done when ``done`` is true."""
+        rp = self.replay
+        path = rp.draft if layer is None else rp.path(layer)
+        accepted = min(path.run[start], drafts, rp.n_tokens - start - 1)
+        c = self.counts
+        c.target_calls += 1
+        c.accepted += accepted
+        positions.add(accepted + 1 if accepted < drafts else drafts, accepted)
+        self.committed = start + accepted + 1
+        self._answer = accepted
+        if self.done:  # let the generator see its last answer (and ask for shadows) and end
+            try:
+                self.next_round()
+            except StopIteration:
+                pass
+            else:  # pragma: no cover - decode() stops once n_tokens are committed
+                raise PolicyError(f"request {self.request_id} planned a round past its end")
+        return accepted
+
+    @property
+    def done(self) -> bool:
+        return self.committed >= self.replay.n_tokens

@@ -1,0 +1,56 @@
+"""Continuous batching: which waiting requests join the batch at the start of an engine step.
+
+The rules (docs/serving.md):
+
+- First come, first served: requests are admitted in arrival order, and a request that does
+  not fit blocks the ones behind it (no overtaking, so no request starves).
+- At most ``max_batch`` requests decode at once (running plus admitted).
+- A step's token budget bounds its prefill tokens plus one token per running request (the
+  least each decoder verifies). Draft tokens are not budgeted: how many a step verifies is
+  what the drafting policies decide. ``check`` makes sure the longest prompt fits beside a
+  full batch, so the head of the queue is always admitted eventually.
+- Admitted requests are prefilled in the same step, before the running requests' draft and
+  verification forwards (prefill-first mixing, as vLLM's default scheduler does), and decode
+  from the next step on.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from simlab.errors import SimlabError
+from simlab.serve.request import ServedRequest
+
+DEFAULT_MAX_BATCH = 8
+DEFAULT_TOKEN_BUDGET = 2048
+
+
+@dataclass(frozen=True)
+class Scheduler:
+    max_batch: int = DEFAULT_MAX_BATCH
+    token_budget: int = DEFAULT_TOKEN_BUDGET
+
+    def __post_init__(self) -> None:
+        if self.max_batch < 1:
+            raise SimlabError(f"--max-batch must be >= 1, got {self.max_batch}")
+        if self.token_budget < 1:
+            raise SimlabError(f"--token-budget must be >= 1, got {self.token_budget}")
+
+    def check(self, longest_prompt: int) -> None:
+        """The longest prompt must fit in a step beside a full batch of decoders."""
+        need = longest_prompt + self.max_batch - 1
+        if self.token_budget < need:
+            raise SimlabError(f"--token-budget {self.token_budget} is too small: the longest prompt ({longest_prompt} "
+                              f"tokens) beside {self.max_batch - 1} running requests needs {need}")
+
+    def admit(self, waiting: deque[ServedRequest], running: int) -> list[ServedRequest]:
+        """Pop the requests that join this step from the head of ``waiting``."""
+        admitted: list[ServedRequest] = []
+        tokens = running
+        room = self.max_batch - running
+        while waiting and len(admitted) < room and tokens + waiting[0].prompt_len <= self.token_budget:
+            r = waiting.popleft()
+            tokens += r.prompt_len
+            admitted.append(r)
+        return admitted

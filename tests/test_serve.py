@@ -1,0 +1,230 @@
+"""The serving simulator: a request alone is `simulate`'s prompt, batching conserves requests and
+tokens, batch-level policies cap the draft length, and bad input fails in one line."""
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simlab.cli import main
+from simlab.paths import ROOT
+from simlab.serve.batch_policy import BatchSpec, CappedPolicy, GammaByBatch, SmartSpec
+from simlab.serve.metrics import Slo
+from simlab.serve.run import ServeConfig, serve, serve_once
+from simlab.serve.scheduler import Scheduler
+from simlab.sim.run import Simulator
+from simlab.trace.io import read_trace
+from tests.helpers import hand_trace, latency_table
+
+SHIPPED = ROOT / "traces" / "qwen-coder-humaneval"
+FAR_APART = 1e4  # seconds between arrivals: every request is served alone
+CLOCK_ROUNDING = 1e-6  # seconds: sums of forwards on absolute clocks differ in the last bits
+
+
+@pytest.fixture(scope="module")
+def shipped_sim():
+    return Simulator(read_trace(SHIPPED))
+
+
+def alone(n: int) -> list[float]:
+    return [i * FAR_APART for i in range(n)]
+
+
+@pytest.mark.parametrize("max_batch", [1, 8])
+@pytest.mark.parametrize("policy,params,stateful", [("sd", {"gamma": 4}, False), ("svip", {}, False), ("ad", {}, False),
+                                                    ("adaedl", {}, True)])
+def test_a_request_served_alone_decodes_exactly_like_simulate(shipped_sim, policy, params, stateful, max_batch):
+    sim = shipped_sim
+    expected = sim.run(policy, params, with_cost=False).per_prompt.set_index("prompt_id")
+    # every request gets a fresh policy object; simulate carries a stateful policy's state
+    # (AdaEDL's threshold) from prompt to prompt, so only its first prompt starts alike
+    n = 1 if stateful else len(sim.replay.prompts)
+    run = serve_once(sim, alone(n), ServeConfig(policy, params, Scheduler(max_batch)), policy, params)
+    assert len(run.requests) == n
+    for r in run.requests:
+        want = expected.loc[r.replay.prompt_id]
+        c = r.counts
+        assert (c.tokens, c.target_calls, c.drafted, c.accepted) == (
+            want.tokens, want.target_calls, want.draft_calls, round(want.mat * want.target_calls))
+        assert r.finish - r.first_token == pytest.approx(want.wall_time_s, rel=0, abs=CLOCK_ROUNDING)
+
+
+def test_a_request_alone_waits_only_for_its_prefill(shipped_sim):
+    run = serve_once(shipped_sim, alone(3), ServeConfig(), "sd", {"gamma": 4})
+    lat = shipped_sim.latency.model
+    for r in run.requests:
+        assert r.admitted == r.arrival
+        prefill = lat.target_forward(r.prompt_len, 0) * (1 + lat.draft_step(0) / lat.target_forward(1, 0))
+        assert r.first_token - r.arrival == pytest.approx(prefill, rel=1e-12)
+
+
+patterns = st.lists(st.text("01", min_size=0, max_size=25), min_size=1, max_size=4)  # "1" + "": a one-token answer
+arrivals = st.lists(st.floats(0, 30, allow_nan=False), min_size=1, max_size=12).map(sorted)
+
+
+@settings(derandomize=True, max_examples=60, deadline=None)
+@given(patterns=patterns, times=arrivals, max_batch=st.integers(1, 4), gamma=st.integers(1, 6),
+       budget=st.integers(0, 40), eos=st.booleans())
+def test_batching_conserves_requests_and_tokens_and_never_overlaps_forwards(patterns, times, max_batch, gamma, budget,
+                                                                           eos):
+    # with eos, the last position is the end token and drafts may run past it (budget 40)
+    trace = hand_trace(["1" + p for p in patterns], stop="eos" if eos else "length", max_new_tokens=40,
+                       latency=latency_table(draft=0.1, verify={k: 1 + 0.1 * k for k in range(1, 41)}))
+    sim = Simulator(trace)
+    scheduler = Scheduler(max_batch, 10 + max_batch + budget)
+    run = serve_once(sim, times, ServeConfig(scheduler=scheduler), "sd", {"gamma": gamma}, record=True)
+    single = sim.run("sd", {"gamma": gamma}, with_cost=False).per_prompt.set_index("prompt_id")
+    # every request finishes exactly once, after it arrived, first token before its last
+    assert sorted(r.request_id for r in run.requests) == list(range(len(times)))
+    assert all(r.finished_steps == 1 for r in run.requests)
+    assert len(run.frame) == len(times)
+    for r in run.requests:
+        assert r.arrival <= r.admitted <= r.first_token <= r.finish
+        assert r.committed == r.replay.n_tokens
+        # each verification emits its accepted drafts plus one token: nothing counted twice
+        assert r.counts.accepted + r.counts.target_calls == r.replay.n_tokens - 1 == r.counts.tokens
+        # without a batch-level cap, batching changes when a request decodes, not what it decodes
+        assert r.counts.target_calls == single.loc[r.replay.prompt_id].target_calls
+    # the engine runs one forward at a time, and never more than max_batch requests
+    slices = sorted(run.slices, key=lambda s: s.start)
+    assert all(a.end <= b.start + 1e-12 for a, b in zip(slices, slices[1:]))
+    assert all(s.args["batch"] <= max_batch for s in slices)
+    assert sum(s.args.get("accepted", 0) for s in slices) == sum(r.counts.accepted for r in run.requests)
+
+
+def heavy_load_run(batch: BatchSpec, policy="sd", params=None):
+    trace = hand_trace(["1" * n for n in (10, 20, 30, 40, 50, 60)], latency=latency_table(draft=0.1, verify={k: 1 + 0.1 * k for k in range(1, 41)}))
+    sim = Simulator(trace)
+    return serve_once(sim, [0.0] * 6, ServeConfig(scheduler=Scheduler(6, 100), batch=batch), policy,
+                      params or {"gamma": 5}, record=True)
+
+
+def verify_slices(run):
+    return [s for s in run.slices if s.name == "verify"]
+
+
+def test_sd_off_above_a_batch_size_verifies_one_token_per_request_in_larger_batches():
+    run = heavy_load_run(BatchSpec(off_above=3))
+    big = [s for s in verify_slices(run) if s.args["batch"] > 3]
+    assert big and all(s.args["tokens"] == s.args["batch"] for s in big)
+    assert any(s.args["tokens"] > s.args["batch"] for s in verify_slices(run) if s.args["batch"] <= 3)
+
+
+def test_gamma_by_batch_caps_every_request_at_its_batch_sizes_entry():
+    run = heavy_load_run(BatchSpec(gamma_by_batch="1:5,4:2"))
+    for s in verify_slices(run):
+        cap = 2 if s.args["batch"] >= 4 else 5
+        assert s.args["tokens"] <= s.args["batch"] * (cap + 1)
+    assert any(s.args["tokens"] == 3 * s.args["batch"] for s in verify_slices(run) if s.args["batch"] >= 4)
+
+
+def test_gamma_by_batch_table_picks_the_largest_batch_size_not_above_the_batch():
+    table = GammaByBatch.parse("1:6,4:4,16:0")
+    assert [table.cap([None] * b, []) for b in (1, 3, 4, 15, 16, 40)] == [6, 6, 4, 4, 0, 0]
+
+
+def smartspec_policy(draft: float, acceptance: float, max_gamma=6):
+    trace = hand_trace(["1" * 10], latency=latency_table(draft=draft, verify={k: 1 + 0.01 * k for k in range(1, 41)}))
+    sim = Simulator(trace)
+    from simlab.latency.batch import BatchLatency
+
+    policy = SmartSpec(BatchLatency(sim.latency), max_gamma)
+    requests = []
+    for _ in range(4):
+        p = CappedPolicy(None)
+        p.acceptance = acceptance
+        requests.append(p)
+    return policy.cap(requests, [20] * 4)
+
+
+def test_smartspec_drafts_nothing_when_drafting_costs_more_than_it_can_earn():
+    assert smartspec_policy(draft=5.0, acceptance=0.9) == 0
+    assert smartspec_policy(draft=0.01, acceptance=0.0) == 0
+
+
+def test_smartspec_drafts_the_longest_length_when_drafts_are_cheap_and_always_accepted():
+    assert smartspec_policy(draft=0.001, acceptance=1.0) == 6
+
+
+def test_smartspec_serves_every_request_to_its_end():
+    run = heavy_load_run(BatchSpec(smartspec=5))
+    assert all(r.committed == r.replay.n_tokens for r in run.requests)
+    assert set(run.stats.caps) <= set(range(6))
+
+
+def test_speculation_pays_at_low_load_on_a_high_acceptance_trace():
+    trace = hand_trace(["1" * 60] * 3, latency=latency_table(draft=0.05, verify={k: 1 + 0.05 * k for k in range(1, 41)}))
+    res = serve(Simulator(trace), alone(3), ServeConfig("sd", {"gamma": 4}, slo=Slo(ttft_s=1e9)))
+    assert res.speedups["tpot_speedup"] > 2
+    assert res.run.summary["slo_attainment"] == 1.0
+
+
+def run_main(args, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["serve", *map(str, args)])
+    err = capsys.readouterr().err.strip()
+    return exc.value.code, err
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--rate", "0"], "--rate"),
+    (["--rate", "-2"], "--rate"),
+    (["--max-batch", "0"], "--max-batch"),
+    (["--requests", "0"], "--requests"),
+    (["--slo-ttft", "0"], "--slo-ttft"),
+    (["--slo-tpot", "-1"], "--slo-tpot"),
+    (["--policy", "pearl"], "parallel"),
+    (["--gamma-by-batch", "4:2,1:6"], "--gamma-by-batch"),
+    (["--sd-off-above", "4", "--smartspec", "5"], "one batch-level policy"),
+])
+def test_bad_input_fails_in_one_line_before_the_trace_is_read(args, needle, capsys, tmp_path):
+    code, err = run_main([*args, "--trace", tmp_path / "no-such-trace"], capsys)
+    assert code == 2
+    assert len(err.splitlines()) == 1 and needle in err
+
+
+@pytest.mark.parametrize("lines,needle", [(["1", "0.5"], "sorted"), (["-1", "2"], ">= 0"), (["x"], "number"),
+                                          ([], "no arrival times")])
+def test_bad_arrivals_files_fail_in_one_line(lines, needle, capsys, tmp_path):
+    path = tmp_path / "arrivals.txt"
+    path.write_text("\n".join(lines))
+    code, err = run_main(["--arrivals", path, "--trace", tmp_path / "no-such-trace"], capsys)
+    assert code == 2 and len(err.splitlines()) == 1 and needle in err
+
+
+def test_serve_cli_writes_json_per_request_results_and_a_timeline(tmp_path):
+    arrivals = tmp_path / "arrivals.txt"
+    arrivals.write_text("# seconds\n0\n0\n5\n")
+    out, timeline = tmp_path / "requests.csv", tmp_path / "timeline.json"
+    proc = subprocess.run([sys.executable, "-m", "simlab", "serve", "--trace", SHIPPED, "--arrivals", arrivals,
+                           "--gamma", "3", "--max-batch", "2", "--slo-tpot", "10", "--json", "--out", out,
+                           "--timeline", timeline], capture_output=True, text=True, check=True)
+    res = json.loads(proc.stdout)
+    assert res["requests"] == 3 and res["slo_attainment"] == 1.0 and res["batch_latency_extrapolated"]
+    assert res["baseline"]["requests"] == 3 and res["e2e_speedup"] > 1
+    assert "extrapolated" in proc.stderr
+    df = pd.read_csv(out)
+    assert list(df.request_id) == [0, 1, 2] and (df.e2e_s >= df.ttft_s).all()
+    events = json.loads(timeline.read_text())["traceEvents"]
+    assert any(e.get("name") == "verify" and e["args"]["batch"] == 2 for e in events)
+
+
+def test_serve_bench_serves_every_token_of_every_request():
+    from simlab.serve.bench import bench_serve
+
+    r = bench_serve(requests=40, tokens=32, max_batch=4)
+    assert r.tokens == 40 * 32 and 1 <= r.mean_batch <= 4 and r.cpu_seconds > 0
+
+
+def test_serve_prints_latency_percentiles_slo_attainment_and_the_speedup_at_that_load(tmp_path, capsys):
+    arrivals = tmp_path / "arrivals.txt"
+    arrivals.write_text("0\n1\n")
+    main(["serve", "--trace", str(SHIPPED), "--arrivals", str(arrivals), "--smartspec", "4", "--slo-ttft", "1e-3"])
+    text = capsys.readouterr().out
+    for label in ("TTFT (ms)", "TPOT (ms)", "end-to-end (s)", "p99", "SLO attainment 0.000", "batch policy smartspec",
+                  "acceptance rate", "speedup at this load"):
+        assert label in text

@@ -86,7 +86,7 @@ def killed(mutant: Mutant | None, tmp_path: Path) -> bool:
 
     The copy runs from ``tmp_path`` (with the tests and the data they read), so that nothing
     imports this checkout's unmutated ``simlab``."""
-    for part in ("simlab", "tests", "calibrate"):
+    for part in ("simlab", "tests", "calibrate", "traces"):
         shutil.copytree(ROOT / part, tmp_path / part, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path)
     if mutant is not None:

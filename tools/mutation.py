@@ -43,6 +43,7 @@ MODULES = {
     "metrics": "simlab.metrics.*",
     "latency": "simlab.latency.*",
     "frontier": "simlab.frontier.*",
+    "serve": "simlab.serve.*",
 }
 KILLED = {"killed", "timeout", "caught by type check"}  # mutmut's statuses that count as detected
 

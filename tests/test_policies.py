@@ -86,6 +86,13 @@ def test_every_declared_parameter_is_checked_by_its_declaration(policy, params, 
         simulate(conf_trace([0.9] * 4), policy, **params)
 
 
+def test_hf_heuristic_never_drops_below_one_draft_token():
+    # N=1: position 1 is rejected, so N = max(1, 1 - 1) = 1, not 0 (which would turn the policy
+    # into autoregressive decoding for good): every later round still drafts one token.
+    trace = hand_trace(["1" + "0" + "0" + "1" + "1"])
+    assert rounds(simulate(trace, "hf-heuristic", gamma=1)) == [(1, 2, 0), (2, 2, 0), (3, 2, 1)]
+
+
 def test_hf_confidence_stops_after_the_first_token_below_the_threshold():
     trace = conf_trace([0.9, 0.9, 0.9, 0.3] + [0.9] * 6)
     # 1, 2 (0.9), 3 (0.3 < 0.4: stop, kept); then 5..8, capped by the prompt's end

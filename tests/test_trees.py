@@ -4,6 +4,7 @@ import pytest
 
 from simlab.errors import SimlabError
 from simlab.trees.draft_tree import NOT_IN_TOPK, DraftTree, accepted_length, chain, parse_shape, static_tree
+from simlab.trees.sequoia import best_tree
 
 
 def test_static_tree_gives_each_depth_its_children_breadth_first():
@@ -53,3 +54,31 @@ def test_bad_shapes_fail_in_one_line(text, words):
 
 def test_shape_parses_children_per_depth():
     assert parse_shape("4,2,2,1") == (4, 2, 2, 1)
+
+
+def test_sequoia_spends_a_budget_of_one_on_the_likeliest_candidate():
+    value, tree = best_tree([0.3, 0.6], n=1, depth=3)
+    assert (tree.parents, tree.ranks, value) == ((-1,), (1,), pytest.approx(0.6))
+
+
+def test_sequoia_with_certain_greedy_acceptance_builds_a_chain():
+    value, tree = best_tree([1.0, 0.5], n=4, depth=4)
+    assert tree == chain(4) and value == pytest.approx(4.0)
+
+
+def test_sequoia_widens_when_depth_is_capped():
+    # depth 1: only siblings count; 0.5 + 0.3 beats any single node
+    value, tree = best_tree([0.5, 0.3, 0.1], n=2, depth=1)
+    assert tree.ranks == (0, 1) and value == pytest.approx(0.8)
+
+
+def test_sequoia_value_is_the_expected_accepted_length_of_its_tree():
+    accept = [0.6, 0.2, 0.1]
+    value, tree = best_tree(accept, n=6, depth=3)
+    # expected accepted drafts = sum over nodes of the product of accept[rank] along the path
+    prob = []
+    for p, r in zip(tree.parents, tree.ranks):
+        prob.append(accept[r] * (1.0 if p == -1 else prob[p]))
+    assert tree.size <= 6 and max(tree.depths()) <= 3 and tree.problem(topk=3) is None
+    assert value == pytest.approx(sum(prob))
+    assert value > 0.6 + 0.36 + 0.216  # beats the 3-chain, which fits the budget

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import random
+import signal
+import subprocess
+import sys
+
 import numpy as np
 import pandas as pd
 
@@ -97,3 +102,26 @@ class SerialThenParallel(Policy):
 
     def on_draft(self, signal):
         return Decision.PARALLEL if signal.confidence < 0.6 else Decision.DRAFT
+
+
+def simlab_cmd(*args) -> list[str]:
+    """The command line of ``simlab ARGS`` in a fresh interpreter."""
+    return [sys.executable, "-m", "simlab", *map(str, args)]
+
+
+def kill_moments(seed: int, n: int, low: float, high: float) -> list[float]:
+    """``n`` reproducible moments (seconds after a start) at which to kill a writer."""
+    rng = random.Random(seed)
+    return sorted(round(rng.uniform(low, high), 2) for _ in range(n))
+
+
+def run_killed(cmd: list[str], after: float) -> bool:
+    """Run ``cmd`` and SIGKILL it ``after`` seconds from its start; False if it finished first."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        proc.wait(timeout=after)
+        return False
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        return True

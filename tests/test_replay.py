@@ -37,9 +37,24 @@ def test_sd_gamma3_rounds_by_hand():
     s = res.summary
     assert (s.target_calls, s.accepted, s.drafted, s.tokens) == (5, 6, 12, 11)
     assert s.mat == pytest.approx(6 / 5)
-    assert s.mean_accept_len == pytest.approx(11 / 5)
+    assert s.tokens_per_target_call == pytest.approx(11 / 5)
     assert s.wall_time_s == pytest.approx(12 * 0.1 + 5 * 1.0)
     assert s.ad_wall_time_s == pytest.approx(11 * 1.0)
+
+
+def test_sd_gamma3_vllm_counters_by_hand():
+    """The rounds above drafted 3, 3, 3, 2, 1 tokens and had 2, 3, 0, 0, 1 accepted: five drafts;
+    token 0 accepted in three of them, token 1 in two, token 2 in one (vLLM's unconditional rates)."""
+    s = Simulator(hand_trace([PATTERN])).run("sd", {"gamma": 3}, with_cost=False).summary
+    assert s.num_drafts == 5
+    assert s.mean_acceptance_length == pytest.approx(1 + 6 / 5)
+    assert s.acceptance_per_position == pytest.approx([3 / 5, 2 / 5, 1 / 5])
+
+
+def test_autoregressive_has_no_drafts():
+    s = Simulator(hand_trace([PATTERN])).run("ad", with_cost=False).summary
+    assert s.num_drafts == 0 and s.acceptance_per_position == []
+    assert math.isnan(s.mean_acceptance_length)
 
 
 def test_sd_gamma1_rounds_by_hand():

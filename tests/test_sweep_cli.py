@@ -48,6 +48,25 @@ def test_sweep_prints_the_table_and_writes_every_metric(results):
     assert f"wrote {out}" in stdout
 
 
+def test_plot_acceptance_reads_the_sweep_table(results, tmp_path):
+    out, _, _ = results
+    csv = tmp_path / "results.csv"
+    pd.read_parquet(out).to_csv(csv, index=False)  # lists as Python reprs: read_frame must cope
+    for table in (out, csv):
+        simlab("plot", "acceptance", table, "-o", tmp_path / "acceptance.png", "--policy", "sd")
+        assert (tmp_path / "acceptance.png").stat().st_size > 0
+
+
+def test_sweep_table_fits_80_columns(trace_dir, tmp_path):
+    # a subprocess's Rich console is 80 columns wide: no label may be cut (…) or wrapped
+    proc = simlab("sweep", "--trace", trace_dir, "--policy", "spide:tau=0.6,0.7", "--policy", "dv",
+                  "--policy", "hf-confidence:max_draft=4", "--cache", tmp_path / "cache", "--workers", "1")
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("│")]
+    for label in ("spide(tau=0.6)", "spide(tau=0.7)", "dv", "hf-confidence(max_draft=4)"):
+        assert any(f" {label} " in row for row in rows), label
+    assert "…" not in proc.stdout and max(len(line) for line in proc.stdout.splitlines()) <= 80
+
+
 def test_sweep_rerun_reads_the_cache_and_writes_csv(results, trace_dir, tmp_path):
     out, cache, _ = results
     csv = tmp_path / "again.csv"

@@ -16,6 +16,7 @@ from simlab.live.decoding import PromptOutcome
 from simlab.live.prediction import Comparison
 from simlab.live.session import LiveSession
 from simlab.metrics import PositionStats, Summary, total
+from simlab.paths import portable_path
 from simlab.sim.devices import Slice
 from simlab.sim.timeline import write_chrome_trace
 from simlab.table_file import write_frame
@@ -133,7 +134,7 @@ class LiveReport:
         if "predicted_wall_time_s" in df:
             pw, pad = df["predicted_wall_time_s"].sum(), df["predicted_ad_wall_time_s"].sum()
             ptok = df["predicted_tokens"].sum()
-            out.update(trace=str(self.comparison.trace_path), topology=s.topology.value,
+            out.update(trace=portable_path(self.comparison.trace_path), topology=s.topology.value,
                        predicted_tokens_per_s=ptok / pw,
                        predicted_speedup=pad / pw, predicted_target_calls=int(df["predicted_target_calls"].sum()),
                        median_abs_error_speedup=float(df["error_speedup"].abs().median()),

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from simlab.cli.output import read_frame
+from simlab.table_file import read_frame
 from simlab.plots import save
 from simlab.plots.frontier import frontier_figure
 from simlab.plots.live import live_figure

@@ -1,9 +1,17 @@
 """The papers' closed forms beside the simulator, on one trace: where the i.i.d. assumption breaks.
 
+Two acceptance figures, which measure different things:
+
+- α (``alpha``), the closed forms' per-position acceptance: at every drafted position (1..n−1 of
+  each prompt; position 0 is the prefill's token) whether the draft's token *given the true
+  prefix* is accepted. It depends on the trace only.
+- ``acceptance_sim``, the simulator's ``acceptance_rate`` (accepted / drafted) of vanilla SD at
+  γ: drafts after a round's first rejection are drafted but never accepted, so it is lower than
+  α and depends on the schedule (γ, the policy), as in ``simlab simulate``.
+
 For vanilla SD at each γ, tokens per round and speedup three ways:
 
-- ``iid``: Leviathan et al.'s forms with the trace's mean acceptance α over drafted positions
-  (1..n−1 of each prompt; position 0 is the prefill's token);
+- ``iid``: Leviathan et al.'s forms with the per-position α;
 - ``runs``: a run-length model that knows where rounds start. A round starts right after a
   rejected draft (state A) or after a round that accepted all γ drafts (state B; the position
   before the start is that round's bonus token). For each state, P(R ≥ j | X) — the chance
@@ -26,18 +34,22 @@ Also printed: acceptance by position in the draft run over every start position,
 the h-rule's threshold h(k) = (T_v − T_d(k)) / T_r (acceptance-guided adaptive
 SD, eq. 12) with T_d(k) the time of k draft steps, T_v a (k+1)-token verify and T_r = T_v (a
 rejection costs one more verification of the same size; the ``ags`` policy's choice); SPIDE's
-window s = ⌊v_q / v_p⌋ (eq. 6), solo and with co-running latencies; and, for traces with
-per-exit-layer signals, DEL's TPL(ℓ, d) table with α_ℓ measured per layer.
+window two ways — eq. 6 as written, s = ⌊v_q / v_p⌋ = ⌊T_t(1) / T_d⌋ from one-token costs, and
+the window ``spide`` and ``pearl`` use when theirs is not given (the largest s whose s draft
+steps fit in an s-token verify, :func:`~simlab.policies.timing.balanced_window`; equal to eq. 6
+where verify cost is flat in k, far larger on CPUs), each solo and with co-running latencies;
+and, for traces with per-exit-layer signals, DEL's TPL(ℓ, d) table with α_ℓ measured per layer.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
 from simlab import analytic
 from simlab.errors import SimlabError
+from simlab.policies.timing import balanced_window
 from simlab.sim.run import Simulator
 
 
@@ -50,6 +62,7 @@ class GammaRow:
     speedup_iid: float
     speedup_runs: float
     speedup_sim: float
+    acceptance_sim: float  # the simulator's acceptance_rate (accepted / drafted), not α
 
     @property
     def err_iid(self) -> float:
@@ -96,8 +109,11 @@ class TraceAnalysis:
     t_target: float
     gammas: list[GammaRow] = field(default_factory=list)
     h: list[HRow] = field(default_factory=list)
-    window: int | None = None
+    topology: str = ""
+    window: int | None = None  # eq. 6 from one-token costs
     window_corun: int | None = None
+    policy_window: int | None = None  # what spide/pearl use without a window (balanced_window)
+    policy_window_corun: int | None = None
     tpl: TplTable | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -118,8 +134,11 @@ class TraceAnalysis:
             "t_target_s": self.t_target,
             "gammas": [{**asdict(g), "err_iid": g.err_iid, "err_runs": g.err_runs} for g in self.gammas],
             "h_rule": [asdict(h) for h in self.h],
+            "topology": self.topology,
             "window": self.window,
             "window_corun": self.window_corun,
+            "policy_window": self.policy_window,
+            "policy_window_corun": self.policy_window_corun,
             "tpl": None if self.tpl is None else {**asdict(self.tpl), "best": self.tpl.best},
             "notes": self.notes,
         }
@@ -201,7 +220,8 @@ def analyse_trace(sim: Simulator, max_gamma: int = 10) -> TraceAnalysis:
     alpha, drafted, survival = run_survival(paths, max_gamma)
     ctx = sim.context().context_len
     lat = sim.latency
-    out = TraceAnalysis(alpha, drafted, survival, ctx, float("nan"), float(lat.target_forward(1, ctx)))
+    out = TraceAnalysis(alpha, drafted, survival, ctx, float("nan"), float(lat.target_forward(1, ctx)),
+                        topology=sim.topology.value)
     out.tpl = tpl_table(sim, max_gamma)
     try:
         out.t_draft = float(lat.draft_step(ctx))
@@ -216,13 +236,16 @@ def analyse_trace(sim: Simulator, max_gamma: int = 10) -> TraceAnalysis:
         s = sim.run("sd", {"gamma": g}, with_cost=False).summary
         out.gammas.append(GammaRow(g, e_iid, e_runs, s.tokens / s.target_calls,
                                    analytic.speedup_from_costs(e_iid, g, c, v),
-                                   analytic.speedup_from_costs(e_runs, g, c, v), s.speedup))
+                                   analytic.speedup_from_costs(e_runs, g, c, v), s.speedup, s.acceptance_rate))
     for k in range(1, max_gamma + 1):
         t_v = float(lat.target_forward(k + 1, ctx))
         t_d = float(lat.draft_seconds(ctx, k))
         out.h.append(HRow(k, t_d, t_v, t_v, analytic.h_threshold(t_v, t_d, t_v)))
     out.window = analytic.parallel_window(out.t_draft, out.t_target)
+    context = sim.context()
+    out.policy_window = balanced_window(replace(context, corun=False))
     if getattr(lat.model, "has_corun", False):
         out.window_corun = analytic.parallel_window(float(lat.draft_step(ctx, corun=True)),
                                                     float(lat.target_forward(1, ctx, corun=True)))
+        out.policy_window_corun = balanced_window(replace(context, corun=True))
     return out

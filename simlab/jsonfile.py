@@ -7,6 +7,7 @@ import json
 import os
 from pathlib import Path
 
+from simlab.atomic import replace_file
 from simlab.errors import SimlabError
 
 
@@ -35,8 +36,6 @@ def read_versioned(path: str | os.PathLike, what: str, fmt: str, version: int) -
 
 
 def write_json(data: dict, path: str | os.PathLike) -> Path:
-    """Write ``data`` indented, creating the folder; return the path."""
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(data, indent=2) + "\n")
-    return out
+    """Write ``data`` indented in one rename, creating the folder; return the path."""
+    text = json.dumps(data, indent=2) + "\n"
+    return replace_file(path, lambda tmp: tmp.write_text(text))

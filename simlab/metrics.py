@@ -12,8 +12,18 @@ Counting conventions (SPIDE §4.1 "Evaluation Metrics"; vLLM spec-decode metrics
 - ``cost`` (SPIDE "Cost"): target_calls / target_calls of vanilla SD at its best γ on the same
   trace and latency model.
 - ``mat`` (SPIDE "MAT"): accepted draft tokens per target call, bonus token excluded.
-- ``mean_accept_len`` (vLLM convention): tokens emitted per target call, bonus included.
+- ``tokens_per_target_call``: tokens emitted per target call, bonus included (named
+  ``mean_accept_len`` before; tables with that column are read under the new name).
 - ``acceptance_rate``: accepted / drafted; ``wasted_draft_tokens`` = drafted - accepted.
+
+vLLM's counters (``vllm/v1/spec_decode/metrics.py``), so figures compare with its logs:
+
+- ``num_drafts``: verifications that checked at least one draft token (vLLM counts a draft
+  per request and step that proposed tokens); rounds that drafted nothing are not drafts.
+- ``drafted`` (vLLM ``num_draft_tokens``) and ``accepted`` (``num_accepted_tokens``).
+- ``mean_acceptance_length`` = 1 + accepted / num_drafts: tokens per draft, bonus included.
+- ``acceptance_per_position[i]`` = drafts whose token i (0-based) was accepted / num_drafts:
+  unconditional, as vLLM logs it, so it falls with i even at a constant per-token rate.
 - ``draft_busy``/``target_busy``: fraction of the wall time each model was computing.
 """
 
@@ -24,14 +34,19 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field, fields
 from typing import Iterable
 
-# Column order of printed tables and CSV/Parquet outputs.
+# Column order of printed tables and CSV/Parquet outputs (scalars; ``acceptance_per_position``
+# is a list and goes to JSON and sweep tables only).
 SUMMARY_KEYS = (
     "speedup",
     "cost",
     "mat",
-    "mean_accept_len",
+    "tokens_per_target_call",
+    "mean_acceptance_length",
     "target_calls",
     "draft_calls",
+    "num_drafts",
+    "drafted",
+    "accepted",
     "acceptance_rate",
     "tokens",
     "wall_time_s",
@@ -50,6 +65,7 @@ class Counts:
     tokens: int = 0
     target_calls: int = 0
     draft_calls: int = 0
+    num_drafts: int = 0
     drafted: int = 0
     accepted: int = 0
     parallel_rounds: int = 0
@@ -76,9 +92,11 @@ class Summary:
     speedup: float
     cost: float
     mat: float
-    mean_accept_len: float
+    tokens_per_target_call: float
+    mean_acceptance_length: float
     target_calls: int
     draft_calls: int
+    num_drafts: int
     acceptance_rate: float
     tokens: int
     wall_time_s: float
@@ -91,17 +109,23 @@ class Summary:
     accepted: int = 0
     parallel_rounds: int = 0
     rollout_overruns: int = 0
+    acceptance_per_position: list[float] = field(default_factory=list)
     extra: dict = field(default_factory=dict)
 
     @classmethod
-    def from_counts(cls, c: Counts, reference_target_calls: float | None = None) -> "Summary":
+    def from_counts(cls, c: Counts, reference_target_calls: float | None = None,
+                    positions: "PositionStats | None" = None) -> "Summary":
+        """The metrics of ``c``; ``positions`` (the same rounds' tallies) adds the per-position
+        acceptance."""
         return cls(
             speedup=_ratio(c.ad_wall_time_s, c.wall_time_s),
             cost=_ratio(c.target_calls, reference_target_calls) if reference_target_calls else math.nan,
             mat=_ratio(c.accepted, c.target_calls),
-            mean_accept_len=_ratio(c.tokens, c.target_calls),
+            tokens_per_target_call=_ratio(c.tokens, c.target_calls),
+            mean_acceptance_length=1 + _ratio(c.accepted, c.num_drafts),
             target_calls=c.target_calls,
             draft_calls=c.draft_calls,
+            num_drafts=c.num_drafts,
             acceptance_rate=_ratio(c.accepted, c.drafted),
             tokens=c.tokens,
             wall_time_s=c.wall_time_s,
@@ -114,12 +138,26 @@ class Summary:
             accepted=c.accepted,
             parallel_rounds=c.parallel_rounds,
             rollout_overruns=c.rollout_overruns,
+            acceptance_per_position=positions.per_draft(c.num_drafts) if positions else [],
         )
 
     def to_dict(self) -> dict:
         d = asdict(self)
         extra = d.pop("extra")
         return {**d, **extra}
+
+
+# Metrics whose value is a list (one entry per draft position).
+LIST_COLUMNS = ("acceptance_per_position",)
+
+# Columns renamed since tables were first written: old CSV/Parquet files are read under the new names.
+LEGACY_COLUMNS = {"mean_accept_len": "tokens_per_target_call"}
+
+
+def upgrade_columns(columns: Iterable[str]) -> dict[str, str]:
+    """The renames that bring a table written by an older simlab to today's column names."""
+    present = set(columns)
+    return {old: new for old, new in LEGACY_COLUMNS.items() if old in present and new not in present}
 
 
 def total(counts: Iterable[Counts]) -> Counts:
@@ -146,6 +184,12 @@ class PositionStats:
         self.checked_hist[n_checked] += 1
         self.accepted_hist[n_accepted] += 1
 
+    def __iadd__(self, other: "PositionStats") -> "PositionStats":
+        for mine, theirs in ((self.checked_hist, other.checked_hist), (self.accepted_hist, other.accepted_hist)):
+            for n, c in theirs.items():
+                mine[n] += c
+        return self
+
     @staticmethod
     def _expand(hist: dict[int, int]) -> list[int]:
         """hist[n] rounds reached n tokens -> how many rounds reached position i (0-based)."""
@@ -162,4 +206,13 @@ class PositionStats:
         return acc + [0] * (len(self.checked) - len(acc))
 
     def rates(self) -> list[float]:
+        """Conditional acceptance: of the rounds that checked position i, the share accepted."""
         return [_ratio(a, c) for a, c in zip(self.accepted, self.checked)]
+
+    def drafting_rounds(self) -> int:
+        """Rounds that checked at least one draft token (vLLM's ``num_drafts``)."""
+        return sum(c for n, c in self.checked_hist.items() if n)
+
+    def per_draft(self, num_drafts: int) -> list[float]:
+        """vLLM's unconditional per-position acceptance: accepted at position i / num_drafts."""
+        return [_ratio(a, num_drafts) for a in self.accepted]

@@ -33,3 +33,16 @@ def cache_root() -> Path:
     """Where simlab keeps what it can rebuild (installed models, sweep results):
     ``$SIMLAB_CACHE``, default ``~/.cache/simlab``."""
     return Path(os.environ.get("SIMLAB_CACHE") or Path.home() / ".cache" / "simlab")
+
+
+def portable_path(path: str | Path) -> str:
+    """``path`` as results files record it: relative to the working directory when inside it,
+    else with the home directory written ``~``, so a committed result names no user's machine."""
+    p = Path(path).absolute()
+    for base, shown in ((Path.cwd(), None), (Path.home(), "~")):
+        try:
+            rel = p.relative_to(base)
+        except ValueError:
+            continue
+        return str(Path(shown, rel)) if shown else str(rel)
+    return str(p)

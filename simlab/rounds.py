@@ -25,6 +25,8 @@ Bookkeeping rules, defined here only:
 - Policies with ``needs_shadows`` are shown every exit layer's token at the positions each
   target forward settled: position 0 after the prefill, and ``start..start+accepted`` after
   each serial verification (:class:`Shadow`).
+- A policy with ``stops_at_draft_end`` stops a serial round's drafting after a token whose
+  signal says it is an end token (that token is verified); others draft on past it.
 - Nothing past the end is accepted, and the end token itself always counts as the target's:
   executors accept at most ``end - committed - 1`` drafts per verification, so decoding stops
   exactly at ``end`` whether the draft predicted the end token or not.
@@ -116,6 +118,7 @@ def decode(policy: Policy, prompt: PromptInfo) -> Generator[Request, object, Non
     # Policies that keep the base class's no-op observe() are not sent outcomes of serial rounds.
     observes = type(policy).observe is not Policy.observe
     plan_round, prompt_len = policy.plan, prompt.prompt_len
+    stop_at_end = policy.stops_at_draft_end
     shadows = policy.needs_shadows
     if shadows:  # the prefill settled position 0
         policy.observe_shadows((yield Shadow(0, 1)))
@@ -147,16 +150,19 @@ def decode(policy: Policy, prompt: PromptInfo) -> Generator[Request, object, Non
         cap = budget - committed - 1
         if plan.max_draft < cap:
             cap = plan.max_draft
-        if plan.fixed or cap <= 0:
+        if (plan.fixed and not stop_at_end) or cap <= 0:
             signals = (yield DraftRun(committed, cap, plan.layer)) if cap > 0 else ()
             decision = VERIFY
-        else:
+        else:  # token by token: the policy decides, or (fixed plans) only the end token stops
             drafted: list[TokenSignal] = []
             decision = DRAFT
             while decision is DRAFT and len(drafted) < cap:
                 signal = yield DraftToken(committed, len(drafted) + 1, plan.layer)
                 drafted.append(signal)
-                decision = policy.on_draft(signal)
+                if stop_at_end and signal.end:
+                    decision = VERIFY
+                elif not plan.fixed:
+                    decision = policy.on_draft(signal)
             signals = tuple(drafted[:-1] if decision is DROP else drafted)
         if decision is PARALLEL:
             if not policy.parallel:

@@ -16,13 +16,15 @@ class TokenSignal(NamedTuple):
 
     ``index`` is the token's 1-based place in the current draft run; ``confidence`` the draft's
     top-1 probability (SPIDE eq. 2); ``entropy`` the draft entropy in nats (SVIP, AdaEDL);
-    ``score`` a trained predictor's P(accept) when one was recorded, else NaN.
+    ``score`` a trained predictor's P(accept) when one was recorded, else NaN; ``end`` whether
+    the token is an end token (policies with ``stops_at_draft_end`` stop drafting after it).
     """
 
     index: int
     confidence: float
     entropy: float
     score: float = math.nan
+    end: bool = False
 
 
 class ShadowTokens(NamedTuple):

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import random
+import signal
+import subprocess
+import sys
+
 import numpy as np
 import pandas as pd
 
@@ -11,14 +16,17 @@ from simlab.trace.schema import NO_LAYER, Manifest
 
 
 def latency_table(draft: float = 0.1, verify: dict[int, float] | None = None, ctx=(0, 10_000),
-                  layers: dict[int, float] | None = None, corun: tuple[float, float] | None = None) -> pd.DataFrame:
-    """Flat-in-context latency samples: draft step ``draft`` s, k-token verify ``verify[k]`` s;
-    ``layers`` adds early-exit draft steps (exit layer -> s); ``corun`` = (draft factor, verify
-    factor) adds co-running samples, each solo figure times its factor."""
+                  layers: dict[int, float] | None = None, corun: tuple[float, float] | None = None,
+                  slope: float = 0.0) -> pd.DataFrame:
+    """Latency samples: draft step ``draft`` s, k-token verify ``verify[k]`` s, each plus
+    ``slope`` s per token of context (a forward at context c takes ``x + slope * c``; the
+    default 0 is flat in context); ``layers`` adds early-exit draft steps (exit layer -> s);
+    ``corun`` = (draft factor, verify factor) adds co-running samples, each solo figure times
+    its factor."""
     verify = verify or {k: 1.0 for k in range(1, 40)}
-    rows = [("draft_step", 1, c, NO_LAYER, False, 0, draft) for c in ctx]
-    rows += [("target_forward", k, c, NO_LAYER, False, 0, s) for k, s in verify.items() for c in ctx]
-    rows += [("draft_step", 1, c, layer, False, 0, s) for layer, s in (layers or {}).items() for c in ctx]
+    rows = [("draft_step", 1, c, NO_LAYER, False, 0, draft + slope * c) for c in ctx]
+    rows += [("target_forward", k, c, NO_LAYER, False, 0, s + slope * c) for k, s in verify.items() for c in ctx]
+    rows += [("draft_step", 1, c, layer, False, 0, s + slope * c) for layer, s in (layers or {}).items() for c in ctx]
     if corun:
         rows += [(op, k, c, layer, True, 0, s * corun[op == "target_forward"]) for op, k, c, layer, _, _, s in rows]
     return pd.DataFrame(rows, columns=["op", "k", "context_len", "layer", "corun", "repeat", "seconds"])
@@ -97,3 +105,26 @@ class SerialThenParallel(Policy):
 
     def on_draft(self, signal):
         return Decision.PARALLEL if signal.confidence < 0.6 else Decision.DRAFT
+
+
+def simlab_cmd(*args) -> list[str]:
+    """The command line of ``simlab ARGS`` in a fresh interpreter."""
+    return [sys.executable, "-m", "simlab", *map(str, args)]
+
+
+def kill_moments(seed: int, n: int, low: float, high: float) -> list[float]:
+    """``n`` reproducible moments (seconds after a start) at which to kill a writer."""
+    rng = random.Random(seed)
+    return sorted(round(rng.uniform(low, high), 2) for _ in range(n))
+
+
+def run_killed(cmd: list[str], after: float) -> bool:
+    """Run ``cmd`` and SIGKILL it ``after`` seconds from its start; False if it finished first."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        proc.wait(timeout=after)
+        return False
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        return True

@@ -1,5 +1,8 @@
 """On i.i.d. synthetic traces the simulator agrees with Leviathan et al.'s closed forms."""
 
+import itertools
+import math
+
 import pytest
 
 from simlab import analytic
@@ -34,11 +37,34 @@ def test_simulated_sd_matches_closed_form_within_one_percent(iid, c, verify_slop
         assert s.speedup == pytest.approx(analytic.speedup(measured, c, gamma, verify_slope), rel=0.01), gamma
 
 
+def enumerated_tokens_per_round(alpha: float, gamma: int) -> float:
+    """E by brute force: over all 2^γ accept/reject outcomes of the γ drafts (each accepted with
+    probability α, independently), a round emits the drafts before the first rejection plus
+    one target token."""
+    expected = 0.0
+    for outcome in itertools.product((True, False), repeat=gamma):
+        p = math.prod(alpha if ok else 1 - alpha for ok in outcome)
+        leading = next((i for i, ok in enumerate(outcome) if not ok), gamma)
+        expected += p * (leading + 1)
+    return expected
+
+
+@pytest.mark.parametrize("alpha", (0.0, 0.3, 0.8, 1.0))
+@pytest.mark.parametrize("gamma", (1, 2, 5, 8))
+def test_closed_form_matches_brute_force_enumeration(alpha, gamma):
+    e = enumerated_tokens_per_round(alpha, gamma)
+    assert analytic.expected_tokens(alpha, gamma) == pytest.approx(e)
+    # a round costs γ draft steps (c each) and one verify of γ + 1 tokens (1 + slope·γ target steps)
+    for c, slope in ((0.0, 0.0), (0.1, 0.0), (0.05, 0.2)):
+        assert analytic.speedup(alpha, c, gamma, slope) == pytest.approx(e / (gamma * c + 1 + slope * gamma))
+
+
 def test_closed_form_known_values():
-    # Leviathan et al. 2023, Table/Fig. 3 regime: alpha=0.8, gamma=5 gives 3.69 tokens per round.
-    assert analytic.expected_tokens(0.8, 5) == pytest.approx((1 - 0.8**6) / 0.2)
+    # Leviathan et al. 2023, Fig. 3 regime: α = 0.8, γ = 5 gives 1 + 0.8 + ... + 0.8^5 = 3.69 tokens
+    assert analytic.expected_tokens(0.8, 5) == pytest.approx(3.68928)
     assert analytic.expected_tokens(1.0, 5) == 6
-    assert analytic.speedup(0.8, 0.0, 5) == pytest.approx(analytic.expected_tokens(0.8, 5))
+    # the speedup the CLI test checks: 3.68928 / (5 · 0.1 + 1) = 2.4595
+    assert analytic.speedup(0.8, 0.1, 5) == pytest.approx(2.45952)
     # if alpha > c some gamma beats 1 by at least (1 + alpha) / (1 + c) (Leviathan Cor. 3.9)
     g = analytic.optimal_gamma(0.6, 0.2)
     assert analytic.speedup(0.6, 0.2, g) >= (1 + 0.6) / (1 + 0.2)

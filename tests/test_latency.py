@@ -60,3 +60,13 @@ def test_grid_answers_like_the_model(table):
         assert grid.target_forward(5, ctx) == pytest.approx(table.target_forward(5, ctx))
     assert grid.draft_seconds(100, 4) == pytest.approx(4 * 0.1)
     assert grid.draft_seconds(299, 4) == pytest.approx(4 * 0.1)  # runs past the grid
+
+
+def test_beyond_the_largest_k_a_falling_last_segment_is_not_extended_downwards():
+    # measured: k=1 1.0 s, k=2 2.0 s, k=3 1.5 s; the last segment falls (-0.5 s per token).
+    # Extending it would give k=5 at 0.5 s and k=7 at -0.5 s; the rule holds the last value.
+    lat = TableLatency.from_samples(latency_table(verify={1: 1.0, 2: 2.0, 3: 1.5}, ctx=(0,)))
+    assert [lat.target_forward(k, 0) for k in (3, 5, 7)] == [1.5, 1.5, 1.5]
+    # a rising last segment is extended: +1 s per token from k=2 (1.0 s) to k=3 (2.0 s)
+    lat = TableLatency.from_samples(latency_table(verify={1: 1.0, 2: 1.0, 3: 2.0}, ctx=(0,)))
+    assert lat.target_forward(5, 0) == pytest.approx(4.0)

@@ -20,12 +20,13 @@ torch = pytest.importorskip("torch", reason="live decoding needs the models extr
 pytest.importorskip("transformers", reason="live decoding needs the models extra (transformers)")
 
 from simlab.live.executor import LiveExecutor  # noqa: E402
-from simlab.live.session import LiveConfig, LiveSession  # noqa: E402
+from simlab.live.session import LiveSession  # noqa: E402
+from simlab.live.setup import LiveConfig  # noqa: E402
 from simlab.models import install  # noqa: E402
 from simlab.models.early_exit import early_exit_draft  # noqa: E402
 from simlab.policies import REGISTRY  # noqa: E402
 from simlab.record.recorder import RecordConfig, record  # noqa: E402
-from tests.helpers import EveryRoundParallel, SerialThenParallel  # noqa: E402
+from tests.helpers import EveryRoundParallel, SerialThenParallel, kill_moments  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -103,6 +104,25 @@ def test_simulator_predicts_live_target_calls_and_mat_exactly(session, policy):
         run = session.executor.run(pol, pid, ids, TOKENS)
         assert run.counts.target_calls == sim.loc[pid, "target_calls"]
         assert run.counts.accepted / run.counts.target_calls == pytest.approx(sim.loc[pid, "mat"])
+        assert run.counts.num_drafts == sim.loc[pid, "num_drafts"]  # vLLM's counter, tallied alike
+        assert sum(run.positions.accepted) == run.counts.accepted
+
+
+def test_a_live_session_hands_policies_the_simulators_context(session):
+    """Policies that size windows from the context (spide, pearl) decide live as in the
+    prediction only if both build them with the same context (simlab/sim/context.py)."""
+    from simlab.policies.spide import Spide
+    from simlab.sim.run import Simulator
+
+    live = session.make_policy("spide", {}).context
+    sim = Simulator(session.trace, topology=session.topology).context()
+    assert (live.context_len, live.corun, live.exit_layers, live.n_layers) == \
+        (sim.context_len, sim.corun, sim.exit_layers, sim.n_layers)
+    assert type(live.latency) is type(sim.latency)
+    assert [live.latency.target_forward(k, live.context_len, live.corun) for k in range(1, 9)] == \
+        [sim.latency.target_forward(k, sim.context_len, sim.corun) for k in range(1, 9)]
+    assert live.best_gamma() == sim.best_gamma()
+    assert Spide(live).window == Spide(sim).window
 
 
 def test_speculative_sampling_runs_to_the_budget(session):
@@ -146,6 +166,8 @@ def test_live_cli_compares_measured_with_predicted(trace_dir, tmp_path):
     summary = json.loads(proc.stdout)
     assert summary["prompts"] == 2 and summary["lossless"] == 2
     assert summary["target_calls_equal"] == 2
+    assert summary["measured_num_drafts"] == summary["predicted_num_drafts"] > 0
+    assert summary["measured_mean_acceptance_length"] == pytest.approx(summary["predicted_mean_acceptance_length"])
     assert summary["topology"] == "one-device"  # draft and target share the CPU: so does the prediction
     df = pd.read_csv(out)
     assert {"measured_speedup", "predicted_speedup", "error_speedup"} <= set(df.columns)
@@ -174,6 +196,30 @@ def test_ctrl_c_keeps_finished_prompts(trace_dir, tmp_path):
     import pandas as pd
 
     assert 1 <= len(pd.read_csv(out)) < 6
+
+
+@pytest.mark.parametrize("after", kill_moments(seed=16, n=1, low=0.0, high=3.0))
+def test_killed_live_run_leaves_a_whole_results_table(tmp_path, after):
+    """SIGKILL a moment after the first prompt's row is written: the table on disk is whole (the
+    rows of the prompts finished so far), never a torn file."""
+    import pandas as pd
+
+    out = tmp_path / "live.csv"
+    proc = subprocess.Popen(simlab("live", "--target", "smollm2", "--draft-layer", LAYER, "--prompts", "humaneval:4",
+                                   "--max-new-tokens", TOKENS, "--policy", "sd", "--no-compare", "--out", out,
+                                   "--quiet"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 600
+        while not out.exists() and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        time.sleep(after)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait()
+    rows = pd.read_csv(out)
+    assert 1 <= len(rows) <= 4 and rows["prompt_id"].is_unique
+    # a kill mid-write can leave the temporary file (no process survives SIGKILL to remove it)
+    assert all(p.name == "live.csv" or p.name.startswith(".live.tmp-") for p in tmp_path.iterdir())
 
 
 def test_bad_live_arguments_are_one_line(tmp_path):

@@ -8,11 +8,13 @@ from matplotlib.collections import PolyCollection
 from simlab.errors import SimlabError
 from simlab.mapping import SPIDE_EDGES, mapping_table, spide_bin
 from simlab.plots import save
+from simlab.plots.acceptance import acceptance_figure
 from simlab.plots.frontier import FRONT_LABEL, frontier_figure
 from simlab.plots.live import live_figure
 from simlab.plots.mapping import mapping_figure, trace_mapping
 from simlab.plots.sensitivity import sensitivity_figure
 from simlab.plots.timeline import kind_of, timeline_figure
+from simlab.sim.devices import Slice
 from simlab.sim.run import Simulator
 from tests.helpers import hand_trace
 
@@ -48,12 +50,12 @@ def test_frontier_draws_each_policy_in_parameter_order(table):
     assert ax.get_ylabel() == "speedup over autoregressive decoding"
     assert ax.get_title() == "Speed vs cost: hand-made"
     lines = lines_by_label(ax)
-    sd, spide, ad = lines["sd (gamma 1..9)"], lines["spide (tau 0.5..0.9)"], lines["ad"]
+    sd, spide, ad = lines["sd (γ 1..9)"], lines["spide (τ 0.5..0.9)"], lines["ad"]
     assert list(sd.get_xdata()) == [2.0, 1.3, 1.0, 0.9]  # gamma 1, 3, 6, 9
     assert list(spide.get_ydata()) == [2.1, 2.4, 2.6]  # tau 0.5, 0.7, 0.9
     assert list(ad.get_xdata()) == [3.0] and ad.get_linestyle() == "None"
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert legend == ["sd (gamma 1..9)", "spide (tau 0.5..0.9)", "ad", FRONT_LABEL, "Pareto-optimal",
+    assert legend == ["sd (γ 1..9)", "spide (τ 0.5..0.9)", "ad", FRONT_LABEL, "Pareto-optimal",
                       "sd at its best γ=6"]
 
 
@@ -70,7 +72,46 @@ def test_frontier_front_and_reference(table):
     star = lines["sd at its best γ=6"]
     assert (list(star.get_xdata()), list(star.get_ydata())) == ([1.0], [2.0])
     labels = [t.get_text() for t in ax.texts]
-    assert labels == ["spide tau=0.5", "spide tau=0.7", "spide tau=0.9"]
+    # the front by name, then every other sd point by its γ
+    assert labels == ["spide τ=0.5", "spide τ=0.7", "spide τ=0.9", "γ=3", "γ=1", "γ=6", "γ=9"]
+    reference, parity = (line for line in ax.get_lines() if line.get_label().startswith("_child"))
+    # speed reference: horizontal at sd's best speedup; cost parity: vertical at cost 1
+    assert list(reference.get_ydata()) == [2.0, 2.0] and list(reference.get_xdata()) == [0, 1]
+    assert list(parity.get_xdata()) == [1.0, 1.0] and list(parity.get_ydata()) == [0, 1]
+
+
+def overlaps(texts, renderer):
+    boxes = [t.get_window_extent(renderer) for t in texts]
+    return [(texts[i].get_text(), texts[j].get_text()) for i in range(len(boxes)) for j in range(i)
+            if boxes[i].overlaps(boxes[j])]
+
+
+def test_frontier_labels_do_not_overlap_even_when_points_crowd():
+    # twelve sd points bunched near cost 1 beside a spide series: one fixed offset overlaps 11 pairs
+    sd = [{"policy": "sd", "gamma": g, "tau": None, "speedup": 2.0 - 0.002 * abs(g - 6), "cost": 1 + 0.002 * (6 - g)}
+          for g in range(1, 13)]
+    spide = [{"policy": "spide", "gamma": None, "tau": t / 10, "speedup": 2.0 + t / 100, "cost": 0.95 + t / 100}
+             for t in range(1, 10)]
+    fig = frontier_figure(sweep_rows(sd + spide))
+    ax = fig.axes[0]
+    texts = [t.get_text() for t in ax.texts]
+    assert all(f"γ={g}" in texts or f"sd γ={g}" in texts for g in range(1, 13))
+    assert overlaps(ax.texts, fig.canvas.get_renderer()) == []
+
+
+# -- per-position acceptance -------------------------------------------------------------------
+
+def test_acceptance_plot_draws_vllm_per_position_rates_per_configuration():
+    table = sweep_rows([{"policy": "sd", "acceptance_per_position": [0.9, 0.7, 0.5]},
+                        {"policy": "spide", "acceptance_per_position": [0.8, 0.4]},
+                        {"policy": "ad", "acceptance_per_position": []}])
+    ax = acceptance_figure(table).axes[0]
+    lines = lines_by_label(ax)
+    assert set(lines) == {"sd", "spide"}  # ad drafts nothing: no line
+    assert list(lines["sd"].get_xdata()) == [1, 2, 3] and list(lines["sd"].get_ydata()) == [0.9, 0.7, 0.5]
+    assert list(lines_by_label(acceptance_figure(table, policies=["spide"]).axes[0])) == ["spide"]
+    with pytest.raises(SimlabError, match="no configuration drafted anything"):
+        acceptance_figure(table, policies=["ad"])
 
 
 # -- tau / any parameter -----------------------------------------------------------------------
@@ -151,6 +192,8 @@ def test_mapping_figure_panels():
     assert [t.get_text() for t in acc_ax.get_xticklabels()][-2:] == ["[0.99, 1)", "1.0"]
     assert acc_ax.get_ylabel() == "acceptance rate" and share_ax.get_ylabel() == "share of draft tokens (%)"
     assert fig.texts[0].get_text() == "pair"
+    counts = [t.get_text() for t in acc_ax.texts]
+    assert counts[0] == "n=1" and counts[1] == "" and counts[14] == "n=2" and counts[19] == "n=3"  # empty: no bar
     assert share_ax.get_title() == "Draft tokens per confidence bin (n=6)"
 
 
@@ -169,6 +212,19 @@ def test_timeline_has_one_bar_per_forward():
     assert sum(len(c.get_paths()) for c in window.collections) == 2
     with pytest.raises(SimlabError, match="no slices between 100 s and 200 s"):
         timeline_figure(res.timeline, start=100, end=200)
+
+
+def test_each_kind_of_forward_has_one_colour_in_every_timeline():
+    def colours(slices):
+        ax = timeline_figure(slices).axes[0]
+        return {c.get_label(): tuple(c.get_facecolor()[0]) for c in ax.collections if isinstance(c, PolyCollection)}
+
+    serial = [Slice("draft", "draft x3", 0.0, 0.3, {}), Slice("target", "verify x4", 0.3, 1.3, {})]
+    parallel = [Slice("target", "verify (parallel) x2", 0.0, 1.0, {}), Slice("draft", "draft (parallel) x3", 0.0, 0.3, {}),
+                Slice("target", "verify x4", 1.0, 2.0, {}), Slice("draft", "draft x1", 2.0, 2.1, {})]
+    a, b = colours(serial), colours(parallel)
+    assert a["draft"] == b["draft"] and a["verify"] == b["verify"]
+    assert len(set(b.values())) == 4  # four kinds, four colours
 
 
 def test_slice_kinds():

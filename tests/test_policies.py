@@ -45,6 +45,54 @@ def test_hf_heuristic_adds_two_after_a_full_accept_and_drops_one_otherwise():
     assert rounds(simulate(trace, "hf-heuristic", timeline_prompt=1, gamma=2))[0] == (1, 6, 5)
 
 
+def test_hf_heuristic_transient_restarts_n_with_each_prompt():
+    pattern = "1" + "11" + "1" + "1101" + "11" + "1" + "1"
+    trace = hand_trace([pattern, "1" * 12])
+    transient = simulate(trace, "hf-heuristic", timeline_prompt=1, gamma=2, schedule="heuristic_transient")
+    assert rounds(transient)[0] == (1, 3, 2)
+
+
+def test_hf_confidence_with_the_heuristic_schedule_grows_n_after_a_round_cut_short_but_fully_accepted():
+    # transformers >= 4.45: the confidence criterion and the schedule apply together. N=2: 1, 2
+    # (+bonus 3) -> N=4: 4, 5 (0.3 < 0.4: stop) all accepted -> N=6 (HF compares with the
+    # tokens drafted) -> 7..12 (+bonus 13) -> the last position drafts nothing.
+    trace = conf_trace([0.9] * 5 + [0.3] + [0.9] * 9)
+    combined = simulate(trace, "hf-confidence", num_assistant_tokens=2, num_assistant_tokens_schedule="heuristic")
+    assert rounds(combined) == [(1, 3, 2), (4, 3, 2), (7, 7, 6), (14, 1, 0)]
+    constant = simulate(trace, "hf-confidence", num_assistant_tokens=2)
+    assert rounds(constant) == [(1, 3, 2), (4, 3, 2), (7, 3, 2), (10, 3, 2), (13, 2, 1)]
+
+
+def test_hugging_face_names_are_aliases_of_the_same_knob():
+    trace = conf_trace([0.9, 0.9, 0.9, 0.3] + [0.9] * 6)
+    assert rounds(simulate(trace, "sd", num_assistant_tokens=3)) == rounds(simulate(trace, "sd", gamma=3))
+    by_hf_name = simulate(trace, "hf-confidence", assistant_confidence_threshold=0.2)
+    assert by_hf_name.params["threshold"] == 0.2
+    assert rounds(by_hf_name) == rounds(simulate(trace, "hf-confidence", threshold=0.2))
+    with pytest.raises(SimlabError, match="given twice"):
+        simulate(trace, "sd", gamma=3, num_assistant_tokens=4)
+
+
+@pytest.mark.parametrize("policy, params, message", [
+    ("sd", {"gamma": 0}, "gamma must be an integer >= 1"),
+    ("hf-confidence", {"schedule": "linear"}, "schedule must be one of constant, heuristic, heuristic_transient"),
+    ("hf-heuristic", {"schedule": "constant"}, "schedule must be one of heuristic, heuristic_transient"),
+    ("del", {"dynamic_exit": 1}, "dynamic_exit must be true or false"),
+    ("pacer", {"rho": -1.0}, "rho must be a finite number > 0"),
+    ("spide", {"tau": 1.5}, "tau must be a number in"),
+])
+def test_every_declared_parameter_is_checked_by_its_declaration(policy, params, message):
+    with pytest.raises(SimlabError, match=message):
+        simulate(conf_trace([0.9] * 4), policy, **params)
+
+
+def test_hf_heuristic_never_drops_below_one_draft_token():
+    # N=1: position 1 is rejected, so N = max(1, 1 - 1) = 1, not 0 (which would turn the policy
+    # into autoregressive decoding for good): every later round still drafts one token.
+    trace = hand_trace(["1" + "0" + "0" + "1" + "1"])
+    assert rounds(simulate(trace, "hf-heuristic", gamma=1)) == [(1, 2, 0), (2, 2, 0), (3, 2, 1)]
+
+
 def test_hf_confidence_stops_after_the_first_token_below_the_threshold():
     trace = conf_trace([0.9, 0.9, 0.9, 0.3] + [0.9] * 6)
     # 1, 2 (0.9), 3 (0.3 < 0.4: stop, kept); then 5..8, capped by the prompt's end
@@ -155,7 +203,7 @@ def test_ags_threshold_comes_from_the_latency_model():
     policy = REGISTRY["ags"](ctx)
     assert [policy.threshold(k, 20) for k in (1, 2, 4)] == pytest.approx([0.8, 0.6, 0.2])
     # a fixed h: stop when 1 - 0.9^k >= 0.5, i.e. k = 7, capped by K_max = 6
-    assert rounds(simulate(trace, "ags", h=0.5)) == [(1, 7, 6), (8, 4, 3)]
+    assert rounds(simulate(trace, "ags", rejection_threshold=0.5)) == [(1, 7, 6), (8, 4, 3)]
 
 
 def test_pacer_stops_after_a_block_whose_mean_is_at_most_the_grown_threshold():

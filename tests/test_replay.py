@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 
 from simlab.policies import REGISTRY
@@ -37,9 +38,24 @@ def test_sd_gamma3_rounds_by_hand():
     s = res.summary
     assert (s.target_calls, s.accepted, s.drafted, s.tokens) == (5, 6, 12, 11)
     assert s.mat == pytest.approx(6 / 5)
-    assert s.mean_accept_len == pytest.approx(11 / 5)
+    assert s.tokens_per_target_call == pytest.approx(11 / 5)
     assert s.wall_time_s == pytest.approx(12 * 0.1 + 5 * 1.0)
     assert s.ad_wall_time_s == pytest.approx(11 * 1.0)
+
+
+def test_sd_gamma3_vllm_counters_by_hand():
+    """The rounds above drafted 3, 3, 3, 2, 1 tokens and had 2, 3, 0, 0, 1 accepted: five drafts;
+    token 0 accepted in three of them, token 1 in two, token 2 in one (vLLM's unconditional rates)."""
+    s = Simulator(hand_trace([PATTERN])).run("sd", {"gamma": 3}, with_cost=False).summary
+    assert s.num_drafts == 5
+    assert s.mean_acceptance_length == pytest.approx(1 + 6 / 5)
+    assert s.acceptance_per_position == pytest.approx([3 / 5, 2 / 5, 1 / 5])
+
+
+def test_autoregressive_has_no_drafts():
+    s = Simulator(hand_trace([PATTERN])).run("ad", with_cost=False).summary
+    assert s.num_drafts == 0 and s.acceptance_per_position == []
+    assert math.isnan(s.mean_acceptance_length)
 
 
 def test_sd_gamma1_rounds_by_hand():
@@ -133,8 +149,27 @@ def test_seed_makes_stochastic_replay_reproducible():
     a = Simulator(trace, seed=1).run("sd", {"gamma": 4}, with_cost=False).summary
     assert a.to_dict() == runs[1].to_dict()
     assert runs[2].target_calls != a.target_calls or runs[2].accepted != a.accepted
-    rate = a.accepted / a.drafted
-    assert 0.2 < rate < 0.9 and not math.isnan(rate)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_stochastic_replay_accepts_with_probability_q_over_p(seed):
+    # 2,000 positions whose draft probability of the target's token is q = 0.5 c and whose target
+    # probability is p = 0.5, so min(1, q/p) = c, cycling through c = 0.1, 0.18, ..., 0.82 (each
+    # 200 times): the expected acceptance rate is their mean, 0.1 + 0.8 * 4.5 / 10 = 0.46, with a
+    # binomial standard deviation sqrt(200 * 1.956) / 2000 = 0.0099 (sum of c(1 - c) over one
+    # cycle: 0.09 + 0.1476 + ... + 0.1476 = 1.956). Four deviations (0.040)
+    # separate it from rules that read q alone (0.23) or 1 - q/p (0.54).
+    n = 2000
+    conf = np.array([0.1 + 0.8 * ((t * 7) % 10) / 10 for t in range(n)])
+    trace = hand_trace(["1" * n], conf=[conf.tolist()], temperature=1.0)
+    trace.positions["q_target"] *= 0.5
+    trace.positions["p_target"] = 0.5
+    accept = np.array(TraceReplay(trace, seed).prompts[0].draft.accept)
+    sd = math.sqrt((conf * (1 - conf)).sum()) / n
+    assert sd == pytest.approx(0.0099, abs=1e-4)
+    assert abs(accept.mean() - 0.46) < 4 * sd
+    # and acceptance follows c position by position: the 0.82 positions beat the 0.1 ones
+    assert accept[conf > 0.8].mean() > 0.7 and accept[conf < 0.15].mean() < 0.2
 
 
 @pytest.mark.parametrize("policy", [EveryRoundParallel, SerialThenParallel])

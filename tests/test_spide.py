@@ -4,8 +4,10 @@ the two ablations of Table 5."""
 import pytest
 
 from simlab.policies import PolicyContext
+from simlab.policies.base import Decision, RoundState
 from simlab.policies.spide import MappingTable, Spide, SpideNoDynaDraft, SpideNoParaVerify, confidence_bin
 from simlab.policies.timing import balanced_window
+from simlab.signals import TokenSignal
 from simlab.sim.executor import SimExecutor
 from simlab.sim.run import Simulator
 from simlab.trace.io import Trace
@@ -162,3 +164,25 @@ def test_bad_parameters_are_rejected_in_the_constructor():
             Spide(ctx, **bad)
     with pytest.raises(SimlabError, match="--gamma"):
         SpideNoDynaDraft(PolicyContext(latency=ctx.latency))
+
+
+def test_prior_gamma_0_of_eq_5_starts_the_reliability_product():
+    # cold table: x1 (0.955) reads α = 0.955. With π_0 = 0.5, Γ_1 = 0.5 · 0.955 = 0.4775 ≤ 0.7:
+    # the first token already hands over to parallel verification. With π_0 = 1, Γ_1 = 0.955 > 0.7.
+    trace = fig2_trace()
+    ctx = Simulator(trace).context()
+    assert slices(run_policy(trace, Spide(ctx, tau=0.7, prior=0.5)), "draft")[0][:3] == ("draft x1", 1, 1)
+    assert slices(run_policy(trace, Spide(ctx, tau=0.7, prior=1.0)), "draft")[0][:3] != ("draft x1", 1, 1)
+
+
+@pytest.mark.parametrize("cls,decision", [(Spide, Decision.PARALLEL), (SpideNoParaVerify, Decision.VERIFY)])
+def test_reliability_exactly_at_tau_stops_drafting(cls, decision):
+    # eq. 4 drafts on while Γ > τ: with π_0 = τ = 0.7 and a token of confidence 1.0 (its cold
+    # interval reads α = 1.0), Γ_1 = 0.7 · 1.0 = 0.7 = τ exactly, so drafting stops.
+    policy = cls(Simulator(fig2_trace()).context(), tau=0.7, prior=0.7)
+    policy.plan(RoundState(committed=1, remaining=20, pending=0, context_len=11))
+    assert policy.on_draft(TokenSignal(1, 1.0, 0.0)) is decision
+    # just above τ it drafts on: π_0 = 0.71 gives Γ_1 = 0.71 > 0.7
+    policy = cls(Simulator(fig2_trace()).context(), tau=0.7, prior=0.71)
+    policy.plan(RoundState(committed=1, remaining=20, pending=0, context_len=11))
+    assert policy.on_draft(TokenSignal(1, 1.0, 0.0)) is Decision.DRAFT

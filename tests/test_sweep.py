@@ -8,9 +8,10 @@ import pytest
 from simlab.errors import SimlabError
 from simlab.frontier import pareto_mask
 from simlab.metrics import SUMMARY_KEYS
+from simlab.result_table import TIMING_COLUMNS, param_columns
 from simlab.sim.run import Simulator
 from simlab.sweep import combine, run_sweep
-from simlab.sweep.runner import TIMING_COLUMNS, param_columns
+from simlab.sweep.runner import labels
 from simlab.trace.synth import SynthSpec, synth_trace
 
 GRID = ["sd:gamma=1..4", "oracle:max_draft=2,4", "ad"]
@@ -53,7 +54,15 @@ def test_pareto_column_marks_the_front(trace, tmp_path):
 
 def test_defaults_are_filled_in_and_duplicates_dropped(trace, tmp_path):
     table = sweep(trace, ["oracle", "oracle:max_draft=16", "sd:gamma=5,5"], tmp_path, workers=1).table
-    assert list(table["label"]) == ["oracle(max_draft=16)", "sd(gamma=5)"]
+    assert list(table["label"]) == ["oracle", "sd"]
+
+
+def test_labels_name_the_swept_and_the_changed_parameters_only():
+    rows = [{"policy": "spide", "params": {"tau": tau, "window": 7, "prior": 1.0}} for tau in (0.6, 0.7)]
+    rows += [{"policy": "dv", "params": {"threshold": 0.8, "max_draft": 4, "target_rate": 0.9, "epsilon": 0.01,
+                                         "beta1": 0.5, "beta2": 0.9}}]
+    # spide's window is derived (default None), prior at its default; dv's max_draft is not its default (8)
+    assert labels(rows) == ["spide(tau=0.6)", "spide(tau=0.7)", "dv(max_draft=4)"]
 
 
 @pytest.mark.parametrize("spec, fragment", [
@@ -135,7 +144,5 @@ def test_unknown_executor_and_bad_workers(trace):
 def test_policies_that_describe_more_than_their_parameters_sweep(trace, tmp_path):
     # specdecpp, ags and pacer also name their acceptance predictor, which is not a parameter
     table = sweep(trace, ["specdecpp:threshold=0.3,0.5", "ags", "pacer"], tmp_path, workers=1).table
-    assert list(table["label"]) == ["specdecpp(threshold=0.3, min_draft=2, max_draft=20)",
-                                    "specdecpp(threshold=0.5, min_draft=2, max_draft=20)",
-                                    "ags(h=None, max_draft=6)", "pacer(block=4, threshold=0.7, rho=1.05, max_draft=None)"]
+    assert list(table["label"]) == ["specdecpp(threshold=0.3)", "specdecpp(threshold=0.5)", "ags", "pacer"]
     assert "predictor" not in table.columns and table["speedup"].notna().all()

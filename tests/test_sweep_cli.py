@@ -7,14 +7,31 @@ import subprocess
 import sys
 import time
 
+import matplotlib.image as mpimg
+import numpy as np
 import pandas as pd
 import pytest
 
-from simlab.trace.io import write_trace
+from simlab.plots import save
+from simlab.plots.frontier import frontier_figure
+from simlab.plots.live import live_figure
+from simlab.plots.mapping import mapping_figure, trace_mapping
+from simlab.plots.sensitivity import sensitivity_figure
+from simlab.plots.timeline import timeline_figure
+from simlab.sim.timeline import read_chrome_trace
+from simlab.table_file import read_frame
+from simlab.trace.io import read_trace, write_trace
 from simlab.trace.synth import SynthSpec, synth_trace
 from tests.test_cli import one_line_error, simlab
 
-PNG = b"\x89PNG\r\n\x1a\n"
+
+def draws(path, expected, tmp_path) -> bool:
+    """Whether the PNG at ``path`` (written by the CLI) has the pixels of the figure
+    ``expected`` (built by the library from the same data), and is not blank: the command
+    plotted what it was given, not merely some valid file."""
+    pixels = mpimg.imread(path)
+    want = mpimg.imread(save(expected, tmp_path / f"expected-{path.name}"))
+    return pixels.shape == want.shape and np.array_equal(pixels, want) and pixels[..., :3].std() > 0.05
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +63,25 @@ def test_sweep_prints_the_table_and_writes_every_metric(results):
     assert len(starred) == table["pareto"].sum() >= 1
     assert "11 configurations: 0 from the cache, 11 simulated" in stdout
     assert f"wrote {out}" in stdout
+
+
+def test_plot_acceptance_reads_the_sweep_table(results, tmp_path):
+    out, _, _ = results
+    csv = tmp_path / "results.csv"
+    pd.read_parquet(out).to_csv(csv, index=False)  # lists as Python reprs: read_frame must cope
+    for table in (out, csv):
+        simlab("plot", "acceptance", table, "-o", tmp_path / "acceptance.png", "--policy", "sd")
+        assert (tmp_path / "acceptance.png").stat().st_size > 0
+
+
+def test_sweep_table_fits_80_columns(trace_dir, tmp_path):
+    # a subprocess's Rich console is 80 columns wide: no label may be cut (…) or wrapped
+    proc = simlab("sweep", "--trace", trace_dir, "--policy", "spide:tau=0.6,0.7", "--policy", "dv",
+                  "--policy", "hf-confidence:max_draft=4", "--cache", tmp_path / "cache", "--workers", "1")
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("│")]
+    for label in ("spide(tau=0.6)", "spide(tau=0.7)", "dv", "hf-confidence(max_draft=4)"):
+        assert any(f" {label} " in row for row in rows), label
+    assert "…" not in proc.stdout and max(len(line) for line in proc.stdout.splitlines()) <= 80
 
 
 def test_sweep_rerun_reads_the_cache_and_writes_csv(results, trace_dir, tmp_path):
@@ -112,8 +148,10 @@ def test_ctrl_c_keeps_finished_rows_and_a_rerun_resumes(tmp_path):
 
 def test_plot_frontier_and_tau(results, tmp_path):
     out, _, _ = results
-    simlab("plot", "frontier", out, "-o", tmp_path / "frontier.png")
-    assert (tmp_path / "frontier.png").read_bytes()[:8] == PNG
+    simlab("plot", "frontier", out, "-o", tmp_path / "frontier.png", "--title", "F")
+    assert draws(tmp_path / "frontier.png", frontier_figure(read_frame(out), "F"), tmp_path)
+    simlab("plot", "tau", out, "--param", "gamma", "-o", tmp_path / "gamma.png", "--title", "G")
+    assert draws(tmp_path / "gamma.png", sensitivity_figure(read_frame(out), "gamma", title="G"), tmp_path)
     simlab("plot", "tau", out, "--param", "gamma", "-o", tmp_path / "gamma.svg")
     assert b"<svg" in (tmp_path / "gamma.svg").read_bytes()[:400]
     one_line_error(simlab("plot", "tau", out, "-o", tmp_path / "tau.png", check=False), "no parameter 'tau'")
@@ -122,8 +160,8 @@ def test_plot_frontier_and_tau(results, tmp_path):
 
 
 def test_plot_mapping_of_a_trace_and_of_a_published_table(trace_dir, tmp_path):
-    simlab("plot", "mapping", trace_dir, "-o", tmp_path / "mapping.png")
-    assert (tmp_path / "mapping.png").read_bytes()[:8] == PNG
+    simlab("plot", "mapping", trace_dir, "-o", tmp_path / "mapping.png", "--title", "M")
+    assert draws(tmp_path / "mapping.png", mapping_figure(trace_mapping(read_trace(trace_dir)), "M"), tmp_path)
     published = os.path.join(os.path.dirname(__file__), "..", "calibrate", "mapping", "spide-fig4-deepseek-1.3b-33b.csv")
     simlab("plot", "mapping", published, "-o", tmp_path / "fig4.pdf")
     assert (tmp_path / "fig4.pdf").read_bytes()[:4] == b"%PDF"
@@ -132,8 +170,9 @@ def test_plot_mapping_of_a_trace_and_of_a_published_table(trace_dir, tmp_path):
 def test_plot_timeline_of_a_simulation(trace_dir, tmp_path):
     timeline = tmp_path / "timeline.json"
     simlab("simulate", "--trace", trace_dir, "--policy", "sd", "--gamma", "4", "--timeline", timeline)
-    simlab("plot", "timeline", timeline, "-o", tmp_path / "timeline.png", "--to-ms", "200")
-    assert (tmp_path / "timeline.png").read_bytes()[:8] == PNG
+    simlab("plot", "timeline", timeline, "-o", tmp_path / "timeline.png", "--to-ms", "200", "--title", "T")
+    expected = timeline_figure(read_chrome_trace(timeline)[1], "T", None, 0.2)
+    assert draws(tmp_path / "timeline.png", expected, tmp_path)
     one_line_error(simlab("plot", "timeline", trace_dir / "manifest.json", "-o", tmp_path / "t.png", check=False),
                    "is not a Chrome trace JSON file")
 
@@ -142,7 +181,7 @@ def test_plot_live(tmp_path):
     table = tmp_path / "live.csv"
     pd.DataFrame({"prompt_id": [0, 1], "measured_tokens_per_s": [2.0, 3.0],
                   "predicted_tokens_per_s": [2.2, 2.9]}).to_csv(table, index=False)
-    simlab("plot", "live", table, "-o", tmp_path / "live.png")
-    assert (tmp_path / "live.png").read_bytes()[:8] == PNG
+    simlab("plot", "live", table, "-o", tmp_path / "live.png", "--title", "L")
+    assert draws(tmp_path / "live.png", live_figure(pd.read_csv(table), "tokens_per_s", "L"), tmp_path)
     one_line_error(simlab("plot", "live", table, "--metric", "speedup", "-o", tmp_path / "l.png", check=False),
                    "lacks columns ['measured_speedup', 'predicted_speedup']")

@@ -68,9 +68,13 @@ def test_not_a_directory(tmp_path):
     expect_error(f, "is not a directory")
 
 
-def test_missing_manifest(written):
+def test_tables_without_manifest_are_an_interrupted_write(written):
     (written / "manifest.json").unlink()
-    expect_error(written, "manifest.json is missing")
+    expect_error(written, "incomplete trace (interrupted write?)", "no manifest.json")
+
+
+def test_directory_without_trace_files_is_not_a_trace(tmp_path):
+    expect_error(tmp_path, "manifest.json is missing")
 
 
 def test_manifest_not_json(written):
@@ -94,7 +98,7 @@ def test_unknown_manifest_field(written):
 
 def test_missing_table(written):
     (written / "positions.parquet").unlink()
-    expect_error(written, "positions.parquet is missing")
+    expect_error(written, "incomplete trace (interrupted write?)", "positions.parquet is missing")
 
 
 def test_corrupt_parquet(written):
@@ -119,7 +123,7 @@ def test_bad_latency_values(written, trace, bad):
     lat = trace.latency.copy()
     lat.loc[0, "seconds"] = bad
     pq.write_table(pa.Table.from_pandas(lat, preserve_index=False), written / "latency.parquet")
-    expect_error(written, "latency.parquet has 1 NaN, infinite, zero or negative")
+    expect_error(written, "latency.parquet column 'seconds' has 1 value null, not finite, not positive")
 
 
 def test_probability_out_of_range(written, trace):

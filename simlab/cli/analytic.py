@@ -19,7 +19,7 @@ def analytic(
     gamma: Annotated[int, typer.Option("--gamma", help="Draft length γ.")] = 5,
     verify_slope: Annotated[float, typer.Option("--verify-slope", help="Extra target steps per extra verified token.")] = 0.0,
     trace: Annotated[Optional[Path], typer.Option("--trace", help="Compare the closed forms with the simulator on this trace (α, costs and acceptance runs from the trace; --alpha/--c/--gamma are ignored).")] = None,
-    latency: Annotated[Optional[Path], typer.Option("--latency", help="With --trace: a latency profile. [default: the trace's own samples]")] = None,
+    latency: Annotated[Optional[Path], typer.Option("--latency", help="With --trace: a latency profile.", show_default="the trace's own samples")] = None,
     max_gamma: Annotated[int, typer.Option("--max-gamma", help="With --trace: γ = 1..this.")] = 10,
     seed: Annotated[int, typer.Option("--seed", help="With --trace: seed of stochastic replay.")] = 0,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
@@ -54,23 +54,24 @@ def _trace_report(trace: Path, latency: Optional[Path], max_gamma: int, seed: in
     console.print(f"trace: {trace_label(tr)}")
     draft = f"draft step {1e3 * a.t_draft:.2f} ms, " if a.t_draft == a.t_draft else ""
     console.print(f"latency: {sim.latency.name}; at context {a.context_len}: {draft}target step {1e3 * a.t_target:.2f} ms")
-    console.print(f"mean acceptance α = {a.alpha:.4f} over {a.drafted_positions} drafted positions; "
-                  "by position in the run (all starts): "
-                  + " ".join(f"{x:.2f}" for x in a.position_acceptance))
+    console.print(f"per-position acceptance α = {a.alpha:.4f} (the draft's token given the true prefix, over "
+                  f"{a.drafted_positions} drafted positions; not simulate's acceptance_rate, see 'acc sim'); "
+                  "by position in the run (all starts): " + " ".join(f"{x:.2f}" for x in a.position_acceptance))
     if a.gammas:
         t = Table(title="vanilla SD: closed forms vs the simulator (tokens per round incl. bonus; speedup vs AD)",
                   header_style="bold")
         for col in ("γ", "tokens iid", "tokens runs", "tokens sim", "speedup iid", "speedup runs", "speedup sim",
-                    "iid err", "runs err"):
+                    "iid err", "runs err", "acc sim"):
             t.add_column(col, justify="right")
         for g in a.gammas:
             t.add_row(str(g.gamma), f"{g.tokens_iid:.3f}", f"{g.tokens_runs:.3f}", f"{g.tokens_sim:.3f}",
                       f"{g.speedup_iid:.3f}", f"{g.speedup_runs:.3f}", f"{g.speedup_sim:.3f}",
-                      f"{100 * g.err_iid:+.1f}%", f"{100 * g.err_runs:+.1f}%")
+                      f"{100 * g.err_iid:+.1f}%", f"{100 * g.err_runs:+.1f}%", f"{g.acceptance_sim:.3f}")
         console.print(t)
         console.print("iid: Leviathan's E(α, γ) with mean α; runs: run lengths from the trace, rounds starting after a "
                       "rejection or after a fully accepted round; sim: the replay. Closed forms price rounds at the "
-                      "typical context.")
+                      "typical context. acc sim: simulate's acceptance_rate = accepted / drafted for sd at γ; drafts "
+                      "after a round's first rejection count as drafted, so it is below α and depends on γ.")
         t = Table(title="h-rule threshold h(k) = (T_v − T_d(k)) / T_r, T_r = T_v (acceptance-guided SD, eq. 12)",
                   header_style="bold")
         for col in ("k drafted", "T_d(k) ms", "T_v(k+1) ms", "T_r ms", "h(k)"):
@@ -80,7 +81,11 @@ def _trace_report(trace: Path, latency: Optional[Path], max_gamma: int, seed: in
                       f"{h.h:.3f}")
         console.print(t)
         corun = f"; co-running: s = {a.window_corun}" if a.window_corun is not None else ""
-        console.print(f"SPIDE/PEARL window s = ⌊v_q/v_p⌋ = ⌊T_target/T_draft⌋ (SPIDE eq. 6): s = {a.window}{corun}")
+        console.print(f"SPIDE eq. 6 from one-token costs, s = ⌊v_q/v_p⌋ = ⌊T_target(1)/T_draft⌋: s = {a.window}{corun}")
+        corun = f"; co-running: s = {a.policy_window_corun}" if a.policy_window_corun is not None else ""
+        console.print(f"window spide/pearl use when none is given (largest s with s draft steps ≤ an s-token verify; "
+                      f"equals eq. 6 when verify cost is flat in k): s = {a.policy_window}{corun}; this run's "
+                      f"topology: {a.topology}")
     if a.tpl is not None:
         best_layer, best_d, best = a.tpl.best
         verdict = (f"best ℓ={best_layer}, d={best_d} ({best:.4f})" if best_d else

@@ -1,44 +1,98 @@
-"""``simlab bench``: how fast the simulator runs."""
+"""``simlab bench``: how fast the simulator runs against its goals, or (``--sweep``) how long a sweep takes."""
 
 from __future__ import annotations
 
+import os
 import platform
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Optional
 
 import typer
+from rich.table import Table
 
 from simlab.cli.app import app
-from simlab.cli.output import console, parse_params, print_json
+from simlab.cli.output import console, print_json
+
+SERVE_GOAL_CPU_SECONDS = 60  # the serving issue's goal: 10,000 requests of 256 tokens in under a minute
+
+
+def _machine() -> str:
+    return f"{os.cpu_count()} cores, {platform.processor() or platform.machine()}, Python {platform.python_version()}"
 
 
 @app.command()
 def bench(
-    policy: Annotated[list[str], typer.Option("--policy", help="Policy to time, as NAME or NAME:KEY=VALUE,...; repeatable.")] = ["sd:gamma=5"],
-    tokens: Annotated[int, typer.Option("--tokens", help="Tokens in the synthetic i.i.d. benchmark trace.")] = 200_000,
-    alpha: Annotated[float, typer.Option("--alpha", help="Acceptance probability of the benchmark trace.")] = 0.8,
-    repeats: Annotated[int, typer.Option("--repeats", help="Runs per policy; the fastest counts.")] = 3,
+    policy: Annotated[list[str], typer.Option("--policy", help="Policy to time, as NAME or NAME:KEY=VALUE,...; repeatable.", show_default="every policy at its defaults")] = [],
+    tokens: Annotated[int, typer.Option("--tokens", min=1, help="Tokens of the synthetic trace that the whole-process `simulate` runs on.")] = 1_000_000,
+    policy_tokens: Annotated[int, typer.Option("--policy-tokens", min=1, help="Tokens of the synthetic trace each policy is timed on.")] = 200_000,
+    repeats: Annotated[int, typer.Option("--repeats", min=1, help="Timings per policy; the fastest counts.")] = 3,
+    sweep: Annotated[bool, typer.Option("--sweep", help="Time a whole uncached sweep per worker count instead.")] = False,
+    grid: Annotated[list[str], typer.Option("--grid", help="With --sweep: grid spec as --policy of `simlab sweep`; repeatable.", show_default="10 policies x 10 values")] = [],
+    trace: Annotated[Optional[Path], typer.Option("--trace", help="With --sweep: trace directory.", show_default="the shipped trace")] = None,
+    workers: Annotated[list[int], typer.Option("--workers", min=1, help="With --sweep: worker count to time; repeatable.", show_default="1 and 2")] = [],
+    executor: Annotated[str, typer.Option("--executor", help="With --sweep: local or ray.")] = "local",
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Simulated tokens per CPU-second on a synthetic i.i.d. trace (one core, best of N runs)."""
-    from simlab.bench import bench_policy, bench_trace
+    """Simulator speed beside its goals: whole-process `simulate` on a 1M-token synthetic trace
+    (wall clock), every policy and fixed-γ SD in simulated tokens per CPU-second (best of N);
+    PASS or FAIL per figure. With --sweep: the wall time of a whole sweep per worker count."""
+    if sweep:
+        _bench_sweep(grid, trace, workers or [1, 2], executor, json_out)
+        return
+    from simlab.bench import run_bench
+    from simlab.cli.output import parse_params
     from simlab.serve.bench import bench_serve_row
-    from simlab.sim.run import Simulator
 
-    sim = Simulator(bench_trace(tokens, alpha))
-    rows = []
+    specs = []
     for spec in policy:
         name, _, rest = spec.partition(":")
-        params = parse_params(p for p in rest.split(",") if p)
-        r = bench_policy(sim, name, params, repeats)
-        rows.append({"policy": name, "params": params, "tokens": r.tokens, "cpu_seconds": r.cpu_seconds,
-                     "tokens_per_cpu_second": r.tokens_per_cpu_second})
-    rows.append(bench_serve_row())  # 10,000 requests of 256 tokens under `simlab serve` (simlab/serve/bench.py)
-    machine = f"{platform.processor() or platform.machine()}, Python {platform.python_version()}"
+        specs.append((name, parse_params(p for p in rest.split(",") if p)))
+    rows = []
+    table = Table(title=f"simulator speed, best of {repeats}; {_machine()}", title_justify="left")
+    for col in ("figure", "M tokens/s", "goal", "", "tokens", "seconds", "trace"):
+        table.add_column(col, justify="left" if col in ("figure", "trace") else "right")
+
+    def record(r) -> None:
+        rows.append({"figure": r.what, "trace": r.trace, "tokens": r.tokens, "seconds": r.seconds,
+                     "cpu_seconds": r.cpu_seconds, "tokens_per_second": r.tokens_per_second, "goal": r.goal,
+                     "passed": r.passed})
+        per = "wall-s" if r.cpu_seconds is not None else "CPU-s"
+        seconds = f"{r.seconds:.2f}" + (f" ({r.cpu_seconds:.2f} CPU)" if r.cpu_seconds is not None else "")
+        table.add_row(r.what, f"{r.tokens_per_second / 1e6:.3f} /{per}", f">= {r.goal / 1e6:.1f}",
+                      "[green]PASS[/]" if r.passed else "[red]FAIL[/]", f"{r.tokens:,}", seconds, r.trace)
+
+    run_bench(tokens, policy_tokens, specs or None, repeats, progress=record)
+    serve = bench_serve_row()  # 10,000 requests of 256 tokens under `simlab serve` (simlab/serve/bench.py)
+    served = serve["cpu_seconds"] < SERVE_GOAL_CPU_SECONDS
+    table.add_row(f"serve sd γ={serve['params']['gamma']}, {serve['params']['requests']:,} requests",
+                  f"{serve['tokens_per_cpu_second'] / 1e6:.3f} /CPU-s", f"< {SERVE_GOAL_CPU_SECONDS} s",
+                  "[green]PASS[/]" if served else "[red]FAIL[/]", f"{serve['tokens']:,}", f"{serve['cpu_seconds']:.2f}",
+                  "synthetic, Poisson arrivals")
     if json_out:
-        print_json({"machine": machine, "alpha": alpha, "results": rows})
+        print_json({"machine": _machine(), "repeats": repeats, "results": rows, "serve": {**serve, "passed": served}})
+    else:
+        console.print(table)
+
+
+def _bench_sweep(grid: list[str], trace: Optional[Path], workers: list[int], executor: str, json_out: bool) -> None:
+    from simlab.paths import default_trace
+    from simlab.sweep.bench import DEFAULT_GRID, time_sweeps
+    from simlab.sweep.grid import combine
+    from simlab.trace.io import read_trace
+
+    tr = read_trace(trace or default_trace())
+    grids = combine(grid or list(DEFAULT_GRID))
+    timings = time_sweeps(tr, grids, workers, executor)
+    if json_out:
+        print_json({"machine": _machine(), "trace": str(tr.path),
+                    "results": [t.__dict__ for t in timings]})
         return
-    console.print(f"simulator speed on a synthetic i.i.d. trace (alpha={alpha}), best of {repeats}; {machine}")
-    for row in rows:
-        params = ",".join(f"{k}={v}" for k, v in row["params"].items())
-        console.print(f"  {row['policy']}({params}): {row['tokens']:,} tokens in {row['cpu_seconds']:.3f} CPU-s "
-                      f"= {row['tokens_per_cpu_second']:,.0f} tokens per CPU-second")
+    console.print(f"trace {tr.path} ({tr.n_prompts} prompts, {tr.n_positions} positions); "
+                  f"{sum(len(g) for g in grids)} configurations; {_machine()}")
+    base = None
+    for t in timings:
+        base = base or t.seconds
+        console.print(f"  {t.workers} {executor} worker{'s' * (t.workers != 1)}: {t.configurations} configurations in "
+                      f"{t.seconds:5.1f} s = x{base / t.seconds:.2f} the first line's speed; simulation CPU time "
+                      f"{t.cpu_seconds:.1f} s, {t.cpu_seconds / t.seconds:.2f} cores busy on average "
+                      f"(load average {t.load_before:.1f} before)", highlight=False)

@@ -13,8 +13,9 @@ import typer
 from rich.table import Table
 from typer.core import TyperGroup
 
+from simlab.atomic import check_output
 from simlab.cli.app import app
-from simlab.cli.output import console, print_json
+from simlab.cli.output import Force, console, print_json
 from simlab.cli.simulate import trace_label
 from simlab.errors import SimlabError
 
@@ -50,8 +51,9 @@ def fit(
     out: Annotated[Path, typer.Option("--out", help="Profile to write, e.g. calibrate/NAME.json.")],
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Also draw the fit (.png, .svg or .pdf).")] = None,
     form: Annotated[str, typer.Option("--form", help="auto (smallest BIC), affine, hinge or per-x.")] = "auto",
-    name: Annotated[Optional[str], typer.Option("--name", help="Profile name. [default: the --out file's stem]")] = None,
+    name: Annotated[Optional[str], typer.Option("--name", help="Profile name.", show_default="the --out file's stem")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    force: Force = False,
 ) -> None:
     """Fit T_d(ctx) and T_v(k, ctx) to a trace's latency samples by least squares.
 
@@ -64,6 +66,9 @@ def fit(
     from simlab.latency.model import save_profile
     from simlab.trace.io import read_trace
 
+    check_output(out, force=force)
+    if plot:
+        check_output(plot, "--plot", force=force)
     tr = read_trace(trace)
     note = ""
     load = tr.manifest.extra.get("probe_other_cpu")  # the recorder's measure of a busy machine
@@ -115,10 +120,11 @@ def roofline(
     out: Annotated[Optional[Path], typer.Option("--out", help="Profile to write, e.g. calibrate/roofline/NAME.json.")] = None,
     dtype: Annotated[str, typer.Option("--dtype", help="Weight and KV-cache dtype: bfloat16, float16, float32 or int8.")] = "bfloat16",
     framework: Annotated[str, typer.Option("--framework", help="Fixed per-layer/per-forward overhead fitted to published figures of this framework, or 'ideal' for none.")] = "hf-eager",
-    name: Annotated[Optional[str], typer.Option("--name", help="Profile name. [default: the --out file's stem]")] = None,
+    name: Annotated[Optional[str], typer.Option("--name", help="Profile name.", show_default="the --out file's stem")] = None,
     check: Annotated[bool, typer.Option("--check", help="Compare the model with the published latencies in calibrate/roofline/published.csv.")] = False,
     list_known: Annotated[bool, typer.Option("--list", help="List the known GPUs and model shapes.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    force: Force = False,
 ) -> None:
     """Predict T_d and T_v(k, ctx) for hardware you do not have, from model shapes and a GPU's
     memory bandwidth and matmul rate (a roofline), plus a framework overhead per layer and
@@ -133,6 +139,7 @@ def roofline(
         return _check(rf, framework, json_out)
     if not (target_config and out):
         raise SimlabError("calibrate roofline needs --target-config and --out (or --check, or --list)")
+    check_output(out, force=force)
     model = rf.RooflineLatency(
         name=name or out.stem,
         target=rf.model_shape(target_config),
@@ -214,6 +221,7 @@ def predictor(
     test_fraction: Annotated[float, typer.Option("--test-fraction", help="Share of prompts held out for scoring.")] = 0.3,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the prompt split (and of stochastic replay).")] = 0,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    force: Force = False,
 ) -> None:
     """Train an acceptance predictor (confidence, entropy, draft position, recent acceptance)
     on one split of the prompts; report AUC and calibration on the other. The JSON loads
@@ -228,6 +236,7 @@ def predictor(
         raise SimlabError("training a predictor needs scikit-learn: pip install 'simlab[calibrate]'") from None
     if gamma < 1:
         raise SimlabError(f"--gamma must be >= 1, got {gamma}")
+    check_output(out, force=force)
     tr = read_trace(trace)
     model = train(tr, kind=kind, gamma=gamma, test_fraction=test_fraction, seed=seed)
     path = save_predictor(model, out)

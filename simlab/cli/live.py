@@ -4,38 +4,33 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
 from simlab.cli import policy_options as opt
 from simlab.cli.app import app
-from simlab.cli.output import console, err_console, policy_params, print_json
+from simlab.cli.output import Force, console, err_console, frame_output, print_json
 
 
 @app.command()
+@opt.with_policy_flags
 def live(
+    params: dict[str, Any],
     policy: opt.Policy = "sd",
-    gamma: opt.Gamma = None,
-    tau: opt.Tau = None,
-    threshold: opt.Threshold = None,
-    window: opt.Window = None,
-    h: opt.H = None,
-    block: opt.Block = None,
-    param: opt.Params = [],
     target: Annotated[str, typer.Option("--target", help="Target: installed name, HF id, directory or .gguf.")] = "smollm2",
     draft: Annotated[Optional[str], typer.Option("--draft", help="Draft model (or use --draft-layer).")] = None,
     draft_layer: Annotated[Optional[int], typer.Option("--draft-layer", help="Draft with the target's first N layers (early exit).")] = None,
     prompts: Annotated[str, typer.Option("--prompts", help="humaneval[:N], mtbench[:N], or a .jsonl/.txt file.")] = "humaneval:20",
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Token budget per prompt.")] = 128,
-    device: Annotated[Optional[str], typer.Option("--device", help="cuda or cpu (default: cuda when available).")] = None,
-    draft_device: Annotated[Optional[str], typer.Option("--draft-device", help="Device of the draft (default: --device).")] = None,
-    target_device: Annotated[Optional[str], typer.Option("--target-device", help="Device of the target (default: --device).")] = None,
-    dtype: Annotated[Optional[str], typer.Option("--dtype", help="float32, bfloat16 or float16.")] = None,
+    device: Annotated[Optional[str], typer.Option("--device", help="cuda or cpu.", show_default="cuda when available")] = None,
+    draft_device: Annotated[Optional[str], typer.Option("--draft-device", help="Device of the draft.", show_default="--device")] = None,
+    target_device: Annotated[Optional[str], typer.Option("--target-device", help="Device of the target.", show_default="--device")] = None,
+    dtype: Annotated[Optional[str], typer.Option("--dtype", help="float32, bfloat16 or float16.", show_default="float32 on cpu, else bfloat16")] = None,
     temperature: Annotated[float, typer.Option("--temperature", help="0 = greedy; > 0 speculative sampling.")] = 0.0,
     seed: Annotated[int, typer.Option("--seed", help="Sampling seed.")] = 0,
     compare: Annotated[bool, typer.Option("--compare/--no-compare", help="Simulate the policy on a trace of the same prompts and compare.")] = True,
-    trace: Annotated[Optional[Path], typer.Option("--trace", help="Comparison trace. [default: a matching shipped or cached one, else recorded]")] = None,
+    trace: Annotated[Optional[Path], typer.Option("--trace", help="Comparison trace.", show_default="a matching shipped or cached one, else recorded")] = None,
     reprobe: Annotated[bool, typer.Option("--reprobe", help="Measure the trace's latencies again now (a cached copy).")] = False,
     latency: Annotated[Optional[Path], typer.Option("--latency", help="Latency profile for policies that need one.")] = None,
     against_hf: Annotated[bool, typer.Option("--against-hf", help="Also run HF assisted generation with the same fixed γ.")] = False,
@@ -44,6 +39,7 @@ def live(
     log: Annotated[Optional[Path], typer.Option("--log", help="Directory for decode logs (per prompt: forwards and rounds, and the simulated timeline).")] = None,
     chat_template: Annotated[bool, typer.Option("--chat-template/--no-chat-template", help="Use the tokenizer's chat template.")] = True,
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress output.")] = False,
+    force: Force = False,
 ) -> None:
     """Decode prompts for real under a policy and compare measured with predicted.
 
@@ -55,7 +51,8 @@ def live(
     from simlab.live.report import LiveReport
     from simlab.live.session import LiveConfig, LiveSession
 
-    params = policy_params(param, gamma=gamma, tau=tau, threshold=threshold, window=window, h=h, block=block)
+    if out is not None:
+        frame_output(out, force)  # before the models load
     say = (lambda msg: None) if quiet else (lambda msg: err_console.print(msg))
     cfg = LiveConfig(policy=policy, params=params, target=target, draft=draft, draft_layer=draft_layer,
                      prompts=prompts, max_new_tokens=max_new_tokens, device=device, draft_device=draft_device,

@@ -1,4 +1,4 @@
-"""Shared pieces of the commands: parameter parsing, tables, JSON and file outputs."""
+"""Shared pieces of the commands: parameter parsing, tables and JSON (table files: simlab.table_file)."""
 
 from __future__ import annotations
 
@@ -6,14 +6,16 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Annotated, Any, Iterable
 
-import pandas as pd
+import typer
 from rich.console import Console
 from rich.table import Table
 
+from simlab.atomic import check_output
 from simlab.errors import SimlabError
 from simlab.params import parse_value
+from simlab.table_file import frame_path
 
 console = Console()
 err_console = Console(stderr=True)
@@ -23,9 +25,13 @@ METRIC_FORMATS: dict[str, tuple[str, str]] = {
     "speedup": ("speedup vs AD", "{:.3f}x"),
     "cost": ("cost (target calls / best SD)", "{:.3f}x"),
     "mat": ("MAT (accepted drafts / target call)", "{:.3f}"),
-    "mean_accept_len": ("mean accept len (incl. bonus)", "{:.3f}"),
+    "tokens_per_target_call": ("tokens per target call (incl. bonus)", "{:.3f}"),
+    "mean_acceptance_length": ("mean acceptance length (vLLM)", "{:.3f}"),
     "target_calls": ("target calls", "{:d}"),
     "draft_calls": ("draft calls", "{:d}"),
+    "num_drafts": ("drafts (rounds that drafted)", "{:d}"),
+    "drafted": ("draft tokens", "{:d}"),
+    "accepted": ("accepted tokens", "{:d}"),
     "acceptance_rate": ("acceptance rate", "{:.3f}"),
     "tokens": ("tokens", "{:d}"),
     "wall_time_s": ("wall time (s)", "{:.3f}"),
@@ -60,7 +66,12 @@ def parse_params(pairs: Iterable[str]) -> dict[str, Any]:
 def policy_params(pairs: Iterable[str], **flags: Any) -> dict[str, Any]:
     """Policy parameters from ``--param KEY=VALUE`` pairs and the named flags that were given."""
     params = parse_params(pairs)
-    params.update({k: v for k, v in flags.items() if v is not None})
+    given = {k: v for k, v in flags.items() if v is not None}
+    both = sorted(set(params) & set(given))
+    if both:
+        k = both[0]
+        raise SimlabError(f"--{k.replace('_', '-')} {given[k]} and --param {k}={params[k]} both set {k}; give one")
+    params.update(given)
     return params
 
 
@@ -74,34 +85,12 @@ def metrics_table(title: str, rows: dict[str, Any], caption: str | None = None) 
     return table
 
 
-def frame_path(path: str | Path, what: str = "--out") -> Path:
-    """``path`` if it names a table file (.csv or .parquet); check before long work."""
-    out = Path(path)
-    if out.suffix.lower() not in (".csv", ".parquet"):
-        raise SimlabError(f"{what} must end in .csv or .parquet, got {out.name!r}")
-    return out
+Force = Annotated[bool, typer.Option("--force", help="Overwrite (replace) an existing output.")]
 
 
-def write_frame(df: pd.DataFrame, path: str | Path) -> Path:
-    """Write a table as CSV or Parquet, chosen by the file suffix."""
-    out = frame_path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if out.suffix.lower() == ".csv":
-        df.to_csv(out, index=False)
-    else:
-        df.to_parquet(out, index=False)
-    return out
-
-
-def read_frame(path: str | Path) -> pd.DataFrame:
-    """Read a table written by :func:`write_frame` (or any CSV/Parquet file)."""
-    p = frame_path(path, "a table file")
-    if not p.is_file():
-        raise SimlabError(f"table not found: {p}")
-    try:
-        return pd.read_csv(p) if p.suffix.lower() == ".csv" else pd.read_parquet(p)
-    except (ValueError, OSError, pd.errors.ParserError) as exc:
-        raise SimlabError(f"cannot read {p} ({exc})") from exc
+def frame_output(path: str | Path, force: bool, what: str = "--out") -> Path:
+    """Check before any work that ``path`` can take a table (see :func:`simlab.atomic.check_output`)."""
+    return frame_path(check_output(path, what, force=force), what)
 
 
 def print_json(obj: Any) -> None:

@@ -8,13 +8,15 @@ from typing import Annotated, Optional
 import typer
 
 from simlab.cli.app import app
-from simlab.cli.output import console, parse_params, read_frame
+from simlab.cli.output import console, parse_params
+from simlab.errors import SimlabError
+from simlab.table_file import read_frame
 
 plot_app = typer.Typer(help="Figures of sweeps, traces, timelines and live runs.", no_args_is_help=True)
 app.add_typer(plot_app, name="plot")
 
 Out = Annotated[Path, typer.Option("--out", "-o", help="Image to write; .png, .svg or .pdf.")]
-Title = Annotated[Optional[str], typer.Option("--title", help="Figure title. [default: from the data]")]
+Title = Annotated[Optional[str], typer.Option("--title", help="Figure title.", show_default="from the data")]
 
 
 def _save(fig, out: Path) -> None:
@@ -36,11 +38,25 @@ def frontier(
 
 
 @plot_app.command()
+def acceptance(
+    results: Annotated[Path, typer.Argument(help="Sweep table from `simlab sweep --out`.")],
+    out: Out,
+    policy: Annotated[list[str], typer.Option("--policy", help="Plot only this policy; repeatable.",
+                                              show_default="every policy")] = [],
+    title: Title = None,
+) -> None:
+    """Per-position acceptance as vLLM reports it (accepted at position i / drafts), one line per configuration."""
+    from simlab.plots.acceptance import acceptance_figure
+
+    _save(acceptance_figure(read_frame(results), title, policy or None), out)
+
+
+@plot_app.command()
 def tau(
     results: Annotated[Path, typer.Argument(help="Sweep table from `simlab sweep --out`.")],
     out: Out,
     param: Annotated[str, typer.Option("--param", help="The parameter on the x axis.")] = "tau",
-    policy: Annotated[Optional[str], typer.Option("--policy", help="Policy to plot. [default: the one sweeping --param]")] = None,
+    policy: Annotated[Optional[str], typer.Option("--policy", help="Policy to plot.", show_default="the one sweeping --param")] = None,
     where: Annotated[list[str], typer.Option("--where", help="KEY=VALUE pinning another parameter; repeatable.")] = [],
     title: Title = None,
 ) -> None:
@@ -62,6 +78,8 @@ def mapping(
     from simlab.trace.io import read_trace
     from simlab.trace.synth import read_mapping_table
 
+    if not source.exists():
+        raise SimlabError(f"{source} not found; pass a trace directory or a mapping CSV")
     if source.is_dir():
         trace = read_trace(source)
         m = trace.manifest

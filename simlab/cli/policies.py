@@ -16,9 +16,12 @@ def describe_policy(cls) -> dict:
         "summary": cls.summary,
         "paper": cls.paper,
         "schedule": "parallel" if cls.parallel else "serial",
-        "params": [{"name": p.name, "default": p.default, "help": p.help} for p in cls.params],
+        "params": [{"name": p.name, "default": p.default, "help": p.help, "values": p.kind.range,
+                    "aliases": list(p.aliases)} for p in cls.params],
         "choices": cls.choices,
-        "upper_bound": cls.needs_future,
+        "draft_end": cls.draft_end_choice(),
+        "stops_at_draft_end": cls.stops_at_draft_end,
+        "serial_schedule_bound": cls.needs_future,
     }
 
 
@@ -35,9 +38,9 @@ def policies(
 ) -> None:
     """List every drafting policy with its parameters, defaults and the paper section it implements.
 
-    Set a parameter with `simlab simulate --policy NAME --param KEY=VALUE` (or the flag of the
-    same name: --gamma, --tau, --threshold, --window, --h, --block). A default of "none" means
-    what the parameter's help says (most are derived from the trace or the latency model).
+    Set a parameter with `simlab simulate --policy NAME --KEY VALUE` (every parameter and alias
+    has a flag of its name, dashes for underscores) or `--param KEY=VALUE`. A default of "none"
+    means what the parameter's help says (most are derived from the trace or the latency model).
     """
     from simlab.errors import SimlabError
     from simlab.policies import REGISTRY
@@ -52,7 +55,10 @@ def policies(
         console.print(f"[bold]{row['name']}[/] ({row['schedule']}) — {row['summary']}", highlight=False)
         console.print(f"  paper: {row['paper']}", highlight=False)
         for p in row["params"]:
-            console.print(f"  --param {p['name']}={_default(p['default'])}  {p['help']}", highlight=False)
+            aliases = f" (also {', '.join(p['aliases'])})" if p["aliases"] else ""
+            console.print(f"  --param {p['name']}={_default(p['default'])}  {p['help']}; {p['values']}{aliases}",
+                          highlight=False, markup=False)
         if row["choices"]:
             console.print(f"  choices where the paper is silent: {row['choices']}", highlight=False)
+        console.print(f"  end token: {row['draft_end']}", highlight=False)
         console.print()

@@ -27,8 +27,8 @@ def record_command(
         None, "--draft", help="Draft model; omit with --exit-layers for self-speculation."
     ),
     max_new_tokens: int = typer.Option(128, "--max-new-tokens", help="Tokens the target generates per prompt."),
-    device: str | None = typer.Option(None, "--device", help="cuda or cpu (default: cuda when available)."),
-    dtype: str | None = typer.Option(None, "--dtype", help="float32, bfloat16 or float16 (default: float32 on cpu)."),
+    device: str | None = typer.Option(None, "--device", help="cuda or cpu.", show_default="cuda when available"),
+    dtype: str | None = typer.Option(None, "--dtype", help="float32, bfloat16 or float16.", show_default="float32 on cpu"),
     temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy; > 0 samples and records p/q for replay."),
     seed: int = typer.Option(0, "--seed", help="Sampling seed (each prompt derives its own)."),
     rollout: int = typer.Option(16, "--rollout", help="Draft continuation length after each divergence."),
@@ -38,9 +38,10 @@ def record_command(
     draft_layer: int | None = typer.Option(
         None, "--draft-layer", help="Self-speculative: exit layer for the draft columns."
     ),
-    latency_probe: str = typer.Option("", "--latency-probe", help=PROBE_HELP),
+    latency_probe: str = typer.Option("", "--latency-probe", help=PROBE_HELP, show_default="the example's points"),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted trace in --out."),
     reprobe: bool = typer.Option(False, "--reprobe", help="With --resume: measure the latencies again."),
+    force: bool = typer.Option(False, "--force", help="Replace a trace already in --out (without --resume)."),
     chat_template: bool = typer.Option(
         True, "--chat-template/--no-chat-template", help="Use the tokenizer's chat template."
     ),
@@ -69,6 +70,7 @@ def record_command(
             latency_probe=latency_probe,
             resume=resume,
             reprobe=reprobe,
+            force=force,
             chat_template=chat_template,
             command=shlex.join(["simlab", *sys.argv[1:]]),
             progress=not quiet,

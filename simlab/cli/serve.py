@@ -3,31 +3,33 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
+from simlab.atomic import check_output
 from simlab.cli import policy_options as opt
 from simlab.cli.app import app
-from simlab.cli.output import console, err_console, frame_path, policy_params, print_json, write_frame
+from simlab.cli.output import Force, console, err_console, frame_output, print_json
 from simlab.cli.simulate import load_inputs, trace_label
 from simlab.errors import SimlabError
+from simlab.params import check_seed
 from simlab.serve.scheduler import DEFAULT_MAX_BATCH, DEFAULT_TOKEN_BUDGET
+from simlab.table_file import write_frame
 
 # (label, JSON key, scale, unit) of the printed rows; the JSON output carries every figure.
 LATENCY_ROWS = (("TTFT", "ttft", 1e3, "ms"), ("TPOT", "tpot", 1e3, "ms"), ("end-to-end", "e2e", 1.0, "s"))
 
 
 @app.command()
+@opt.with_policy_flags
 def serve(
+    params: dict[str, Any],
     policy: opt.Policy = "sd",
-    gamma: opt.Gamma = None,
-    threshold: opt.Threshold = None,
-    param: opt.Params = [],
-    trace: Annotated[Optional[Path], typer.Option("--trace", help="Trace directory; request i replays its prompt i mod N. [default: the shipped trace]")] = None,
-    latency: Annotated[Optional[Path], typer.Option("--latency", help="Latency profile JSON; a roofline profile prices batches from shapes. [default: the trace's own samples]")] = None,
+    trace: Annotated[Optional[Path], typer.Option("--trace", help="Trace directory; request i replays its prompt i mod N.", show_default="the shipped trace")] = None,
+    latency: Annotated[Optional[Path], typer.Option("--latency", help="Latency profile JSON; a roofline profile prices batches from shapes.", show_default="the trace's own samples")] = None,
     rate: Annotated[float, typer.Option("--rate", help="Poisson arrival rate, requests per second (ignored with --arrivals).")] = 1.0,
-    requests: Annotated[Optional[int], typer.Option("--requests", help="Requests to serve. [default: 500, or every time in --arrivals]")] = None,
+    requests: Annotated[Optional[int], typer.Option("--requests", help="Requests to serve.", show_default="500, or every time in --arrivals")] = None,
     arrivals: Annotated[Optional[Path], typer.Option("--arrivals", help="Text file of arrival times in seconds, one per line, sorted.")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the Poisson arrivals and of stochastic replay.")] = 0,
     max_batch: Annotated[int, typer.Option("--max-batch", help="Most requests decoding at once.")] = DEFAULT_MAX_BATCH,
@@ -41,6 +43,7 @@ def serve(
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")] = False,
     out: Annotated[Optional[Path], typer.Option("--out", help="Write per-request results (.csv or .parquet).")] = None,
     timeline: Annotated[Optional[Path], typer.Option("--timeline", help="Write the engine's draft/target forwards (Chrome trace JSON).")] = None,
+    force: Force = False,
 ) -> None:
     """Serve a trace's prompts under load: continuous batching, batched drafting and verification.
 
@@ -63,7 +66,10 @@ def serve(
     scheduler = Scheduler(max_batch, token_budget)
     batch = BatchSpec(gamma_by_batch, sd_off_above, smartspec)
     if out:
-        frame_path(out)
+        frame_output(out, force)
+    if timeline:
+        check_output(timeline, "--timeline", force=force)
+    check_seed(seed)
     if requests is not None:
         check_requests(requests)
     times = read_arrivals(arrivals) if arrivals else poisson_arrivals(rate, requests or 500, seed)
@@ -71,7 +77,6 @@ def serve(
         if requests > len(times):
             raise SimlabError(f"--requests {requests} is more than the {len(times)} times in {arrivals}")
         times = times[:requests]
-    params = policy_params(param, gamma=gamma, threshold=threshold)
     config = ServeConfig(policy, params, scheduler, batch, slo)
 
     tr, lat = load_inputs(trace, latency)

@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
+from simlab.atomic import check_output
 from simlab.cli import policy_options as opt
 from simlab.cli.app import app
-from simlab.cli.output import console, metrics_table, policy_params, print_json, write_frame
+from simlab.cli.output import Force, console, frame_output, metrics_table, print_json
 from simlab.errors import SimlabError
 from simlab.metrics import SUMMARY_KEYS
 from simlab.paths import default_trace
 from simlab.sim.devices import Topology
+from simlab.table_file import write_frame
+
+TopologyOption = Annotated[Optional[Topology], typer.Option(
+    "--topology", help="Where the two models run.", show_default="the topology the trace was recorded in, from its manifest")]
 
 
 def load_inputs(trace: Optional[Path], latency: Optional[Path]):
@@ -26,6 +31,11 @@ def load_inputs(trace: Optional[Path], latency: Optional[Path]):
     return tr, lat
 
 
+def topology_label(topology: Topology, given: Optional[Topology]) -> str:
+    """The simulated topology and where it came from, for table titles."""
+    return f"{topology.value} ({'--topology' if given is not None else 'as recorded'})"
+
+
 def trace_label(tr) -> str:
     m = tr.manifest
     kind = "SYNTHETIC" if m.kind == "synthetic" else m.kind
@@ -33,24 +43,20 @@ def trace_label(tr) -> str:
 
 
 @app.command()
+@opt.with_policy_flags
 def simulate(
+    params: dict[str, Any],
     policy: opt.Policy = "sd",
-    gamma: opt.Gamma = None,
-    tau: opt.Tau = None,
-    threshold: opt.Threshold = None,
-    window: opt.Window = None,
-    h: opt.H = None,
-    block: opt.Block = None,
-    param: opt.Params = [],
-    trace: Annotated[Optional[Path], typer.Option("--trace", help="Trace directory. [default: the shipped trace]")] = None,
-    latency: Annotated[Optional[Path], typer.Option("--latency", help="Latency profile JSON. [default: the trace's own samples]")] = None,
-    predictor: Annotated[Optional[Path], typer.Option("--predictor", help="Acceptance predictor JSON (simlab calibrate predictor) for the policies that use one. [default: the draft's confidence]")] = None,
-    topology: Annotated[Topology, typer.Option("--topology", help="Where the two models run.")] = Topology.TWO_DEVICES,
+    trace: Annotated[Optional[Path], typer.Option("--trace", help="Trace directory.", show_default="the shipped trace")] = None,
+    latency: Annotated[Optional[Path], typer.Option("--latency", help="Latency profile JSON.", show_default="the trace's own samples")] = None,
+    predictor: Annotated[Optional[Path], typer.Option("--predictor", help="Acceptance predictor JSON (simlab calibrate predictor) for the policies that use one.", show_default="the draft's confidence")] = None,
+    topology: TopologyOption = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed for stochastic replay (temperature > 0 traces).")] = 0,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")] = False,
     out: Annotated[Optional[Path], typer.Option("--out", help="Write per-prompt results (.csv or .parquet).")] = None,
     timeline: Annotated[Optional[Path], typer.Option("--timeline", help="Write one prompt's per-device timeline (Chrome trace JSON).")] = None,
-    timeline_prompt: Annotated[Optional[int], typer.Option("--timeline-prompt", help="prompt_id for --timeline. [default: the first prompt]")] = None,
+    timeline_prompt: Annotated[Optional[int], typer.Option("--timeline-prompt", help="prompt_id for --timeline.", show_default="the first prompt")] = None,
+    force: Force = False,
 ) -> None:
     """Replay a trace in the SimPy simulator under a drafting policy.
 
@@ -61,7 +67,10 @@ def simulate(
     from simlab.sim.run import Simulator
     from simlab.sim.timeline import write_chrome_trace
 
-    params = policy_params(param, gamma=gamma, tau=tau, threshold=threshold, window=window, h=h, block=block)
+    if out is not None:
+        frame_output(out, force)
+    if timeline is not None:
+        check_output(timeline, "--timeline", force=force)
     tr, lat = load_inputs(trace, latency)
     pred = load_predictor(predictor) if predictor else None
     sim = Simulator(tr, lat, seed=seed, topology=topology, predictor=pred)
@@ -73,7 +82,7 @@ def simulate(
     if out:
         write_frame(res.per_prompt, out)
     if timeline:
-        write_chrome_trace(res.timeline, timeline, title=f"{policy} on prompt {timeline_prompt}")
+        write_chrome_trace(res.timeline, timeline, title=f"{policy} on prompt {timeline_prompt}, {sim.topology.value}")
     summary = res.summary.to_dict()
     if json_out:
         print_json({
@@ -84,6 +93,7 @@ def simulate(
             "latency": sim.latency.name,
             "predictor": pred.name if pred else None,
             "topology": sim.topology.value,
+            "topology_from": "--topology" if topology is not None else "trace manifest",
             "seed": seed,
             **summary,
         })
@@ -93,8 +103,9 @@ def simulate(
                else "MAT excludes the bonus token")
     params_text = ", ".join(f"{k}={v}" for k, v in res.params.items() if k != "policy")
     console.print(f"trace: {trace_label(tr)}")
-    console.print(f"latency: {sim.latency.name}; topology: {sim.topology.value}")
-    console.print(metrics_table(f"{policy} ({params_text})" if params_text else policy,
+    console.print(f"latency: {sim.latency.name}; topology: {topology_label(sim.topology, topology)}")
+    title = f"{policy} ({params_text})" if params_text else policy
+    console.print(metrics_table(f"{title} — {topology_label(sim.topology, topology)}",
                                 {k: summary[k] for k in SUMMARY_KEYS}, caption))
     if summary.get("corun_latency", "measured") != "measured" and res.summary.parallel_rounds:
         console.print("[yellow]note:[/] one-device topology without co-running latency samples: parallel rounds "

@@ -9,15 +9,17 @@ from typing import Annotated, Optional
 
 import pandas as pd
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from simlab.cli.app import EXIT_INTERRUPTED, app
-from simlab.cli.output import console, fmt, frame_path, write_frame
-from simlab.cli.simulate import load_inputs, trace_label
+from simlab.cli.output import Force, console, fmt, frame_output
+from simlab.cli.simulate import TopologyOption, load_inputs, topology_label, trace_label
 from simlab.sim.devices import Topology
+from simlab.table_file import write_frame
 
 # Columns of the printed table and their headers (every metric goes to --out).
-SHOWN = {"speedup": "speedup", "cost": "cost", "mat": "MAT", "mean_accept_len": "accept len",
+SHOWN = {"speedup": "speedup", "cost": "cost", "mat": "MAT", "mean_acceptance_length": "accept len",
          "target_calls": "target calls"}
 PARETO_MARK = "★"
 
@@ -31,17 +33,18 @@ class Executor(str, enum.Enum):
 def sweep(
     policy: Annotated[list[str], typer.Option("--policy", help="NAME[:KEY=VALUES,...]; VALUES is a value, a list a,b,c, "
                                               "a range 1..12 or 0.5..0.95:0.05. Repeatable.")] = [],
-    grid: Annotated[Optional[Path], typer.Option("--grid", help="TOML grid file with [[policy]] tables.")] = None,
-    trace: Annotated[Optional[Path], typer.Option("--trace", help="Trace directory. [default: the shipped trace]")] = None,
-    latency: Annotated[Optional[Path], typer.Option("--latency", help="Latency profile JSON. [default: the trace's own samples]")] = None,
-    topology: Annotated[Topology, typer.Option("--topology", help="Where the two models run.")] = Topology.TWO_DEVICES,
+    grid: Annotated[Optional[Path], typer.Option("--grid", help=escape("TOML grid file with [[policy]] tables."))] = None,
+    trace: Annotated[Optional[Path], typer.Option("--trace", help="Trace directory.", show_default="the shipped trace")] = None,
+    latency: Annotated[Optional[Path], typer.Option("--latency", help="Latency profile JSON.", show_default="the trace's own samples")] = None,
+    topology: TopologyOption = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed for stochastic replay (temperature > 0 traces).")] = 0,
     out: Annotated[Optional[Path], typer.Option("--out", help="Write every metric of every configuration (.parquet or .csv).")] = None,
-    workers: Annotated[Optional[int], typer.Option("--workers", help="Parallel workers (1: no pool). [default: all cores]")] = None,
+    workers: Annotated[Optional[int], typer.Option("--workers", help="Parallel workers (1: no pool).", show_default="all cores")] = None,
     executor: Annotated[Executor, typer.Option("--executor", help="local: a process pool; ray: Ray tasks.")] = Executor.LOCAL,
-    ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="Ray cluster to use. [default: $RAY_ADDRESS, else a local instance]")] = None,
-    cache: Annotated[Optional[Path], typer.Option("--cache", help="Directory of cached results. [default: $SIMLAB_CACHE/sweeps]")] = None,
+    ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="Ray cluster to use.", show_default="$RAY_ADDRESS, else a local instance")] = None,
+    cache: Annotated[Optional[Path], typer.Option("--cache", help="Directory of cached results.", show_default="$SIMLAB_CACHE/sweeps")] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write cached results.")] = False,
+    force: Force = False,
 ) -> None:
     """Simulate every combination of policies and parameters; mark the speed-vs-cost Pareto front.
 
@@ -50,10 +53,10 @@ def sweep(
     """
     from simlab.sweep import SweepInterrupted, combine, run_sweep
 
+    if out is not None:
+        frame_output(out, force)  # a bad path fails now, not after the sweep
     grids = combine(policy, grid)
     tr, lat = load_inputs(trace, latency)
-    if out is not None:
-        frame_path(out)  # a bad name fails now, not after the sweep
     try:
         res = run_sweep(tr, grids, latency=lat, seed=seed, topology=topology, workers=workers,
                         executor=executor.value, ray_address=ray_address, cache=False if no_cache else (cache or True))
@@ -62,8 +65,9 @@ def sweep(
         sys.exit(EXIT_INTERRUPTED)
     table = res.table
     console.print(f"trace: {trace_label(tr)}")
-    console.print(f"latency: {table['latency'].iat[0]}; topology: {topology.value}; seed: {seed}")
-    console.print(results_table(table))
+    shown = topology_label(Topology(table["topology"].iat[0]), topology)
+    console.print(f"latency: {table['latency'].iat[0]}; topology: {shown}; seed: {seed}")
+    console.print(results_table(table, shown))
     console.print(f"{len(table)} configurations: {res.cached} from the cache, {res.computed} simulated; "
                   f"{res.seconds:.1f} s with {res.workers} {executor.value} worker{'s' * (res.workers != 1)}"
                   + (f"; cached in {res.store}" if res.store else ""))
@@ -71,11 +75,11 @@ def sweep(
         console.print(f"wrote {write_frame(table, out)}")
 
 
-def results_table(table: pd.DataFrame) -> Table:
+def results_table(table: pd.DataFrame, topology: str) -> Table:
     gamma = table["reference_gamma"].iat[0]
-    view = Table(caption=f"{PARETO_MARK} Pareto-optimal: nothing else is faster at no more cost, or cheaper at no "
-                         f"less speed. cost: target calls / sd at its best γ={gamma}; MAT excludes the bonus token, "
-                         "mean accept len includes it",
+    view = Table(title=f"sweep — topology {topology}", caption=f"{PARETO_MARK} Pareto-optimal: nothing else is faster at no more cost, or cheaper at no "
+                         f"less speed. cost: target calls / sd at its best γ={gamma}; MAT: accepted drafts per target "
+                         "call; accept len: vLLM's mean acceptance length, 1 + accepted / drafts",
                  header_style="bold")
     view.add_column(PARETO_MARK)
     view.add_column("policy", no_wrap=True)

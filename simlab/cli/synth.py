@@ -9,8 +9,10 @@ from typing import Annotated, Optional
 
 import typer
 
+from simlab.atomic import check_output
 from simlab.cli.app import app
 from simlab.cli.output import console
+from simlab.trace.schema import MANIFEST
 from simlab.trace.synth import SynthSpec
 
 
@@ -33,11 +35,14 @@ def synth(
     rollout: Annotated[int, typer.Option("--rollout", help="Rollout steps after each divergence.")] = 16,
     seed: Annotated[int, typer.Option("--seed", help="Random seed.")] = 0,
     latency_profile: Annotated[Optional[Path], typer.Option("--latency-profile", help="Take the latencies from this profile (fitted or roofline, e.g. calibrate/roofline/*.json) instead of --c/--target-step/--verify-slope.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace a trace already in --out.")] = False,
 ) -> None:
     """Write a synthetic trace: i.i.d., bursty (markov) or histogram-driven (table) acceptance."""
+    from simlab.latency.retime import with_latency
     from simlab.trace.io import write_trace
-    from simlab.trace.synth import synth_trace, with_latency
+    from simlab.trace.synth import synth_trace
 
+    check_output(out, "--out", force=force, directory=True, owned=MANIFEST)
     spec = SynthSpec(kind=kind, alpha=alpha, c=c, prompts=prompts, tokens=tokens, verify_slope=verify_slope,
                      target_step=target_step, prompt_len=prompt_len, concentration=concentration,
                      alpha_bad=alpha_bad, p_good_to_bad=p_good_to_bad, p_bad_to_good=p_bad_to_good,

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from simlab.errors import SimlabError
 from simlab.latency.model import LatencyModel
-from simlab.trace.schema import NO_LAYER
+from simlab.trace.schema import MAX_FORWARD_SECONDS, NO_LAYER
 
 
 class LatencyGrid:
@@ -27,23 +28,30 @@ class LatencyGrid:
         self._rows: dict[bool, dict[int, list[float]]] = {}
         self._draft_cum: dict[tuple[int, bool], list[float]] = {}
 
-    def _column(self, fn) -> np.ndarray:
+    def _column(self, fn, what: str) -> np.ndarray:
         """``fn`` over every context length: one call on the array if the model takes arrays
-        (the table model does), else one call per context length."""
+        (the table model does), else one call per context length. A duration no device could
+        take (a profile with a negative coefficient, a corrupt one) is the user's input to fix,
+        so it is refused here, once, rather than met by the executor as time running backwards."""
         try:
             out = np.asarray(fn(self._ctx), dtype=float)
-            if out.shape == self._ctx.shape:
-                return out
         except (TypeError, ValueError):
-            pass
-        return np.fromiter((fn(int(c)) for c in self._ctx), dtype=float, count=len(self._ctx))
+            out = None
+        if out is None or out.shape != self._ctx.shape:
+            out = np.fromiter((fn(int(c)) for c in self._ctx), dtype=float, count=len(self._ctx))
+        bad = ~(np.isfinite(out) & (out > 0) & (out <= MAX_FORWARD_SECONDS))
+        if bad.any():
+            c = int(np.flatnonzero(bad)[0])
+            raise SimlabError(f"latency model {self.name!r} gives {out[c]:g} s for {what} at context {c}; a duration "
+                              f"must be positive and at most {MAX_FORWARD_SECONDS:g} s (check the profile's coefficients)")
+        return out
 
     def target_row(self, k: int, corun: bool = False) -> list[float]:
         """Seconds of a k-token target forward, indexed by context length."""
         rows = self.target_rows(corun)
         row = rows.get(k)
         if row is None:
-            row = self._column(lambda c: self.model.target_forward(k, c, corun)).tolist()
+            row = self._column(lambda c: self.model.target_forward(k, c, corun), f"a {k}-token target forward").tolist()
             rows[k] = row
         return row
 
@@ -59,7 +67,7 @@ class LatencyGrid:
         key = (layer, corun)
         cum = self._draft_cum.get(key)
         if cum is None:
-            steps = self._column(lambda c: self.model.draft_step(c, layer, corun))
+            steps = self._column(lambda c: self.model.draft_step(c, layer, corun), "a draft step")
             cum = np.concatenate([[0.0], np.cumsum(steps)]).tolist()
             self._draft_cum[key] = cum
         return cum

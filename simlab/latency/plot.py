@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from simlab.atomic import replace_file
 from simlab.errors import SimlabError
 from simlab.latency.fitted import FittedLatency, series_of, size_of
 
@@ -64,7 +65,7 @@ def plot_fit(model: FittedLatency, samples: pd.DataFrame, path: str | Path) -> P
         ax.grid(alpha=0.3)
     fig.suptitle(f"{model.name}: samples (dots), medians (circles), fit (lines)", fontsize=10)
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    try:
+        return replace_file(out, lambda tmp: fig.savefig(tmp, dpi=120))
+    finally:
+        plt.close(fig)

@@ -27,6 +27,7 @@ synchronize) and logged with its device, so measured and simulated timelines can
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -35,7 +36,7 @@ from dataclasses import dataclass, field
 import torch
 
 from simlab.errors import SimlabError
-from simlab.metrics import Counts
+from simlab.metrics import Counts, PositionStats
 from simlab.policies.base import Policy, PromptInfo
 from simlab.rounds import DraftRun, DraftToken, ParallelResult, ParallelRound, Shadow, Verify, decode
 from simlab.signals import ShadowTokens, TokenSignal
@@ -62,6 +63,7 @@ class LiveRun:
     counts: Counts
     forwards: list[Forward] = field(default_factory=list)
     rounds: list[dict] = field(default_factory=list)
+    positions: PositionStats = field(default_factory=PositionStats)  # tallied as the simulator does
 
 
 def crop_to(cache, length: int) -> None:
@@ -71,11 +73,12 @@ def crop_to(cache, length: int) -> None:
         cache.crop(-remove)
 
 
-def signal_of(logits: torch.Tensor, index: int) -> TokenSignal:
-    """Confidence (top-1 probability, SPIDE eq. 2) and entropy (nats) of raw-softmax logits."""
+def signal_of(logits: torch.Tensor, index: int, end: bool = False) -> TokenSignal:
+    """Confidence (top-1 probability, SPIDE eq. 2) and entropy (nats) of raw-softmax logits;
+    ``end``: the drafted token is an end token."""
     logp = torch.log_softmax(logits.float(), dim=-1)
     p = logp.exp()
-    return TokenSignal(index, float(p.max()), float(-(p * logp).sum()))
+    return TokenSignal(index, float(p.max()), float(-(p * logp).sum()), math.nan, end)
 
 
 class _Model:
@@ -230,7 +233,7 @@ class LiveExecutor:
         token = self._pick(q)
         state.drafts.append(token)
         state.q.append(q)
-        return LazySignal(logits, index)
+        return LazySignal(logits, index, token in self.eos)
 
     def _settle(self, state: "_PromptState", info: PromptInfo, c: int, emitted: list[int], accepted: int) -> int:
         """Commit ``emitted`` from position c; stop at the end — an end token or the budget's last
@@ -291,6 +294,8 @@ class LiveExecutor:
         state.drafts, state.q = [], []
         run.counts.target_calls += 1
         run.counts.accepted += accepted
+        run.counts.num_drafts += k > 0
+        run.positions.add(accepted + 1 if accepted < k else k, accepted)
         run.rounds.append({"mode": "serial", "start": c, "drafted": k, "accepted": accepted})
         return accepted
 
@@ -346,6 +351,8 @@ class LiveExecutor:
         run.counts.target_calls += 1
         run.counts.accepted += accepted + first_new
         run.counts.parallel_rounds += 1
+        run.counts.num_drafts += 1  # the first new draft, at least, was checked
+        run.positions.add(accepted + 1 if accepted < m else m + 1, accepted + first_new)
         run.rounds.append({"mode": "parallel", "start": c, "drafted": s, "accepted": accepted + first_new})
         return ParallelResult(accepted, first_new, new)
 
@@ -357,15 +364,15 @@ class LazySignal:
     """A drafted token's logits; its :class:`TokenSignal` (a softmax over the vocabulary) is
     computed on first use."""
 
-    __slots__ = ("logits", "index", "_signal")
+    __slots__ = ("logits", "index", "end", "_signal")
 
-    def __init__(self, logits: torch.Tensor, index: int):
-        self.logits, self.index, self._signal = logits, index, None
+    def __init__(self, logits: torch.Tensor, index: int, end: bool = False):
+        self.logits, self.index, self.end, self._signal = logits, index, end, None
 
     @property
     def signal(self) -> TokenSignal:
         if self._signal is None:
-            self._signal = signal_of(self.logits, self.index)
+            self._signal = signal_of(self.logits, self.index, self.end)
             self.logits = None
         return self._signal
 

@@ -12,10 +12,14 @@ from typing import Any, Callable
 import pandas as pd
 from rich.table import Table
 
-from simlab.cli.output import write_frame
-from simlab.live.session import Comparison, LiveSession, PromptOutcome
+from simlab.live.decoding import PromptOutcome
+from simlab.live.prediction import Comparison
+from simlab.live.session import LiveSession
+from simlab.metrics import PositionStats, Summary, total
+from simlab.paths import portable_path
 from simlab.sim.devices import Slice
 from simlab.sim.timeline import write_chrome_trace
+from simlab.table_file import write_frame
 
 
 def _forward_slices(run) -> list[Slice]:
@@ -39,7 +43,7 @@ class LiveReport:
         if s.cfg.compare:
             s.load_trace()
             self.say(f"comparison trace: {s.trace.path} ({len(s.trace.prompts)} of its prompts)")
-        self.say(f"loading {s.draft_name()} and {s.cfg.target} on {s.target_device} ({s.dtype})")
+        self.say(f"loading {s.setup.draft_name()} and {s.cfg.target} on {s.setup.target_device} ({s.setup.dtype})")
         s.load_models()
         started = time.perf_counter()
         try:
@@ -94,15 +98,10 @@ class LiveReport:
     def _write_sim_timelines(self) -> None:
         if self.log_dir is None or self.comparison is None:
             return
-        from simlab.sim.run import Simulator
-
         s = self.session
-        sim = Simulator(s.trace, seed=s.cfg.seed, topology=s.topology)
         for outcome in self.outcomes:
-            pid = int(s.trace.prompts.set_index("source").loc[outcome.source, "prompt_id"])
-            res = sim.run(s.cfg.policy, s.cfg.params, timeline_prompt=pid, with_cost=False)
-            write_chrome_trace(res.timeline, self.log_dir / f"sim-{outcome.prompt_id}.json",
-                               title=f"simulated {s.cfg.policy}, prompt {outcome.prompt_id}")
+            write_chrome_trace(s.prediction.timeline(outcome.source), self.log_dir / f"sim-{outcome.prompt_id}.json",
+                               title=f"simulated {s.cfg.policy}, prompt {outcome.prompt_id}, {s.topology.value}")
 
     def table(self) -> pd.DataFrame:
         if self.comparison is not None:
@@ -122,8 +121,8 @@ class LiveReport:
     def summary(self) -> dict[str, Any]:
         s = self.session
         df = self.table()
-        out: dict[str, Any] = {"policy": s.cfg.policy, "params": s.cfg.params, "draft": s.draft_name(),
-                               "target": s.cfg.target, "hardware": s.hardware, "prompts": len(self.outcomes),
+        out: dict[str, Any] = {"policy": s.cfg.policy, "params": s.cfg.params, "draft": s.setup.draft_name(),
+                               "target": s.cfg.target, "hardware": s.setup.hardware, "prompts": len(self.outcomes),
                                "interrupted": self.interrupted}
         if df.empty:
             return out
@@ -135,7 +134,7 @@ class LiveReport:
         if "predicted_wall_time_s" in df:
             pw, pad = df["predicted_wall_time_s"].sum(), df["predicted_ad_wall_time_s"].sum()
             ptok = df["predicted_tokens"].sum()
-            out.update(trace=str(self.comparison.trace_path), topology=s.topology.value,
+            out.update(trace=portable_path(self.comparison.trace_path), topology=s.topology.value,
                        predicted_tokens_per_s=ptok / pw,
                        predicted_speedup=pad / pw, predicted_target_calls=int(df["predicted_target_calls"].sum()),
                        median_abs_error_speedup=float(df["error_speedup"].abs().median()),
@@ -143,6 +142,7 @@ class LiveReport:
                        target_calls_equal=int((df["measured_target_calls"] == df["predicted_target_calls"]).sum()),
                        tokens_equal=int((df["measured_tokens"] == df["predicted_tokens"]).sum()))
             out["error_speedup"] = out["predicted_speedup"] / out["measured_speedup"] - 1
+        out.update(self._drafts())
         if self.hf_rows:
             hf = pd.DataFrame(self.hf_rows)
             out.update(hf_gamma=int(hf["hf_gamma"].iloc[0]),
@@ -151,6 +151,25 @@ class LiveReport:
                        simlab_tokens_per_s_incl_prefill=sum(len(o.policy.tokens) for o in self.outcomes)
                        / hf["simlab_seconds"].sum(),
                        simlab_vs_hf=(hf["hf_seconds"].sum() / hf["simlab_seconds"].sum()))
+        return out
+
+    def _drafts(self) -> dict[str, Any]:
+        """vLLM's counters over the finished prompts: measured, and predicted where simulated."""
+        runs = [o.policy for o in self.outcomes]
+        positions = PositionStats()
+        for run in runs:
+            positions += run.positions
+        m = Summary.from_counts(total(r.counts for r in runs), positions=positions)
+        out = {"measured_num_drafts": m.num_drafts, "measured_mean_acceptance_length": m.mean_acceptance_length,
+               "measured_acceptance_per_position": m.acceptance_per_position}
+        simulated = self.comparison.simulated if self.comparison is not None else None
+        if simulated is not None:
+            pid_of = dict(zip(self.session.trace.prompts["source"], self.session.trace.prompts["prompt_id"]))
+            pids = {pid_of[o.source] for o in self.outcomes if o.source in pid_of}
+            rows = simulated.per_prompt[simulated.per_prompt["prompt_id"].isin(pids)]
+            drafts = int(rows["num_drafts"].sum())
+            out.update(predicted_num_drafts=drafts,
+                       predicted_mean_acceptance_length=1 + rows["accepted"].sum() / drafts if drafts else math.nan)
         return out
 
     def print(self, console) -> None:
@@ -183,6 +202,10 @@ class LiveReport:
             lines.append(f"target calls equal on {summ['target_calls_equal']}/{summ['prompts']} prompts "
                          f"(measured {summ['measured_target_calls']}, predicted {summ['predicted_target_calls']}); "
                          f"trace {summ['trace']}")
+        lines.append(f"drafts (vLLM): {summ['measured_num_drafts']}, mean acceptance length "
+                     f"{summ['measured_mean_acceptance_length']:.3f}"
+                     + (f"; predicted {summ['predicted_num_drafts']}, {summ['predicted_mean_acceptance_length']:.3f}"
+                        if "predicted_num_drafts" in summ else ""))
         if "hf_tokens_per_s" in summ:
             lines.append(f"HF assisted generation (γ={summ['hf_gamma']}, prefill included): "
                          f"{summ['hf_tokens_per_s']:.2f} tok/s, {summ['hf_target_calls']} target calls; simlab "

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
+from simlab.atomic import check_output, replace_file
 from simlab.errors import SimlabError
 
 FORMATS = (".png", ".svg", ".pdf")
@@ -23,6 +24,5 @@ def save(fig: Figure, path: str | Path) -> Path:
     out = Path(path)
     if out.suffix.lower() not in FORMATS:
         raise SimlabError(f"plot file must end in {', '.join(FORMATS)}; got {out.name!r}")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=DPI, bbox_inches="tight")
-    return out
+    check_output(out, "plot file", force=True)
+    return replace_file(out, lambda tmp: fig.savefig(tmp, dpi=DPI, bbox_inches="tight"))

@@ -7,35 +7,50 @@ is relative to (SPIDE §4.1). Its speed and cost parity are drawn as a dashed re
 black line, as in SPIDE Figure 6, so the quadrant above and left of them holds what is both
 faster and cheaper than the best vanilla SD. Each series has its own colour and marker (a sweep
 of every policy has more series than a colour cycle), the legend sits outside the axes, and each
-Pareto-optimal point is named by its policy and the value of the parameter that policy sweeps.
+Pareto-optimal point is named by its policy and the value of the parameter that policy sweeps,
+and every other sd point by its γ; labels are placed so that none overlaps another
+(:mod:`simlab.plots.labels`).
+The oracle is labelled as what it is: the fastest *serial* schedule, which parallel policies
+(PEARL, SPIDE) can beat, so it bounds serial policies only. The title names the topology.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
+from simlab.errors import SimlabError
 from simlab.frontier import pareto_front
-from simlab.plots.table import require, series_of, trace_name
+from simlab.plots.labels import place_labels
+from simlab.plots.table import require, series_of, setup_name
 
 REFERENCE_STYLE = {"color": "tab:red", "linestyle": "--", "linewidth": 1}
 PARITY_STYLE = {"color": "black", "linestyle": "-", "linewidth": 0.8}
 FRONT_LABEL = "Pareto front"
 MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+SERIES_LABELS = {"oracle": "oracle (serial-schedule bound)"}  # what a series is, where its name does not say
 COLORS = colormaps["tab20"]  # its 10 dark colours (tab10's) first, then the 10 light ones
+SYMBOLS = {"gamma": "γ", "tau": "τ"}  # parameters named as the papers write them
 
 
 def frontier_figure(table: pd.DataFrame, title: str | None = None) -> Figure:
     require(table, ("policy", "label", "speedup", "cost", "reference_gamma", "reference_speedup"), "a sweep table")
+    finite = np.isfinite(pd.to_numeric(table["speedup"], errors="coerce")) & np.isfinite(
+        pd.to_numeric(table["cost"], errors="coerce"))
+    if not finite.any():
+        raise SimlabError("the sweep table has no configuration with a finite speedup and cost; nothing to plot")
     fig = Figure(figsize=(9.5, 5.5))
     ax = fig.add_subplot()
-    names = {}  # row index -> name of the point on the front
+    names = {}  # row index -> how the point is named if it is labelled
     for i, (name, rows, param) in enumerate(series_of(table)):
-        label = f"{name} ({param} {_span(rows[param])})" if param else name
+        shown = SERIES_LABELS.get(name, name)
+        symbol = SYMBOLS.get(param, param)
+        label = f"{shown} ({symbol} {_span(rows[param])})" if param else shown
         ax.plot(rows["cost"], rows["speedup"], linestyle="-" if param else "none", marker=MARKERS[i % len(MARKERS)],
                 color=COLORS(2 * i % 20 + i // 10 % 2), markersize=5, label=label)
-        names.update({idx: f"{name} {param}={value:g}" if param else name for idx, value in
+        names.update({idx: f"{name} {symbol}={value:g}" if param else name for idx, value in
                       zip(rows.index, rows[param] if param else rows["policy"])})
     front = pareto_front(table)
     # The staircase runs on to the costliest configuration: beyond its last point the front's
@@ -45,9 +60,6 @@ def frontier_figure(table: pd.DataFrame, title: str | None = None) -> Figure:
     ax.step(xs, ys, where="post", color="black", linestyle=":", linewidth=1.5, label=FRONT_LABEL)
     ax.plot(front["cost"], front["speedup"], "o", markersize=10, markerfacecolor="none", markeredgecolor="black",
             label="Pareto-optimal")
-    for idx, row in front.iterrows():
-        ax.annotate(names[idx], (row["cost"], row["speedup"]), xytext=(7, -3), textcoords="offset points",
-                    fontsize=7, va="top")
     gamma, speed = int(table["reference_gamma"].iat[0]), float(table["reference_speedup"].iat[0])
     ax.axhline(speed, **REFERENCE_STYLE)
     ax.axvline(1.0, **PARITY_STYLE)
@@ -55,10 +67,15 @@ def frontier_figure(table: pd.DataFrame, title: str | None = None) -> Figure:
             label=f"sd at its best γ={gamma}")
     ax.set_xlabel("cost (target calls / sd at its best γ)")
     ax.set_ylabel("speedup over autoregressive decoding")
-    ax.set_title(title or f"Speed vs cost: {trace_name(table)}")
+    ax.set_title(title or f"Speed vs cost: {setup_name(table)}")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
+    # Labels last, on the final layout: every Pareto-optimal point by name, every sd point by its γ.
+    sd = table.index[(table["policy"] == "sd") & table["gamma"].notna()] if "gamma" in table.columns else []
+    labelled = [(idx, names[idx]) for idx in front.index]
+    labelled += [(idx, f"γ={table.at[idx, 'gamma']:g}") for idx in sd if idx not in front.index]
+    place_labels(ax, [(table.at[idx, "cost"], table.at[idx, "speedup"], text) for idx, text in labelled])
     return fig
 
 

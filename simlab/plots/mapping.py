@@ -1,7 +1,8 @@
 """Confidence against acceptance, per SPIDE confidence bin (SPIDE Figure 3).
 
 Left: the acceptance rate of the draft tokens in each of SPIDE's 20 confidence bins, beside
-the bin's own confidence (a perfectly calibrated draft would match it). Right: the share of
+the bin's own confidence (a perfectly calibrated draft would match it), with the bin's token
+count above its bar. Right: the share of
 draft tokens in each bin. Input is a mapping table (:mod:`simlab.mapping`), measured on a
 trace with :func:`trace_mapping` or read from ``calibrate/mapping/*.csv``.
 """
@@ -38,10 +39,12 @@ def mapping_figure(table: pd.DataFrame, title: str = "Draft confidence and accep
     x = np.arange(len(table))
     fig = Figure(figsize=(12, 4.5))
     acc_ax, share_ax = fig.subplots(1, 2)
-    acc_ax.bar(x, rate, color="tab:blue", label="acceptance rate")
+    bars = acc_ax.bar(x, rate, color="tab:blue", label="acceptance rate")
+    # each bin's token count, so a rate from a handful of tokens is not read as one from thousands
+    acc_ax.bar_label(bars, labels=[f"n={int(c):,}" for c in count], rotation=90, padding=2, fontsize=6)
     centre = (table["conf_low"] + table["conf_high"]).to_numpy(float) / 2
     acc_ax.plot(x, centre, "_", color="black", markersize=12, markeredgewidth=2, label="bin confidence")
-    acc_ax.set_ylim(0, 1.05)
+    acc_ax.set_ylim(0, 1.3)  # room for the counts above full bars
     acc_ax.set_ylabel("acceptance rate")
     acc_ax.set_title("Acceptance rate per confidence bin")
     acc_ax.legend(fontsize=8, loc="upper left")

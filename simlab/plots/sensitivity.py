@@ -15,8 +15,8 @@ from matplotlib.figure import Figure
 
 from simlab.errors import SimlabError
 from simlab.plots.frontier import PARITY_STYLE, REFERENCE_STYLE
-from simlab.plots.table import require, trace_name
-from simlab.sweep.runner import param_columns, varying
+from simlab.plots.table import require, setup_name
+from simlab.result_table import param_columns, varying
 
 SPEED_COLOR, COST_COLOR = "tab:blue", "tab:orange"
 
@@ -61,7 +61,7 @@ def sensitivity_figure(table: pd.DataFrame, param: str = "tau", policy: str | No
     speed_ax.set_xlabel(param)
     speed_ax.set_ylabel("speedup over autoregressive decoding", color=SPEED_COLOR)
     cost_ax.set_ylabel("cost (target calls / sd at its best γ)", color=COST_COLOR)
-    speed_ax.set_title(title or f"{policy}: speed and cost against {param} ({trace_name(table)})")
+    speed_ax.set_title(title or f"{policy}: speed and cost against {param} ({setup_name(table)})")
     speed_ax.grid(True, alpha=0.3)
     handles = speed_ax.get_legend_handles_labels()
     more = cost_ax.get_legend_handles_labels()

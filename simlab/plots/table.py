@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from simlab.errors import SimlabError
-from simlab.sweep.runner import varying
+from simlab.result_table import varying
 
 
 def require(table: pd.DataFrame, columns: Iterable[str], what: str) -> None:
@@ -32,6 +32,7 @@ def series_of(table: pd.DataFrame) -> Iterator[tuple[str, pd.DataFrame, str | No
             yield name, rows, None
 
 
-def trace_name(table: pd.DataFrame) -> str:
-    """The trace's directory name, as the sweep recorded it."""
-    return Path(str(table["trace"].iat[0])).name if "trace" in table.columns else "sweep"
+def setup_name(table: pd.DataFrame) -> str:
+    """The trace's directory name and the simulated topology, as the sweep recorded them."""
+    name = Path(str(table["trace"].iat[0])).name if "trace" in table.columns else "sweep"
+    return f"{name}, {table['topology'].iat[0]}" if "topology" in table.columns else name

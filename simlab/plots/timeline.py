@@ -3,8 +3,9 @@
 Input is the Chrome trace JSON that ``simlab simulate --timeline`` writes (and that live
 decoding writes in the same format), read with :func:`simlab.sim.timeline.read_chrome_trace`.
 Bars are coloured by what the forward did — the slice name without its ``xN`` token count:
-``draft``, ``verify``, ``draft (parallel)``, ``verify (parallel)`` — so serial
-draft-then-verify stretches and parallel overlap are visible at a glance.
+``draft``, ``verify``, ``draft (parallel)``, ``verify (parallel)`` — each in its colour of
+:data:`KIND_COLORS` in every timeline, so serial draft-then-verify stretches and parallel overlap
+are visible at a glance and a simulated and a live timeline compare colour for colour.
 """
 
 from __future__ import annotations
@@ -19,6 +20,16 @@ from simlab.sim.timeline import DEVICES
 
 COUNT_SUFFIX = re.compile(r"\s+x\d+$")
 ROW_HEIGHT = 0.6
+# One colour per kind of forward, the same in every timeline (simulated or live), so that two
+# figures side by side read alike: draft work in greens, verification in blues, parallel darker.
+KIND_COLORS = {
+    "draft": "#74c476",
+    "draft (parallel)": "#238b45",
+    "verify": "#6baed6",
+    "verify (parallel)": "#2171b5",
+    "prefill": "#969696",
+}
+OTHER_COLOR = "#fd8d3c"  # a kind not listed above (none today)
 
 
 def kind_of(name: str) -> str:
@@ -35,15 +46,16 @@ def timeline_figure(slices: list[Slice], title: str = "timeline", start: float |
     if not shown:
         raise SimlabError("the timeline has no slices" + (f" between {start} s and {end} s" if slices else ""))
     devices = sorted({s.device for s in shown}, key=lambda d: (DEVICES.index(d) if d in DEVICES else len(DEVICES), d))
-    kinds = list(dict.fromkeys(kind_of(s.name) for s in sorted(shown, key=lambda s: s.start)))
+    kinds = sorted({kind_of(s.name) for s in shown}, key=lambda k: (list(KIND_COLORS).index(k)
+                                                                     if k in KIND_COLORS else len(KIND_COLORS), k))
     fig = Figure(figsize=(11, 1.2 + 0.9 * len(devices)))
     ax = fig.add_subplot()
-    for i, kind in enumerate(kinds):
+    for kind in kinds:
         for row, device in enumerate(devices):
             bars = [(1e3 * s.start, 1e3 * (s.end - s.start)) for s in shown
                     if s.device == device and kind_of(s.name) == kind]
             if bars:
-                ax.broken_barh(bars, (row - ROW_HEIGHT / 2, ROW_HEIGHT), facecolor=f"C{i}", edgecolor="white",
+                ax.broken_barh(bars, (row - ROW_HEIGHT / 2, ROW_HEIGHT), facecolor=KIND_COLORS.get(kind, OTHER_COLOR), edgecolor="white",
                                linewidth=0.5, label=kind)
     handles, labels = ax.get_legend_handles_labels()
     unique = dict(zip(labels, handles))

@@ -33,7 +33,7 @@ from simlab.policies.specdecpp import SpecDecPP
 from simlab.policies.spide import Spide, SpideNoDynaDraft, SpideNoParaVerify
 
 # Order of `simlab policies`: baselines, then the serial adaptive rules, the parallel methods,
-# self-speculative drafting, and the upper bound.
+# self-speculative drafting, and the serial-schedule bound.
 REGISTRY: dict[str, type[Policy]] = {cls.name: cls for cls in (
     Autoregressive, VanillaSD, HfHeuristic, HfConfidence, Svip, AdaEdl, DraftVerify, SpecDecPP,
     AcceptanceGuided, Pacer, Pearl, Spide, SpideNoDynaDraft, SpideNoParaVerify, LayerSkip, Del, LlamaCpp, Oracle,

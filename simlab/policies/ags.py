@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from simlab.policies.base import Param, RoundState, check_probability
+from simlab.policies.base import COUNT, PROBABILITY, Param, RoundState
 from simlab.policies.stop import PredictedStop
 from simlab.policies.timing import draft_time, latency_of
 from simlab.signals import TokenSignal
@@ -20,7 +20,8 @@ class AcceptanceGuided(PredictedStop):
 
     with T_d(k) the time of the k drafts, T_v the time to verify them now (a (k+1)-token target
     forward) and T_r the extra cost of a rejection, all at the round's context length from the
-    latency model; ``h`` fixes the threshold instead. P̂_acc comes from the acceptance head
+    latency model; ``rejection_threshold`` fixes h instead (it was called ``h`` before; SVIP's
+    entropy threshold was too). P̂_acc comes from the acceptance head
     (``context.predictor``) or, untrained, the draft's confidence.
     """
 
@@ -28,8 +29,9 @@ class AcceptanceGuided(PredictedStop):
     summary = "acceptance-guided adaptive SD: stop when P_rej = 1 − ΠP̂_acc ≥ h = (T_v − T_d(k))/T_r"
     paper = "Sun et al., acceptance-guided adaptive SD, §2.2 eqs. 6-7, §2.3 eqs. 11-12"
     params = (
-        Param("h", None, "fixed threshold on P_rej (none: eq. 12 from the latency model)"),
-        Param("max_draft", 6, "K_max, the upper bound on the draft length (paper: 5, 6 or 7)"),
+        Param("rejection_threshold", None, "h, a fixed threshold on P_rej (none: eq. 12 from the latency model)",
+              PROBABILITY),
+        Param("max_draft", 6, "K_max, the upper bound on the draft length (paper: 5, 6 or 7)", COUNT),
     )
     choices = ("T_r = T_v: a rejection costs one more verification of the same size (resampling is free in "
                "the simulator's time model), so h = 1 − T_d(k)/T_v(k+1); k counts the drafts so far; "
@@ -37,9 +39,7 @@ class AcceptanceGuided(PredictedStop):
 
     def __init__(self, context, **values: Any):
         super().__init__(context, **values)
-        if self.h is not None:
-            self.h = check_probability("h", self.h)
-        else:
+        if self.rejection_threshold is None:
             self._latency = latency_of(context, self.name)
         self._context_len = context.context_len
         self._survive = 1.0
@@ -49,9 +49,9 @@ class AcceptanceGuided(PredictedStop):
         self._survive = 1.0
 
     def threshold(self, k: int, context_len: int) -> float:
-        """h of eq. 12 for a candidate set of k drafts (or the fixed ``h``)."""
-        if self.h is not None:
-            return self.h
+        """h of eq. 12 for a candidate set of k drafts (or the fixed ``rejection_threshold``)."""
+        if self.rejection_threshold is not None:
+            return self.rejection_threshold
         t_v = self._latency.target_forward(k + 1, context_len)
         t_d = draft_time(self._latency, context_len, k)
         t_r = t_v

@@ -93,12 +93,33 @@ class Outcome(NamedTuple):
 
 
 @dataclass(frozen=True)
+class Kind:
+    """A parameter's type and range: how a command line parses it and how :class:`Policy`
+    checks it (once, for every policy, when the policy is built)."""
+
+    type: type
+    range: str  # as help text shows it
+    check: Callable[[str, Any], Any]  # (name, value) -> the value, or SimlabError
+
+
+@dataclass(frozen=True)
 class Param:
-    """A policy parameter as ``simlab policies`` lists it."""
+    """A policy parameter, declared once: ``simlab policies``, the flags of ``simulate`` and
+    ``live``, sweep grids and validation all read it.
+
+    A default of None means "derived" (from the latency model or the trace) and None is then
+    accepted as a value. ``aliases`` are other names the parameter answers to, e.g. Hugging
+    Face's ``num_assistant_tokens`` for γ.
+    """
 
     name: str
     default: Any
     help: str
+    kind: Kind
+    aliases: tuple[str, ...] = ()
+
+    def check(self, value: Any) -> Any:
+        return None if value is None and self.default is None else self.kind.check(self.name, value)
 
 
 @dataclass
@@ -109,7 +130,7 @@ class PromptInfo:
     capped by it. ``n_tokens`` is where the prompt ends: a trace knows it (the EOS or the
     budget); the live decoder starts with the budget and lowers it when the target emits an
     end token. ``replay`` is the trace replay of this prompt; only the oracle policy (the
-    declared exception, an upper bound) may read it. It is None in live decoding.
+    declared exception, a serial-schedule bound) may read it. It is None in live decoding.
     """
 
     prompt_id: int
@@ -176,24 +197,52 @@ class Policy(ABC):
     paper: ClassVar[str]
     params: ClassVar[tuple[Param, ...]] = ()
     choices: ClassVar[str] = ""
-    #: True for the oracle: it reads the replay (future acceptance) and is only an upper bound.
+    #: True for the oracle: it reads the replay (future acceptance) and is only a bound (over serial schedules).
     needs_future: ClassVar[bool] = False
     #: True if the policy may plan parallel rounds.
     parallel: ClassVar[bool] = False
     #: True if the policy reads every exit layer's token after the prefill and each serial
     #: verification (:meth:`observe_shadows`; DEL's shadow tokens).
     needs_shadows: ClassVar[bool] = False
+    #: True if a serial round stops drafting right after the draft proposes an end token (the
+    #: token is still verified), as Hugging Face's assistant does. False: the draft drafts on
+    #: past it, as the papers' algorithms (which do not treat end tokens) are written; what
+    #: follows a rejected end token is wasted, and an accepted one ends the prompt anyway.
+    #: Parallel rounds never stop early: their window is fixed when the round starts.
+    stops_at_draft_end: ClassVar[bool] = False
+
+    @classmethod
+    def draft_end_choice(cls) -> str:
+        """The declared choice, as ``simlab policies`` prints it."""
+        if cls.stops_at_draft_end:
+            return "serial drafts stop after the draft's own end token (as Hugging Face's assistant does)"
+        choice = "the draft drafts on past its own end token (its algorithm does not treat end tokens)"
+        return choice + ("; a parallel window runs to its length, fixed when the round starts" if cls.parallel else "")
 
     def __init__(self, context: PolicyContext, **values: Any):
         self.context = context
-        unknown = set(values) - {p.name for p in self.params}
+        values = self.canonical(values)
+        for p in self.params:
+            setattr(self, p.name, p.check(values.get(p.name, p.default)))
+
+    @classmethod
+    def canonical(cls, values: dict[str, Any]) -> dict[str, Any]:
+        """``values`` under the parameters' own names (aliases resolved); unknown names and a
+        parameter given twice (under two names) are a :class:`SimlabError`."""
+        name_of = {alias: p.name for p in cls.params for alias in (p.name, *p.aliases)}
+        unknown = sorted(set(values) - set(name_of))
         if unknown:
             raise SimlabError(
-                f"policy {self.name!r} has no parameter(s) {sorted(unknown)}; "
-                f"it takes {[p.name for p in self.params] or 'none'}"
+                f"policy {cls.name!r} has no parameter(s) {unknown}; "
+                f"it takes {[p.name for p in cls.params] or 'none'}"
             )
-        for p in self.params:
-            setattr(self, p.name, values.get(p.name, p.default))
+        out: dict[str, Any] = {}
+        for key, value in values.items():
+            name = name_of[key]
+            if name in out:
+                raise SimlabError(f"policy {cls.name!r}: {name} is given twice (as {name} and an alias)")
+            out[name] = value
+        return out
 
     def reset(self, prompt: PromptInfo) -> None:
         """Called before each prompt. State kept across prompts (e.g. SPIDE's table) stays."""
@@ -240,3 +289,22 @@ def check_bool(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise SimlabError(f"{name} must be true or false, got {value!r}")
     return value
+
+
+def check_choice(*options: str) -> Callable[[str, Any], str]:
+    def check(name: str, value: Any) -> str:
+        if value not in options:
+            raise SimlabError(f"{name} must be one of {', '.join(options)}; got {value!r}")
+        return value
+
+    return check
+
+
+COUNT = Kind(int, "integer ≥ 1", check_positive_int)
+PROBABILITY = Kind(float, "0 ≤ x ≤ 1", check_probability)
+POSITIVE = Kind(float, "x > 0", check_positive)
+BOOL = Kind(bool, "true or false", check_bool)
+
+
+def choice(*options: str) -> Kind:
+    return Kind(str, " | ".join(options), check_choice(*options))

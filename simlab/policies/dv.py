@@ -3,7 +3,7 @@ adjusted online toward a target acceptance rate (docs/policies/dv.md; the author
 
 from __future__ import annotations
 
-from simlab.policies.base import Param
+from simlab.policies.base import COUNT, PROBABILITY, Param
 from simlab.policies.stop import ADAPTIVE_PARAMS, AdaptiveStop
 from simlab.signals import TokenSignal
 
@@ -16,8 +16,9 @@ class DraftVerify(AdaptiveStop):
     summary = "Draft & Verify: stop when confidence < θ, θ steered online toward a target acceptance rate"
     paper = "Zhang et al. 2024, Draft & Verify, arXiv:2309.08168 (docs/policies/dv.md); SPIDE §4.1 baseline (iv)"
     params = (
-        Param("threshold", 0.8, "θ's initial value, th_stop_draft (0.8 greedy; D&V's sampling default is 0.5)"),
-        Param("max_draft", 8, "max_step_draft"),
+        Param("threshold", 0.8, "θ's initial value, th_stop_draft (0.8 greedy; D&V's sampling default is 0.5)",
+              PROBABILITY),
+        Param("max_draft", 8, "max_step_draft", COUNT),
         *ADAPTIVE_PARAMS,
     )
 

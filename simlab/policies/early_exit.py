@@ -10,6 +10,9 @@ from typing import Any
 
 from simlab.errors import SimlabError
 from simlab.policies.base import (
+    BOOL,
+    COUNT,
+    PROBABILITY,
     Decision,
     Param,
     Plan,
@@ -18,9 +21,6 @@ from simlab.policies.base import (
     PromptInfo,
     RoundState,
     Serial,
-    check_bool,
-    check_positive_int,
-    check_probability,
 )
 from simlab.signals import ShadowTokens, TokenSignal
 
@@ -39,17 +39,16 @@ class LayerSkip(Policy):
     paper = ("Elhoushi et al. 2024, LayerSkip, arXiv:2404.16710 (docs/policies/early-exit.md); "
              "DEL §2, baseline LS(E-γ)")
     params = (
-        Param("exit_layer", None, "exit layer E (none: the deepest recorded exit layer)"),
-        Param("gamma", 6, "num_speculations γ (README example: E=8, γ=6 on Llama2-7B)"),
+        Param("exit_layer", None, "exit layer E (none: the deepest recorded exit layer)", COUNT),
+        Param("gamma", 6, "num_speculations γ (README example: E=8, γ=6 on Llama2-7B)", COUNT),
     )
 
     def __init__(self, context, **values: Any):
         super().__init__(context, **values)
         layers = exit_layers(self.name, context)
-        self.exit_layer = layers[-1] if self.exit_layer is None else check_positive_int("exit_layer", self.exit_layer)
+        self.exit_layer = layers[-1] if self.exit_layer is None else self.exit_layer
         if self.exit_layer not in layers:
             raise SimlabError(f"exit_layer {self.exit_layer} was not recorded; the trace has layers {layers}")
-        self.gamma = check_positive_int("gamma", self.gamma)
         self._plan = Serial(self.gamma, fixed=True, layer=self.exit_layer)
 
     def plan(self, state: RoundState) -> Plan:
@@ -82,9 +81,9 @@ class Del(Policy):
     summary = "DEL: exit layer by max Token-per-Layer from decayed shadow-token acceptance, dynamic draft exit"
     paper = "Entezari Zarch et al. 2025, DEL, arXiv:2504.05598, §4.1-4.4 eqs. 1-3, Algorithm 1; defaults Appendix B.2"
     params = (
-        Param("omega", 0.95, "ω, decay of past rounds in S(·)"),
-        Param("d_max", 18, "largest speculation length d"),
-        Param("dynamic_exit", True, "stop drafting at confidence < τ_E (§4.4); false: draft γ (DEL-E)"),
+        Param("omega", 0.95, "ω, decay of past rounds in S(·)", PROBABILITY),
+        Param("d_max", 18, "largest speculation length d", COUNT),
+        Param("dynamic_exit", True, "stop drafting at confidence < τ_E (§4.4); false: draft γ (DEL-E)", BOOL),
     )
     choices = ("eq. 2 divides by S(u) although u+1 positions are compared (α could exceed 1): n = u+1 is used; "
                "the prefill warm-up (last 32 prompt tokens) is replaced by position 0's shadow tokens, as traces "
@@ -100,9 +99,6 @@ class Del(Policy):
         if self.n_layers <= self.layers[-1]:
             raise SimlabError(f"del needs the target's layer count L > exit layers {self.layers}; the trace says "
                               f"n_layers={self.n_layers}")
-        self.omega = check_probability("omega", self.omega)
-        self.d_max = check_positive_int("d_max", self.d_max)
-        self.dynamic_exit = check_bool("dynamic_exit", self.dynamic_exit)
         self.reset(None)
 
     def reset(self, prompt: PromptInfo | None) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from simlab.policies.base import Param, check_positive, check_probability
+from simlab.policies.base import COUNT, POSITIVE, PROBABILITY, Param
 from simlab.policies.stop import ADAPTIVE_PARAMS, AdaptiveStop, StopRule
 from simlab.signals import TokenSignal
 
@@ -29,20 +29,22 @@ def acceptance_lower_bound(entropy: float, scale: float) -> float:
 
 class Svip(StopRule):
     """SVIP's self-verification length policy: after each drafted token, stop if
-    sqrt(0.15·H) > h (the token is kept); at most 40 tokens a round."""
+    sqrt(0.15·H) > h (the token is kept); at most 40 tokens a round.
+
+    h is SVIP's ``entropy_threshold`` (called ``h`` in simlab before, which AGS's threshold
+    on P_rej is also called)."""
 
     name = "svip"
     summary = "SVIP: stop drafting when the draft entropy's bound sqrt(0.15·H) exceeds h"
     paper = "Zhang et al. 2024, SVIP, arXiv:2411.18462 (docs/policies/entropy.md); SPIDE §2, §4.1 baseline (iii)"
     params = (
-        Param("h", 0.3, "entropy_threshold h: stop when sqrt(0.15·H) > h"),
-        Param("max_draft", 40, "hard cap on drafts per round"),
+        Param("entropy_threshold", 0.3, "h: stop when sqrt(0.15·H) > h", PROBABILITY),
+        Param("max_draft", 40, "hard cap on drafts per round", COUNT),
     )
 
     def __init__(self, context, **values: Any):
         super().__init__(context, **values)
-        self.h = check_probability("h", self.h)
-        self._floor = 1.0 - self.h
+        self._floor = 1.0 - self.entropy_threshold
 
     def stops(self, signal: TokenSignal) -> bool:
         return acceptance_lower_bound(signal.entropy, SVIP_SCALE) < self._floor
@@ -56,18 +58,14 @@ class AdaEdl(AdaptiveStop):
     summary = "AdaEDL: stop when the entropy-based lower bound on acceptance falls below an adaptive λ"
     paper = "Agrawal et al. 2024, AdaEDL, arXiv:2410.18351 (docs/policies/entropy.md); Pacer §4.3 baseline"
     params = (
-        Param("threshold", 0.7, "λ's initial value (0.7: the λ at which the rule equals SVIP's default)"),
-        Param("scale", 0.2, "γ_e, the entropy scale of the bound"),
-        Param("max_draft", 40, "cap on drafts per round"),
+        Param("threshold", 0.7, "λ's initial value (0.7: the λ at which the rule equals SVIP's default)", PROBABILITY),
+        Param("scale", 0.2, "γ_e, the entropy scale of the bound", POSITIVE),
+        Param("max_draft", 40, "cap on drafts per round", COUNT),
         *ADAPTIVE_PARAMS,
     )
     choices = ("the paper body (λ's update rule, initial λ, cap) was not available: λ follows Draft & Verify's "
                "update toward target_rate after each verification (shared code), starts at 0.7 and persists "
                "across prompts; the cap is SVIP's 40")
-
-    def __init__(self, context, **values: Any):
-        super().__init__(context, **values)
-        self.scale = check_positive("scale", self.scale)
 
     def stops(self, signal: TokenSignal) -> bool:
         return acceptance_lower_bound(signal.entropy, self.scale) < self.level

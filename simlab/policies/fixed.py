@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from simlab.policies.base import (
+    COUNT,
     Param,
     Plan,
     Policy,
     RoundState,
     Serial,
-    check_positive_int,
 )
 
 
@@ -33,11 +33,10 @@ class VanillaSD(Policy):
     name = "sd"
     summary = "vanilla speculative decoding: draft a fixed γ tokens, then verify"
     paper = "Leviathan et al. 2023, arXiv:2211.17192 (docs/policies/fixed.md); SPIDE §3.1"
-    params = (Param("gamma", 5, "draft length γ"),)
+    params = (Param("gamma", 5, "draft length γ", COUNT, aliases=("num_assistant_tokens",)),)
 
     def __init__(self, context, **values):
         super().__init__(context, **values)
-        self.gamma = check_positive_int("gamma", self.gamma)
         self._plan = Serial(self.gamma, fixed=True)
 
     def plan(self, state: RoundState) -> Plan:

@@ -7,6 +7,9 @@ import math
 from typing import Any, Sequence
 
 from simlab.policies.base import (
+    BOOL,
+    COUNT,
+    PROBABILITY,
     Outcome,
     Param,
     Plan,
@@ -14,12 +17,39 @@ from simlab.policies.base import (
     PromptInfo,
     RoundState,
     Serial,
-    check_bool,
-    check_positive_int,
-    check_probability,
+    choice,
 )
 from simlab.policies.stop import StopRule
 from simlab.signals import TokenSignal
+
+SCHEDULES = ("constant", "heuristic", "heuristic_transient")
+SCHEDULE_HELP = ("num_assistant_tokens_schedule: constant keeps N; heuristic: N += 2 after a round whose drafts "
+                 "were all accepted, else N = max(1, N - 1), kept from prompt to prompt; heuristic_transient: the "
+                 "same, N restarting with each prompt")
+
+
+class AssistantTokens:
+    """HF's ``num_assistant_tokens`` N under its ``num_assistant_tokens_schedule``
+    (``AssistedCandidateGenerator.update_candidate_strategy``): "heuristic" adds 2 after a round
+    in which every drafted token was accepted and takes 1 away otherwise (at least 1, no upper
+    cap); "heuristic_transient" does the same but restarts from the initial N with each
+    ``generate()`` call (each prompt); "constant" never moves N.
+
+    "All accepted" compares with the tokens actually drafted, which the confidence criterion
+    may have cut short, as transformers does (``num_matches == len(candidates)``).
+    """
+
+    def __init__(self, initial: int, schedule: str):
+        self.initial, self.schedule, self.n = initial, schedule, initial
+
+    def reset(self) -> None:
+        if self.schedule == "heuristic_transient":
+            self.n = self.initial
+
+    def observe(self, outcome: Outcome) -> None:
+        if self.schedule == "constant" or not outcome.drafted:
+            return
+        self.n = self.n + 2 if outcome.accepted == outcome.drafted else max(1, self.n - 1)
 
 
 class HfHeuristic(Policy):
@@ -27,27 +57,33 @@ class HfHeuristic(Policy):
     every drafted token was accepted N += 2, otherwise N = max(1, N − 1); no upper cap.
 
     N is written back to the assistant's generation config at the end of ``generate()``, so it
-    persists from prompt to prompt (``"heuristic_transient"`` would restart it).
+    persists from prompt to prompt; ``schedule="heuristic_transient"`` restarts it instead.
     """
 
     name = "hf-heuristic"
+    stops_at_draft_end = True  # the assistant's generate() stops at its end token
     summary = "HF assisted generation's heuristic schedule: +2 after a fully accepted round, -1 otherwise"
     paper = "transformers AssistedCandidateGenerator, schedule 'heuristic' (docs/policies/hf.md)"
-    params = (Param("gamma", 5, "initial num_assistant_tokens N (5: the default that came with 'heuristic')"),)
+    params = (
+        Param("gamma", 5, "initial num_assistant_tokens N (5: the default that came with 'heuristic')", COUNT,
+              aliases=("num_assistant_tokens",)),
+        Param("schedule", "heuristic", SCHEDULE_HELP, choice(*SCHEDULES[1:]),
+              aliases=("num_assistant_tokens_schedule",)),
+    )
     choices = "a round that drafts nothing (a prompt's last position) leaves N unchanged"
 
     def __init__(self, context, **values: Any):
         super().__init__(context, **values)
-        self.gamma = check_positive_int("gamma", self.gamma)
-        self.n = self.gamma
+        self.n = AssistantTokens(self.gamma, self.schedule)
+
+    def reset(self, prompt: PromptInfo) -> None:
+        self.n.reset()
 
     def plan(self, state: RoundState) -> Plan:
-        return Serial(self.n, fixed=True)
+        return Serial(self.n.n, fixed=True)
 
     def observe(self, outcome: Outcome) -> None:
-        if not outcome.drafted:
-            return
-        self.n = self.n + 2 if outcome.accepted == outcome.drafted else max(1, self.n - 1)
+        self.n.observe(outcome)
 
 
 def roc_threshold(scores: Sequence[float], accepted: Sequence[bool]) -> float:
@@ -72,7 +108,9 @@ def roc_threshold(scores: Sequence[float], accepted: Sequence[bool]) -> float:
 
 class HfConfidence(StopRule):
     """``assistant_confidence_threshold``: stop drafting after a token whose probability is below
-    the threshold (the token is kept), at most ``num_assistant_tokens`` per round.
+    the threshold (the token is kept), at most ``num_assistant_tokens`` N per round, N moving
+    with ``num_assistant_tokens_schedule`` as in transformers ≥ 4.45, where the schedule and the
+    confidence criterion apply together (``schedule="heuristic"`` is HF's combination).
 
     With ``retune``, the online ROC re-tuning ("an unsupervised DISCO", Mamou et al. 2024) runs
     as transformers does when scikit-learn is installed: after each verification every checked
@@ -81,32 +119,40 @@ class HfConfidence(StopRule):
     """
 
     name = "hf-confidence"
+    stops_at_draft_end = True  # the assistant's generate() stops at its end token
     summary = "HF assisted generation's confidence criterion: stop when the draft's probability < threshold"
     paper = ("transformers ConfidenceCriteria; ROC re-tuning of PR #33258 after DISCO, arXiv:2405.04304 "
              "(docs/policies/hf.md)")
     params = (
-        Param("threshold", 0.4, "assistant_confidence_threshold"),
-        Param("max_draft", 20, "num_assistant_tokens (schedule 'constant')"),
-        Param("retune", False, "re-tune the threshold online from the ROC of past drafts"),
+        Param("threshold", 0.4, "assistant_confidence_threshold", PROBABILITY,
+              aliases=("assistant_confidence_threshold",)),
+        Param("max_draft", 20, "num_assistant_tokens N, the most drafts a round (the initial N under a heuristic "
+              "schedule)", COUNT, aliases=("num_assistant_tokens",)),
+        Param("schedule", "constant", SCHEDULE_HELP, choice(*SCHEDULES), aliases=("num_assistant_tokens_schedule",)),
+        Param("retune", False, "re-tune the threshold online from the ROC of past drafts", BOOL),
     )
     choices = ("retune: the new threshold applies from the next round; samples and threshold restart with "
                "each prompt (one generate() call), as in the newest transformers source")
 
     def __init__(self, context, **values: Any):
         super().__init__(context, **values)
-        self.threshold = check_probability("threshold", self.threshold)
-        self.retune = check_bool("retune", self.retune)
+        self.n = AssistantTokens(self.max_draft, self.schedule)
         self.reset(None)
 
     def reset(self, prompt: PromptInfo | None) -> None:
         self.level = self.threshold
         self._scores: list[float] = []
         self._labels: list[bool] = []
+        self.n.reset()
+
+    def plan(self, state: RoundState) -> Plan:
+        return Serial(self.n.n)
 
     def stops(self, signal: TokenSignal) -> bool:
         return signal.confidence < self.level
 
     def observe(self, outcome: Outcome) -> None:
+        self.n.observe(outcome)
         if not self.retune:
             return
         for i, signal in enumerate(outcome.checked):

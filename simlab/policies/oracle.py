@@ -1,10 +1,13 @@
 """The oracle: the fastest serial schedule for a trace, found with perfect knowledge.
 
 The one declared exception to "a policy never sees the future" (docs/architecture.md): it
-reads the replay's acceptance outcomes and is only an upper bound. Drafting exactly the tokens
-that will be accepted is *not* optimal when verify cost is not monotone in k (on 2 CPU cores a
-4-token verify of the Qwen pair measured cheaper than a 3-token one), so the oracle plans by
-dynamic programming over rounds. Let ``run[c]`` be the accepted run from position c and ``T(c, k)``
+reads the replay's acceptance outcomes and is a *serial-schedule bound*: no serial policy (draft
+k tokens, then verify them) is faster on the same trace and latency model. It is not an upper
+bound on every policy: parallel policies (PEARL, SPIDE) overlap drafting with verification,
+which no serial schedule does, and can beat it. Drafting exactly the tokens that will be
+accepted is *not* optimal when verify cost is not monotone in k (on 2 CPU cores a 4-token
+verify of the Qwen pair measured cheaper than a 3-token one), so the oracle plans by dynamic
+programming over rounds. Let ``run[c]`` be the accepted run from position c and ``T(c, k)``
 the price of a serial round (k draft steps, then a (k+1)-token verify, both at context c;
 priced by the same :class:`~simlab.latency.grid.LatencyGrid` the simulator uses):
 
@@ -20,26 +23,26 @@ from __future__ import annotations
 
 from simlab.errors import SimlabError
 from simlab.policies.base import (
+    COUNT,
     Param,
     Plan,
     Policy,
     PromptInfo,
     RoundState,
     Serial,
-    check_positive_int,
 )
 
 
 class Oracle(Policy):
     name = "oracle"
-    summary = "perfect-knowledge serial schedule (dynamic programming); an upper bound, not a policy"
+    summary = ("perfect-knowledge serial schedule (dynamic programming): a serial-schedule bound, not a "
+               "policy; parallel policies can beat it")
     paper = "bound over serial schedules (docs/policies/oracle.md); Leviathan et al. 2023 round model, arXiv:2211.17192"
-    params = (Param("max_draft", 16, "largest draft length K the oracle considers"),)
+    params = (Param("max_draft", 16, "largest draft length K the oracle considers", COUNT),)
     needs_future = True
 
     def __init__(self, context, **values):
         super().__init__(context, **values)
-        self.max_draft = check_positive_int("max_draft", self.max_draft)
         self._choice: list[int] = []
 
     def reset(self, prompt: PromptInfo) -> None:

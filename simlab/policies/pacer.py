@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from simlab.policies.base import Param, RoundState, check_positive, check_positive_int, check_probability
+from simlab.policies.base import COUNT, POSITIVE, PROBABILITY, Param, RoundState
 from simlab.policies.stop import PredictedStop
 from simlab.signals import TokenSignal
 
@@ -20,19 +20,16 @@ class Pacer(PredictedStop):
     summary = "Pacer: blockwise pre-verification; stop after a block with mean predicted acceptance ≤ t, t grown by ρ"
     paper = "Zhang et al., Pacer §3.2, Appendix A Algorithm 1, Table 10 (HumanEval, DeepSeek 1.3B/33B)"
     params = (
-        Param("block", 4, "block size b"),
-        Param("threshold", 0.7, "initial threshold t"),
-        Param("rho", 1.05, "growth factor ρ of t per passed block"),
-        Param("max_draft", None, "cap on drafts per round (none: Algorithm 1 drafts until a block fails)"),
+        Param("block", 4, "block size b", COUNT),
+        Param("threshold", 0.7, "initial threshold t", PROBABILITY),
+        Param("rho", 1.05, "growth factor ρ of t per passed block", POSITIVE),
+        Param("max_draft", None, "cap on drafts per round (none: Algorithm 1 drafts until a block fails)", COUNT),
     )
     choices = ("t restarts at its initial value in every round (Algorithm 1 never resets it, which would make "
                "every round stop after one block once t > 1); a prompt's last block may be cut short")
 
     def __init__(self, context, **values: Any):
         super().__init__(context, **values)
-        self.block = check_positive_int("block", self.block)
-        self.threshold = check_probability("threshold", self.threshold)
-        self.rho = check_positive("rho", self.rho)
         self._t = self.threshold
         self._sum = 0.0
 

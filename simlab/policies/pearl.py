@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from simlab.policies.base import Parallel, Param, Plan, Policy, RoundState
+from simlab.policies.base import COUNT, Parallel, Param, Plan, Policy, RoundState
 from simlab.policies.timing import window_param
 
 
@@ -29,7 +29,7 @@ class Pearl(Policy):
     summary = "PEARL: draft and target always in parallel, pre-verify / post-verify, window γ = draft/target speed"
     paper = "Liu et al. 2025, PEARL, arXiv:2408.11850 (docs/policies/pearl.md); SPIDE §1, Fig. 1b, §4.1 baseline (v)"
     params = (Param("window", None, "γ, drafts per step (none: target time / draft time from the latency "
-                                    "model, SPIDE eq. 6's rule; PEARL's scripts use 3-5)"),)
+                                    "model, SPIDE eq. 6's rule; PEARL's scripts use 3-5)", COUNT),)
     parallel = True
 
     def __init__(self, context, **values: Any):

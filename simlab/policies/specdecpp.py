@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from simlab.errors import SimlabError
-from simlab.policies.base import Param, RoundState, check_positive_int, check_probability
+from simlab.policies.base import COUNT, PROBABILITY, Param, RoundState
 from simlab.policies.stop import PredictedStop
 from simlab.signals import TokenSignal
 
@@ -25,15 +25,13 @@ class SpecDecPP(PredictedStop):
     summary = "SpecDec++: stop when the predicted P(at least one rejection) = 1 − Πa_j exceeds a threshold"
     paper = "Huang et al. 2024, SpecDec++, arXiv:2405.19715 (docs/policies/specdecpp.md); SPIDE §2"
     params = (
-        Param("threshold", 0.3, "stop_threshold h (README example; sample.py uses 0.7)"),
-        Param("min_draft", 2, "lower bound of the draft length"),
-        Param("max_draft", 20, "upper bound of the draft length"),
+        Param("threshold", 0.3, "stop_threshold h (README example; sample.py uses 0.7)", PROBABILITY),
+        Param("min_draft", 2, "lower bound of the draft length", COUNT),
+        Param("max_draft", 20, "upper bound of the draft length", COUNT),
     )
 
     def __init__(self, context, **values: Any):
         super().__init__(context, **values)
-        self.threshold = check_probability("threshold", self.threshold)
-        self.min_draft = check_positive_int("min_draft", self.min_draft)
         if self.min_draft > self.max_draft:
             raise SimlabError(f"min_draft ({self.min_draft}) must not exceed max_draft ({self.max_draft})")
         self._survive = 1.0

@@ -25,6 +25,8 @@ from typing import Any, ClassVar
 from simlab.errors import SimlabError
 from simlab.mapping import ONE, SPIDE_EDGES
 from simlab.policies.base import (
+    COUNT,
+    PROBABILITY,
     Decision,
     Outcome,
     Parallel,
@@ -34,8 +36,6 @@ from simlab.policies.base import (
     PromptInfo,
     RoundState,
     Serial,
-    check_positive_int,
-    check_probability,
 )
 from simlab.policies.timing import window_param
 from simlab.signals import TokenSignal
@@ -55,9 +55,9 @@ def bin_bounds(b: int) -> tuple[float, float]:
     return (SPIDE_EDGES[b], SPIDE_EDGES[b + 1]) if b + 1 < N_BINS else (1.0, 1.0)
 
 
-TAU = Param("tau", 0.7, "reliability threshold τ of eq. 4 (Table 18: 0.5-0.9)")
-WINDOW = Param("window", None, "s, new drafts per parallel round (none: eq. 6 from the latency model)")
-PRIOR = Param("prior", 1.0, "π_0 of eq. 5: the reliability Γ_0 a draft starts from")
+TAU = Param("tau", 0.7, "reliability threshold τ of eq. 4 (Table 18: 0.5-0.9)", PROBABILITY)
+WINDOW = Param("window", None, "s, new drafts per parallel round (none: eq. 6 from the latency model)", COUNT)
+PRIOR = Param("prior", 1.0, "π_0 of eq. 5: the reliability Γ_0 a draft starts from", PROBABILITY)
 TABLE_CHOICES = ("table: one per policy run, shared by all prompts, updated with every checked token (accepted ones "
                  "and the first rejected one; tokens after a rejection are unverified); an empty interval reads its "
                  "mid confidence")
@@ -100,10 +100,7 @@ class Spide(Policy):
 
     def __init__(self, context, **values: Any):
         super().__init__(context, **values)
-        if self.dyna_draft:
-            self.tau = check_probability("tau", self.tau)
-            self.prior = check_probability("prior", self.prior)
-        else:
+        if not self.dyna_draft:
             self.gamma = self._gamma(context)
         if self.para_verify:
             self.window = window_param(self.window, context, self.name)
@@ -115,7 +112,7 @@ class Spide(Policy):
 
     def _gamma(self, context) -> int:
         if self.gamma is not None:
-            return check_positive_int("gamma", self.gamma)
+            return self.gamma
         if context.best_gamma is None:
             raise SimlabError(f"{self.name} needs --gamma (vanilla SD's best γ on this model pair, §4.3)")
         return context.best_gamma()
@@ -152,7 +149,7 @@ class SpideNoDynaDraft(Spide):
     name = "spide-no-dyna-draft"
     summary = "SPIDE ablation w/o dyna-draft: a fixed γ serial draft, then parallel draft verification"
     paper = "Xu et al., SPIDE §4.3, Table 5"
-    params = (Param("gamma", None, "serial draft length (none: vanilla SD's best γ on the trace, as in §4.3)"),
+    params = (Param("gamma", None, "serial draft length (none: vanilla SD's best γ on the trace, as in §4.3)", COUNT),
               WINDOW)
     choices = WINDOW_CHOICES
     dyna_draft = False

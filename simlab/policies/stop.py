@@ -18,6 +18,8 @@ from collections import deque
 from typing import Any
 
 from simlab.policies.base import (
+    POSITIVE,
+    PROBABILITY,
     RECENT_WINDOW,
     ConfidencePredictor,
     Decision,
@@ -28,9 +30,6 @@ from simlab.policies.base import (
     PromptInfo,
     RoundState,
     Serial,
-    check_positive,
-    check_positive_int,
-    check_probability,
 )
 from simlab.signals import TokenSignal
 
@@ -43,8 +42,6 @@ class StopRule(Policy):
 
     def __init__(self, context, **values: Any):
         super().__init__(context, **values)
-        if self.max_draft is not None:
-            self.max_draft = check_positive_int("max_draft", self.max_draft)
         self._plan = Serial(self.max_draft) if self.max_draft is not None else None
 
     def plan(self, state: RoundState) -> Plan:
@@ -64,10 +61,10 @@ class StopRule(Policy):
 
 # Draft & Verify's defaults (function signature of exact_self_speculative_generate).
 ADAPTIVE_PARAMS = (
-    Param("target_rate", 0.9, "α_target: the acceptance rate the threshold steers toward"),
-    Param("epsilon", 0.01, "ε: step of the threshold per verification"),
-    Param("beta1", 0.5, "β₁: smoothing of the observed acceptance rate"),
-    Param("beta2", 0.9, "β₂: smoothing of the threshold"),
+    Param("target_rate", 0.9, "α_target: the acceptance rate the threshold steers toward", PROBABILITY),
+    Param("epsilon", 0.01, "ε: step of the threshold per verification", POSITIVE),
+    Param("beta1", 0.5, "β₁: smoothing of the observed acceptance rate", PROBABILITY),
+    Param("beta2", 0.9, "β₂: smoothing of the threshold", PROBABILITY),
 )
 
 
@@ -89,9 +86,6 @@ class AdaptiveStop(StopRule):
 
     def __init__(self, context, **values: Any):
         super().__init__(context, **values)
-        for name in ("threshold", "target_rate", "beta1", "beta2"):
-            setattr(self, name, check_probability(name, getattr(self, name)))
-        self.epsilon = check_positive("epsilon", self.epsilon)
         self.level = self.threshold
         self._rate = 0.0
 

@@ -21,7 +21,7 @@ both models share one device.
 from __future__ import annotations
 
 from simlab.errors import SimlabError
-from simlab.policies.base import PolicyContext, check_positive_int
+from simlab.policies.base import PolicyContext
 from simlab.trace.schema import NO_LAYER
 
 MAX_WINDOW = 128
@@ -52,5 +52,5 @@ def balanced_window(context: PolicyContext, policy: str = "a parallel policy") -
 
 
 def window_param(value: object, context: PolicyContext, policy: str) -> int:
-    """A policy's ``window`` parameter: a positive integer, or None for :func:`balanced_window`."""
-    return balanced_window(context, policy) if value is None else check_positive_int("window", value)
+    """A policy's ``window`` parameter (checked by its declaration), or :func:`balanced_window` for None."""
+    return balanced_window(context, policy) if value is None else value

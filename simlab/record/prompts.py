@@ -115,12 +115,17 @@ def _mtbench() -> list[Prompt]:
 
 
 def _from_file(path: Path) -> list[Prompt]:
+    if path.suffix in (".txt", ".jsonl"):
+        try:
+            content = path.read_text()
+        except (OSError, UnicodeDecodeError) as exc:  # a directory, no permission, a binary file
+            raise SimlabError(f"cannot read prompt file {path} ({exc})") from None
     if path.suffix == ".txt":
-        lines = [line.strip() for line in path.read_text().splitlines()]
+        lines = [line.strip() for line in content.splitlines()]
         texts = [line for line in lines if line]
     elif path.suffix == ".jsonl":
         texts = []
-        for no, line in enumerate(path.read_text().splitlines(), 1):
+        for no, line in enumerate(content.splitlines(), 1):
             if not line.strip():
                 continue
             try:

@@ -22,8 +22,10 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from simlab.atomic import check_output
 from simlab.errors import SimlabError
 from simlab.models.load import ModelRef, eos_token_ids, load_model, load_tokenizer, resolve, torch_dtype
+from simlab.params import check_seed
 from simlab.record import machine
 from simlab.record.decode import neutralise
 from simlab.record.latency import DEFAULT_PROBE, ProbePlan, probe_latency
@@ -32,7 +34,7 @@ from simlab.record.prompts import Prompt, load_prompts
 from simlab.record.ranges import int_ranges
 from simlab.record.writer import ROW_TABLES, TraceWriter, agreement
 from simlab.trace.io import Trace, read_trace
-from simlab.trace.schema import MANIFEST, NO_LAYER, Manifest
+from simlab.trace.schema import MANIFEST, NO_LAYER, Manifest, Topology
 
 # Manifest fields that must match for --resume to append to an existing trace.
 RESUME_FIELDS = (
@@ -70,6 +72,7 @@ class RecordConfig:
     latency_probe: str = DEFAULT_PROBE
     resume: bool = False
     reprobe: bool = False  # with resume: measure latencies again, keep the recorded prompts
+    force: bool = False  # replace a trace already in out
     chat_template: bool = True
     command: str = ""
     progress: bool = True
@@ -90,6 +93,7 @@ def _check_args(cfg: RecordConfig) -> None:
         raise SimlabError(f"--max-new-tokens must be at least 1, got {cfg.max_new_tokens}")
     if cfg.rollout < 0:
         raise SimlabError(f"--rollout must be >= 0, got {cfg.rollout}")
+    check_seed(cfg.seed)
     if not cfg.temperature >= 0:
         raise SimlabError(f"--temperature must be >= 0, got {cfg.temperature}")
     if cfg.draft is None and cfg.exit_layers is None:
@@ -132,14 +136,16 @@ def _target_layers(ref: ModelRef) -> int:
 
 
 def _open_existing(cfg: RecordConfig, manifest: Manifest) -> Trace | None:
-    """The trace to continue (``--resume``), or None when ``cfg.out`` holds no trace yet."""
-    if not (cfg.out / MANIFEST).exists():
-        if cfg.out.exists() and any(cfg.out.iterdir()):
-            raise SimlabError(f"--out {cfg.out} exists and is not a trace; choose another directory")
+    """The trace to continue (``--resume``), or None when this run starts a new one in ``cfg.out``
+    (an existing trace there is replaced only with ``--force``, once the first commit is written)."""
+    if (cfg.out / MANIFEST).exists() and not cfg.force:
+        if not cfg.resume:
+            raise SimlabError(f"{cfg.out} already holds a trace; pass --resume to continue it, --force to "
+                              "replace it, or choose another --out")
+    else:
+        check_output(cfg.out, "--out", force=cfg.force, directory=True, owned=MANIFEST)
         return None
-    if not cfg.resume:
-        raise SimlabError(f"{cfg.out} already holds a trace; pass --resume to continue it, or choose another --out")
-    trace = read_trace(cfg.out)
+    trace = read_trace(cfg.out, allow_empty=True)
     old, new = trace.manifest.to_dict(), manifest.to_dict()
     for name in RESUME_FIELDS:
         if old[name] != new[name]:
@@ -196,6 +202,7 @@ def _prepare(cfg: RecordConfig) -> _Setup:
         dataset=cfg.prompts,
         hardware=machine.hardware_name(device),
         device=device,
+        topology=Topology.ONE_DEVICE.value,  # both models are loaded on ``device``
         dtype=dtype,
         tokenizer=f"{cfg.target} ({type(tokenizer).__name__}, {len(tokenizer)} tokens)",
         temperature=float(cfg.temperature),
@@ -260,12 +267,12 @@ def record(cfg: RecordConfig) -> RecordResult:
             probe_other_cpu=load.share(),
             threads=torch.get_num_threads(),
         )
-    writer = TraceWriter(cfg.out, manifest, latency, with_layers=bool(setup.exit_layers))
+    writer = TraceWriter(cfg.out, manifest, latency, with_layers=bool(setup.exit_layers),
+                         fresh=setup.existing is None)
     if setup.existing is not None:
         writer.add({name: setup.existing.table(name) for name in ROW_TABLES if setup.existing.table(name) is not None})
     done = set(writer.table("prompts")["prompt_id"].tolist())
     todo = [p for p in setup.prompts if p.prompt_id not in done]
-    cfg.out.mkdir(parents=True, exist_ok=True)
     writer.commit(started)
 
     tokens, loop_started = 0, time.perf_counter()

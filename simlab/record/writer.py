@@ -1,7 +1,9 @@
 """The trace on disk, rewritten after every recorded prompt.
 
-``write_trace`` is crash-safe (tables renamed into place, the prompt list last), so
-rewriting the whole trace after each prompt means a recording that is interrupted, killed
+The first commit of a new trace writes a whole directory and renames it into place
+(``write_trace``), so a trace that was there before (``--force``) is never mixed with the new
+one; later commits rewrite it in place (``update_trace``: tables renamed into place, the prompt
+list last), so rewriting the whole trace after each prompt means a recording that is interrupted, killed
 or out of memory loses at most the prompt in flight, and ``--resume`` continues from what is
 on disk. The manifest's ``extra`` carries running figures: wall time (summed over resumed
 runs), peak memory, the share of CPU other processes took, the draft's agreement rate and
@@ -17,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from simlab.record import machine
-from simlab.trace.io import Trace, empty_table, write_trace
+from simlab.trace.io import Trace, empty_table, update_trace, write_trace
 from simlab.trace.schema import Manifest
 
 ROW_TABLES = ("prompts", "positions", "rollouts", "layers")
@@ -29,6 +31,7 @@ class TraceWriter:
     manifest: Manifest
     latency: pd.DataFrame
     with_layers: bool
+    fresh: bool = False  # no trace of this recording is on disk yet
     frames: dict[str, list[pd.DataFrame]] = field(default_factory=lambda: {t: [] for t in ROW_TABLES})
 
     def __post_init__(self) -> None:
@@ -65,7 +68,11 @@ class TraceWriter:
             latency=self.latency,
             layers=self.table("layers") if self.with_layers else None,
         )
-        write_trace(trace, self.out)
+        if self.fresh:
+            write_trace(trace, self.out)
+            self.fresh = False
+        else:
+            update_trace(trace, self.out)
 
 
 def agreement(positions: pd.DataFrame) -> float:

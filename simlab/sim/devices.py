@@ -8,9 +8,10 @@ decisions and sampling are free, as they are negligible next to a forward).
 Streams: the draft model and the target model each compute on their own :class:`Device`.
 A device refuses to start work while it is busy (the invariant "no device does two things at
 once" is checked on every forward, not assumed). The topology decides what concurrent work
-costs:
+costs; by default it is the one the trace was recorded in (``Manifest.recorded_topology``),
+and ``--topology`` overrides it:
 
-- ``two-devices`` (the default; SPIDE's and PEARL's setups): the models sit on separate
+- ``two-devices`` (SPIDE's and PEARL's setups; synthetic traces): the models sit on separate
   accelerators, so a forward takes its solo time whether or not the other model is busy.
 - ``one-device``: both models share one accelerator. While both compute at the same time (a
   parallel round), each forward takes its *co-running* time, measured on the recording
@@ -21,13 +22,9 @@ costs:
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 
-
-class Topology(str, enum.Enum):
-    TWO_DEVICES = "two-devices"
-    ONE_DEVICE = "one-device"
+from simlab.trace.schema import Topology
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +42,7 @@ class DeviceBusyError(RuntimeError):
     """Work was booked on a device that was still computing: an executor bug."""
 
 
-@dataclass
+@dataclass(slots=True)
 class Device:
     """One model's compute stream: its busy time, and its forwards when a timeline is asked for."""
 
@@ -69,3 +66,6 @@ class Device:
                 args["accepted"] = accepted
             self.slices.append(Slice(self.name, f"{what} x{tokens}", start, end, args))
         return end
+
+
+__all__ = ["Device", "DeviceBusyError", "Slice", "Topology"]

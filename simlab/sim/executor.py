@@ -10,10 +10,12 @@ decoding) from a :class:`~simlab.trace.replay.TraceReplay`:
   :class:`~simlab.latency.grid.LatencyGrid`); a serial round is k draft steps then one target
   forward over k+1 positions; a parallel round runs both devices at once.
 
-Time semantics are in :mod:`simlab.sim.devices`. Serial rounds never overlap, so a stretch of
-them is priced on the prompt's local clock and handed to SimPy as one timeout (event
-aggregation: the same clock, far fewer events); a parallel round starts the draft's and the
-target's forwards as two SimPy events and waits for both (``AllOf``).
+Time semantics are in :mod:`simlab.sim.devices`. Each prompt is one SimPy process. Its rounds
+never overlap one another, so they are priced on the prompt's local clock — a serial round
+adds its draft steps then its verification, a parallel round books both devices from the same
+start and ends when the later forward does (what two SimPy timeouts joined by ``AllOf`` would
+give) — and the prompt is handed to SimPy as one timeout (event aggregation: the same clock,
+far fewer events; the devices still check every booking).
 """
 
 from __future__ import annotations
@@ -56,10 +58,9 @@ class SimRun:
     positions: PositionStats
 
 
-def ad_seconds(grid: LatencyGrid, prompt: PromptReplay) -> float:
+def ad_seconds(grid: LatencyGrid, prompt_len: int, n_tokens: int) -> float:
     """Autoregressive decoding of the same tokens: one 1-token target forward per position."""
-    pl = prompt.prompt_len
-    return sum(grid.target_row(1)[pl + 1 : pl + prompt.n_tokens])
+    return sum(grid.target_row(1)[prompt_len + 1 : prompt_len + n_tokens])
 
 
 def as_grid(latency: LatencyModel, max_context: int) -> LatencyGrid:
@@ -108,7 +109,7 @@ class SimExecutor:
         corun = self.topology is Topology.ONE_DEVICE
         counts, tokens, pl, end = run.counts, run.tokens, rp.prompt_len, rp.n_tokens
         overruns_before = rp.rollout_overruns
-        clock = t0  # this prompt's time; env.now catches up before parallel rounds and at the end
+        clock = t0  # this prompt's time; env.now catches up at the end
         gen = decode(policy, PromptInfo(rp.prompt_id, pl, end, rp.budget, replay=rp if policy.needs_future else None))
         send = gen.send
         answer = None
@@ -120,6 +121,7 @@ class SimExecutor:
         cum = grid.draft_cumulative(NO_LAYER, False)
         last_ctx = len(cum) - 1
         checked_hist, accepted_hist = positions.checked_hist, positions.accepted_hist
+        drafts_before = positions.drafting_rounds()
         while True:
             try:
                 req = send(answer)
@@ -163,11 +165,7 @@ class SimExecutor:
                     tokens.extend(rp.token_at(t, t < c + accepted, layer) for t in range(c, c + accepted + 1))
                 answer = accepted
             elif kind is ParallelRound:
-                if clock > env.now:
-                    yield env.timeout(clock - env.now)
-                answer = yield from self._parallel(env, grid, rp, req, draft_dev, target_dev, corun, counts,
-                                                   positions, tokens)
-                clock = env.now
+                answer, clock = _parallel(clock, grid, rp, req, draft_dev, target_dev, corun, counts, positions, tokens)
             elif kind is Shadow:  # DEL's shadow tokens: read from the last forward, no time
                 answer = rp.shadows(req.start, req.count)
             else:  # pragma: no cover - decode() yields only the types above
@@ -180,34 +178,35 @@ class SimExecutor:
         counts.draft_calls += drafted
         counts.tokens += rp.n_tokens - 1
         counts.wall_time_s += env.now - t0
-        counts.ad_wall_time_s += ad_seconds(grid, rp)
+        counts.ad_wall_time_s += ad_seconds(grid, pl, rp.n_tokens)
         counts.draft_busy_s += draft_dev.busy_s
         counts.target_busy_s += target_dev.busy_s
         counts.rollout_overruns += rp.rollout_overruns - overruns_before
+        counts.num_drafts += positions.drafting_rounds() - drafts_before
         run.slices = draft_dev.slices + target_dev.slices
 
-    def _parallel(self, env: simpy.Environment, grid: LatencyGrid, rp: PromptReplay, req: ParallelRound,
-                  draft_dev: Device, target_dev: Device, corun: bool, counts: Counts, positions: PositionStats,
-                  tokens: list[int] | None):
-        c, m, s = req.start, req.pending, req.window
-        path = rp.draft
-        last = rp.n_tokens - 1  # the end token: always the target's (see rounds.py)
-        accepted_pending = min(m, path.run[c], last - c)
-        first_new = accepted_pending == m and c + m < last and path.accept[c + m]
-        n_accepted = accepted_pending + first_new
-        ctx = rp.prompt_len + c
-        now = env.now
-        draft_seconds = grid.draft_seconds(ctx + m, s, NO_LAYER, corun)
-        verify_seconds = grid.target_forward(1 + m, ctx, corun)
-        draft_dev.book(now, draft_seconds, "draft (parallel)", c + m, s)
-        target_dev.book(now, verify_seconds, "verify (parallel)", c, 1 + m, n_accepted)
-        yield env.all_of([env.timeout(draft_seconds), env.timeout(verify_seconds)])
-        counts.target_calls += 1
-        counts.draft_calls += s
-        counts.drafted += s
-        counts.accepted += n_accepted
-        counts.parallel_rounds += 1
-        positions.add(accepted_pending + 1 if accepted_pending < m else m + 1, n_accepted)
-        if tokens is not None:
-            tokens.extend(rp.token_at(t, t < c + n_accepted) for t in range(c, c + accepted_pending + 1))
-        return ParallelResult(accepted_pending, first_new, SignalRun(rp, c, s, None, first=m + 1))
+
+def _parallel(clock: float, grid: LatencyGrid, rp: PromptReplay, req: ParallelRound, draft_dev: Device,
+              target_dev: Device, corun: bool, counts: Counts, positions: PositionStats,
+              tokens: list[int] | None) -> tuple[ParallelResult, float]:
+    """One parallel round from ``clock``: both forwards start then; the round ends with the later one."""
+    c, m, s = req.start, req.pending, req.window
+    path = rp.draft
+    last = rp.n_tokens - 1  # the end token: always the target's (see rounds.py)
+    accepted_pending = min(m, path.run[c], last - c)
+    first_new = accepted_pending == m and c + m < last and path.accept[c + m]
+    n_accepted = accepted_pending + first_new
+    ctx = rp.prompt_len + c
+    draft_end = draft_dev.book(clock, grid.draft_seconds(ctx + m, s, NO_LAYER, corun), "draft (parallel)", c + m, s)
+    verify_end = target_dev.book(clock, grid.target_forward(1 + m, ctx, corun), "verify (parallel)", c, 1 + m,
+                                 n_accepted)
+    counts.target_calls += 1
+    counts.draft_calls += s
+    counts.drafted += s
+    counts.accepted += n_accepted
+    counts.parallel_rounds += 1
+    positions.add(accepted_pending + 1 if accepted_pending < m else m + 1, n_accepted)
+    if tokens is not None:
+        tokens.extend(rp.token_at(t, t < c + n_accepted) for t in range(c, c + accepted_pending + 1))
+    result = ParallelResult(accepted_pending, first_new, SignalRun(rp, c, s, None, first=m + 1))
+    return result, max(draft_end, verify_end)

@@ -7,17 +7,18 @@ from typing import Any
 
 import pandas as pd
 
-from simlab.latency.grid import LatencyGrid
 from simlab.latency.model import LatencyModel, TableLatency
 from simlab.metrics import SUMMARY_KEYS, PositionStats, Summary, total
+from simlab.params import check_seed
 from simlab.policies import PolicyContext, make_policy
 from simlab.policies.base import AcceptancePredictor
+from simlab.policies.fixed import VanillaSD
+from simlab.sim.context import policy_context, tabulated, typical_context_len
 from simlab.sim.devices import Slice, Topology
 from simlab.sim.executor import SimExecutor
+from simlab.sim.vanilla import FixedGammaSD
 from simlab.trace.io import Trace
 from simlab.trace.replay import TraceReplay
-
-GRID_MARGIN = 64  # context lengths tabulated past the longest prompt (parallel drafts look ahead)
 
 # Vanilla SD's γ grid for the cost reference ("SD at its best γ", SPIDE §4.1 (ii), Table 17
 # searched up to 13); wide enough that the optimum is not at its edge on high-acceptance traces.
@@ -60,29 +61,31 @@ class Simulator:
         trace: Trace,
         latency: LatencyModel | None = None,
         seed: int = 0,
-        topology: Topology | str = Topology.TWO_DEVICES,
+        topology: Topology | str | None = None,
         predictor: AcceptancePredictor | None = None,
     ):
+        """``topology``: None (the default) simulates the topology the trace was recorded in."""
         self.trace = trace
         self.predictor = predictor  # a trained acceptance predictor for the policies that use one
         model = latency or latency_of(trace)
-        self.seed = seed
-        self.topology = Topology(topology)
+        self.seed = check_seed(seed)
+        self.topology = Topology(topology) if topology is not None else trace.manifest.recorded_topology()
         # one-device runs price parallel rounds with co-running latencies; without such
         # measurements the solo figures stand in (optimistic), and results say so.
         self.corun_measured = bool(getattr(model, "has_corun", False))
         self.replay = TraceReplay(trace, seed)
         # One tabulated latency model shared by the executor and the policies, so that both
         # price a round identically (the oracle's plan relies on it).
-        self.latency = LatencyGrid(model, self.replay.max_context + GRID_MARGIN)
+        self.latency = tabulated(model, self.replay.max_context)
         self._reference: Reference | None = None
+        self._sd: FixedGammaSD | None = None  # vanilla SD in closed form: the reference, and `sd` runs
 
     def context(self) -> PolicyContext:
-        m = self.trace.manifest
-        typical = int(self.trace.prompts["prompt_len"].median() + self.trace.prompts["n_tokens"].median() / 2)
-        return PolicyContext(latency=self.latency, exit_layers=list(m.exit_layers), n_layers=m.n_layers,
-                             context_len=typical, corun=self.topology is Topology.ONE_DEVICE,
-                             best_gamma=lambda: self.reference().gamma, predictor=self.predictor)
+        """What every policy of this simulator is built with (:mod:`simlab.sim.context`)."""
+        prompts = self.trace.prompts
+        return policy_context(self.latency, typical_context_len(prompts["prompt_len"], prompts["n_tokens"]),
+                              self.topology, self.trace.manifest, best_gamma=lambda: self.reference().gamma,
+                              predictor=self.predictor)
 
     def run(
         self,
@@ -95,10 +98,14 @@ class Simulator:
     ) -> SimResult:
         params = dict(params or {})
         pol = make_policy(policy, self.context(), **params)
-        executor = SimExecutor(self.latency, self.topology, keep_tokens=keep_tokens, timeline_prompt=timeline_prompt)
-        sim = executor.run(self.replay, pol)
+        if type(pol) is VanillaSD and not keep_tokens and timeline_prompt is None:
+            sim = self._fixed_gamma().simulate(pol.gamma)  # the same numbers, without the round-by-round replay
+        else:
+            executor = SimExecutor(self.latency, self.topology, keep_tokens=keep_tokens, timeline_prompt=timeline_prompt)
+            sim = executor.run(self.replay, pol)
         ref = self.reference() if with_cost else None
-        summary = Summary.from_counts(total(r.counts for r in sim.prompts), ref.target_calls if ref else None)
+        summary = Summary.from_counts(total(r.counts for r in sim.prompts), ref.target_calls if ref else None,
+                                     sim.positions)
         if ref:
             summary.extra["reference_gamma"] = ref.gamma
         if self.topology is Topology.ONE_DEVICE:
@@ -111,17 +118,25 @@ class Simulator:
         tokens = {r.prompt_id: r.tokens for r in sim.prompts} if keep_tokens else None
         return SimResult(policy, pol.describe(), summary, pd.DataFrame(rows), sim.positions, timeline, tokens)
 
+    def _fixed_gamma(self) -> FixedGammaSD:
+        if self._sd is None:
+            self._sd = FixedGammaSD(self.replay, self.latency)
+        return self._sd
+
     def reference(self) -> Reference:
-        """Vanilla SD at the γ in :data:`REFERENCE_GAMMAS` with the best speedup (cached)."""
+        """Vanilla SD at the γ in :data:`REFERENCE_GAMMAS` with the best speedup (cached).
+
+        Computed in one vectorised pass per γ (:mod:`simlab.sim.vanilla`), which gives the
+        executor's counts and wall times bit for bit."""
         if self._reference is None:
             best = None
             for gamma in REFERENCE_GAMMAS:
-                res = self.run("sd", {"gamma": gamma}, with_cost=False)
-                if best is None or res.summary.speedup > best[1].summary.speedup:
-                    best = (gamma, res)
-            gamma, res = best
-            calls = dict(zip(res.per_prompt["prompt_id"], res.per_prompt["target_calls"]))
-            self._reference = Reference(gamma, res.summary.speedup, res.summary.target_calls, calls)
+                res = self._fixed_gamma().run(gamma)
+                if best is None or res.speedup > best.speedup:
+                    best = res
+            ids = self.replay.prompt_ids.tolist()
+            calls = dict(zip(ids, best.target_calls.tolist()))
+            self._reference = Reference(best.gamma, best.speedup, int(best.target_calls.sum()), calls)
         return self._reference
 
 

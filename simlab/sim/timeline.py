@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Iterable
 
+from simlab.atomic import replace_file
 from simlab.errors import SimlabError
 from simlab.sim.devices import Slice
 
@@ -26,10 +27,8 @@ def chrome_trace(slices: Iterable[Slice], title: str = "simlab") -> dict:
 
 
 def write_chrome_trace(slices: Iterable[Slice], path: str | Path, title: str = "simlab") -> Path:
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(chrome_trace(slices, title)))
-    return out
+    text = json.dumps(chrome_trace(slices, title))
+    return replace_file(path, lambda tmp: tmp.write_text(text))
 
 
 def read_chrome_trace(path: str | Path) -> tuple[str, list[Slice]]:

@@ -133,6 +133,8 @@ def read_grid(path: str | Path) -> list[PolicyGrid]:
         data = tomllib.loads(p.read_text())
     except FileNotFoundError:
         raise SimlabError(f"grid file not found: {p}") from None
+    except OSError as exc:  # a directory, no permission
+        raise SimlabError(f"cannot read grid file {p} ({exc.strerror})") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise SimlabError(f"grid file {p} is not valid TOML ({exc})") from None
     tables = data.get("policy")

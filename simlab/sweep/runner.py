@@ -34,23 +34,17 @@ from tqdm import tqdm
 from simlab.errors import SimlabError
 from simlab.frontier import pareto_mask
 from simlab.latency.model import LatencyModel
-from simlab.metrics import SUMMARY_KEYS
 from simlab.paths import cache_root
-from simlab.policies import make_policy
+from simlab.policies import REGISTRY, make_policy
+from simlab.result_table import METRIC_COLUMNS, TIMING_COLUMNS
 from simlab.sim.devices import Topology
 from simlab.sim.run import Simulator
-from simlab.sweep.grid import PolicyGrid
+from simlab.sweep.grid import PolicyGrid, parse_policy
 from simlab.sweep.store import ResultStore, code_digest, digest, frame_digest
 from simlab.trace.io import Trace
 
 EXECUTORS = ("local", "ray")
-
-# Columns of a sweep table besides the policy parameters, in order (metrics: simlab.metrics).
-METRIC_COLUMNS = (*SUMMARY_KEYS, "drafted", "accepted", "parallel_rounds", "rollout_overruns",
-                  "reference_gamma", "reference_speedup")
-SETUP_COLUMNS = ("trace", "latency", "seed", "topology")
-TIMING_COLUMNS = ("sim_seconds", "cpu_seconds")  # wall and CPU time of one configuration's simulation
-OTHER_COLUMNS = ("policy", "label", "pareto", *TIMING_COLUMNS, "key")
+PACKAGE = Path(__file__).resolve().parents[1]  # the simlab package, which Ray ships to a cluster
 
 
 def default_workers() -> int:
@@ -66,9 +60,24 @@ class Config:
     params: dict[str, Any]
     key: str
 
-    @property
-    def label(self) -> str:
-        return f"{self.policy}({', '.join(f'{k}={v}' for k, v in self.params.items())})" if self.params else self.policy
+
+def labels(rows: list[dict[str, Any]]) -> list[str]:
+    """Each configuration's name: its policy and the parameters that tell it apart — those that
+    take several values among the policy's configurations, or one other than the declared
+    default (a derived default, None, counts as the default) — so ``sd:gamma=1..12`` reads
+    ``sd(gamma=3)`` and ``ags`` at its defaults reads ``ags``, short enough for 80 columns."""
+    values: dict[tuple[str, str], set[str]] = {}
+    for row in rows:
+        for name, value in row["params"].items():
+            values.setdefault((row["policy"], name), set()).add(repr(value))
+    out = []
+    for row in rows:
+        policy = row["policy"]
+        defaults = {p.name: p.default for p in REGISTRY[policy].params}
+        shown = [f"{name}={value}" for name, value in row["params"].items()
+                 if len(values[policy, name]) > 1 or defaults.get(name) not in (None, value)]
+        out.append(f"{policy}({', '.join(shown)})" if shown else policy)
+    return out
 
 
 @dataclass
@@ -212,7 +221,6 @@ def _run_ray(sim: Simulator, key: str, configs: list[Config], workers: int, addr
         import ray
     except ImportError:
         raise SimlabError("--executor ray needs Ray: pip install 'simlab[sweep]'") from None
-    import simlab
 
     address = address or os.environ.get("RAY_ADDRESS")
     started = not ray.is_initialized()
@@ -220,7 +228,7 @@ def _run_ray(sim: Simulator, key: str, configs: list[Config], workers: int, addr
         options = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING}
         try:
             if address:  # simlab travels with the tasks: cluster nodes need only its dependencies
-                ray.init(address=address, runtime_env={"py_modules": [os.path.dirname(simlab.__file__)]}, **options)
+                ray.init(address=address, runtime_env={"py_modules": [str(PACKAGE)]}, **options)
             else:  # local workers import simlab as this process does; a local node stays on loopback
                 ray.init(num_cpus=workers, _node_ip_address="127.0.0.1", **options)
         except Exception as exc:  # Ray raises bare Exceptions (e.g. a node that timed out starting)
@@ -245,11 +253,11 @@ def _run_ray(sim: Simulator, key: str, configs: list[Config], workers: int, addr
 
 def run_sweep(
     trace: Trace,
-    grids: list[PolicyGrid],
+    grids: Iterable[PolicyGrid | str],
     *,
     latency: LatencyModel | None = None,
     seed: int = 0,
-    topology: Topology | str = Topology.TWO_DEVICES,
+    topology: Topology | str | None = None,
     workers: int | None = None,
     executor: str = "local",
     ray_address: str | None = None,
@@ -257,6 +265,9 @@ def run_sweep(
     progress: bool | None = None,
 ) -> SweepResult:
     """Simulate every configuration of ``grids`` on ``trace``; see the module docstring.
+
+    ``topology``: None simulates the topology the trace was recorded in.
+    ``grids``: :class:`PolicyGrid` objects or specs as ``--policy`` takes them ("sd:gamma=1..12").
 
     ``cache``: the result store's directory; True for ``$SIMLAB_CACHE/sweeps``, False for none.
     ``progress``: a progress bar on stderr; None shows one on a terminal only.
@@ -267,6 +278,7 @@ def run_sweep(
     if workers < 1:
         raise SimlabError(f"--workers must be at least 1, got {workers}")
     t0 = time.perf_counter()
+    grids = [parse_policy(g) if isinstance(g, str) else g for g in grids]
     sim = Simulator(trace, latency, seed=seed, topology=topology)
     key = setup_key(sim)
     configs = expand(grids, sim, key)
@@ -300,28 +312,16 @@ def run_sweep(
                        executor, store.path if store else None)
 
 
-def param_columns(table: pd.DataFrame) -> list[str]:
-    """The policy-parameter columns of a sweep table (every column that is not a metric or setup)."""
-    fixed = {*METRIC_COLUMNS, *SETUP_COLUMNS, *OTHER_COLUMNS}
-    return [c for c in table.columns if c not in fixed]
-
-
-def varying(table: pd.DataFrame) -> list[str]:
-    """The parameters that take more than one value among ``table``'s rows."""
-    return [c for c in param_columns(table) if table[c].dropna().nunique() > 1]
-
-
 def sweep_table(rows: list[dict], sim: Simulator) -> pd.DataFrame:
     """One row per configuration: policy, label, parameters, metrics, ``pareto``, setup."""
     params: dict[str, None] = {}
     for row in rows:
         params.update(dict.fromkeys(row["params"]))
     records = []
-    for row in rows:
-        config = Config(row["policy"], row["params"], row["key"])
+    for row, label in zip(rows, labels(rows)):
         records.append({
-            "policy": config.policy,
-            "label": config.label,
+            "policy": row["policy"],
+            "label": label,
             **{p: row["params"].get(p) for p in params},
             **{m: row.get(m) for m in METRIC_COLUMNS},
             "pareto": False,  # filled in below, over all rows
@@ -330,7 +330,7 @@ def sweep_table(rows: list[dict], sim: Simulator) -> pd.DataFrame:
             "seed": sim.seed,
             "topology": sim.topology.value,
             **{t: row.get(t) for t in TIMING_COLUMNS},
-            "key": config.key,
+            "key": row["key"],
         })
     table = pd.DataFrame.from_records(records)
     for p in params:  # nullable types: gamma stays an integer where other policies have none

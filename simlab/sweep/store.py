@@ -9,7 +9,9 @@ Rows are appended to one JSON-lines file per (trace, latency, seed, topology, co
 finish, and flushed at once, so Ctrl-C or a killed process keeps every finished row; a line
 torn by a kill mid-write is skipped on reading. Only the sweep's main process writes; two
 sweeps sharing a cache append whole lines (one ``write`` each, in append mode), so they do not
-corrupt each other.
+corrupt each other. A file that is not JSON lines beyond a torn last line (a disk error, a
+binary file put there by mistake) is moved aside once, with a warning naming both paths, and
+the sweep starts that store afresh instead of failing on every run.
 """
 
 from __future__ import annotations
@@ -17,13 +19,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pyarrow as pa
 
-import simlab
+from simlab.atomic import check_output
+from simlab.errors import SimlabError
 
 KEY_CHARS = 20  # hex digits of sha256 kept in keys: collisions are not a practical concern
 
@@ -51,7 +56,7 @@ def frame_digest(df: pd.DataFrame | None) -> str:
 
 def code_digest() -> str:
     """A key for the source of every simlab module that can change a simulated result."""
-    root = Path(simlab.__file__).parent
+    root = Path(__file__).resolve().parents[1]  # the simlab package
     h = hashlib.sha256()
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root)
@@ -67,6 +72,9 @@ class ResultStore:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        check_output(self.path.parent, "sweep cache (--cache or $SIMLAB_CACHE)", directory=True, force=True)
+        if self.path.exists() and not self.path.is_file():
+            raise SimlabError(f"sweep cache {self.path} is not a file; remove it or choose another --cache")
 
     def load(self) -> dict[str, dict]:
         """key -> row of every complete line.
@@ -77,17 +85,27 @@ class ResultStore:
         rows: dict[str, dict] = {}
         if not self.path.exists():
             return rows
-        text = self.path.read_text()
-        for line in text.splitlines():
+        data = self.path.read_bytes()
+        lines = data.split(b"\n")
+        for i, line in enumerate(lines):
             try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue
+                row = json.loads(line.decode())
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                row = None
             if isinstance(row, dict) and "key" in row:
                 rows[row["key"]] = row
-        if text and not text.endswith("\n"):
+            elif line and i < len(lines) - 1:  # a bad line that is not the torn last one
+                return self._set_aside()
+        if data and not data.endswith(b"\n"):
             self._write("\n")
         return rows
+
+    def _set_aside(self) -> dict[str, dict]:
+        aside = self.path.with_name(f"{self.path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
+        os.replace(self.path, aside)
+        print(f"simlab: warning: sweep cache {self.path} is corrupt; moved it to {aside} and starting afresh",
+              file=sys.stderr)
+        return {}
 
     def append(self, row: dict) -> None:
         self._write(json.dumps(row, default=_plain) + "\n")

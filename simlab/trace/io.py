@@ -1,28 +1,32 @@
 """Reading and writing trace directories, with errors that say exactly what is wrong.
 
-Writing is crash-safe: every table is written to a temporary file and renamed into place, and
-``prompts.parquet`` (the list of finished prompts) is renamed last. A reader keeps only rows
-of prompts listed there, so a recorder killed between two renames still leaves a trace that
-loads, holding every prompt that was finished.
+Writing is crash-safe. :func:`write_trace` fills a fresh directory beside the target and
+renames it into place (:mod:`simlab.atomic`), writing ``manifest.json`` last, so a directory
+with tables but no manifest is an interrupted write and is refused as one. :func:`update_trace`
+(a recorder adding a prompt) renames each table into place, ``prompts.parquet`` (the list of
+finished prompts) last; a reader keeps only rows of prompts listed there, so a recorder
+killed between two renames still leaves a trace that loads, holding every finished prompt.
+
+Reading checks every column (nulls, finiteness, range) and names the table, column, prompt
+and position of the first bad value (:mod:`simlab.trace.checks`).
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from simlab.atomic import check_output, replace_dir, replace_file
 from simlab.errors import SimlabError
 from simlab.jsonfile import read_json
+from simlab.trace.checks import check_manifest_types, validate
 from simlab.trace.schema import (
-    LATENCY_OPS,
     MANIFEST,
     OPTIONAL_TABLES,
     SCHEMA_VERSION,
@@ -104,34 +108,42 @@ def _to_arrow(name: str, df: pd.DataFrame) -> pa.Table:
         raise SimlabError(f"cannot write table {name!r}: {exc}") from exc
 
 
-def _atomic_write(path: Path, write) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    write(tmp)
-    os.replace(tmp, path)
+def _write_files(trace: Trace, out: Path) -> None:
+    """Every table (prompts last), then the manifest, each renamed into place in ``out``."""
+    tables = {name: _to_arrow(name, trace.table(name)) for name in WRITE_ORDER if trace.table(name) is not None}
+    for name, table in tables.items():
+        replace_file(out / f"{name}.parquet", lambda p, t=table: pq.write_table(t, p))
+    manifest = json.dumps(trace.manifest.to_dict(), indent=2) + "\n"
+    replace_file(out / MANIFEST, lambda p: p.write_text(manifest))
 
 
 def write_trace(trace: Trace, path: str | os.PathLike) -> Path:
-    """Write ``trace`` to directory ``path`` (created if needed), crash-safely."""
+    """Write ``trace`` as a new directory ``path``, replacing any there; a reader sees the old
+    trace or the new one, never a mix. Callers check first (:func:`simlab.atomic.check_output`)
+    that replacing is what the user asked for."""
+    check_output(path, "trace", directory=True, force=True, owned=MANIFEST)
+    return replace_dir(path, lambda tmp: _write_files(trace, tmp))
+
+
+def update_trace(trace: Trace, path: str | os.PathLike) -> Path:
+    """Rewrite the trace in directory ``path`` in place (it grows by whole prompts, as a
+    recording does): a reader keeps only committed prompts, so no copy of the trace is needed."""
     out = Path(path)
-    out.mkdir(parents=True, exist_ok=True)
-    manifest = trace.manifest.to_dict()
-    _atomic_write(out / MANIFEST, lambda p: p.write_text(json.dumps(manifest, indent=2) + "\n"))
-    for name in WRITE_ORDER:
-        df = trace.table(name)
-        if df is None:
-            continue
-        table = _to_arrow(name, df)
-        _atomic_write(out / f"{name}.parquet", lambda p, t=table: pq.write_table(t, p))
+    _write_files(trace, out)
     return out
 
 
-def read_trace(path: str | os.PathLike) -> Trace:
-    """Load and validate a trace directory; raise :class:`SimlabError` on any problem."""
+def read_trace(path: str | os.PathLike, allow_empty: bool = False) -> Trace:
+    """Load and validate a trace directory; raise :class:`SimlabError` on any problem.
+
+    ``allow_empty``: accept a trace with no finished prompt yet (a recording to resume)."""
     root = Path(path)
     if not root.exists():
         raise SimlabError(f"trace not found: {root}")
     if not root.is_dir():
         raise SimlabError(f"trace {root} is not a directory (a trace is a directory with {MANIFEST})")
+    if not (root / MANIFEST).exists() and any(root.glob("*.parquet")):
+        raise SimlabError(f"incomplete trace (interrupted write?): {root} has tables but no {MANIFEST}")
     manifest = _read_manifest(root)
     tables: dict[str, pd.DataFrame | None] = {}
     for name in TABLES:
@@ -140,7 +152,7 @@ def read_trace(path: str | os.PathLike) -> Trace:
             if name in OPTIONAL_TABLES:
                 tables[name] = None
                 continue
-            raise SimlabError(f"trace {root}: {file.name} is missing")
+            raise SimlabError(f"incomplete trace (interrupted write?): {root}: {file.name} is missing")
         tables[name] = _read_table(root, name, file)
     done = set(tables["prompts"]["prompt_id"].tolist())
     for name in ("positions", "rollouts", "layers"):
@@ -149,6 +161,8 @@ def read_trace(path: str | os.PathLike) -> Trace:
             # Rows of a prompt whose recording was interrupted before it was committed.
             tables[name] = df[df["prompt_id"].isin(done)].reset_index(drop=True)
     trace = Trace(manifest=manifest, path=root, **tables)
+    if trace.prompts.empty and allow_empty:
+        return trace
     validate(trace)
     return trace
 
@@ -166,6 +180,7 @@ def _read_manifest(root: Path) -> Manifest:
     unknown = set(data) - Manifest.field_names()
     if unknown:
         raise SimlabError(f"trace {root}: {MANIFEST} has unknown fields {sorted(unknown)}")
+    check_manifest_types(data, f"trace {root}")
     try:
         return Manifest(**data)
     except TypeError as exc:
@@ -198,72 +213,3 @@ def _kind(t: pa.DataType) -> str:
         if test(t):
             return kind
     return str(t)
-
-
-def validate(trace: Trace) -> None:
-    """Check the invariants that the simulator relies on; raise :class:`SimlabError`."""
-    where = f"trace {trace.path}" if trace.path else "trace"
-    m = trace.manifest
-    if not (m.temperature >= 0) or math.isinf(m.temperature):
-        raise SimlabError(f"{where}: temperature must be >= 0, got {m.temperature}")
-    prompts, pos = trace.prompts, trace.positions
-    if prompts["prompt_id"].duplicated().any():
-        raise SimlabError(f"{where}: prompts.parquet lists a prompt_id twice")
-    counts = pos.groupby("prompt_id")["pos"].agg(["count", "min", "max"])
-    for row in prompts.itertuples(index=False):
-        n = int(row.n_tokens)
-        if n < 1:
-            raise SimlabError(f"{where}: prompt {row.prompt_id} has n_tokens={n}; need at least 1")
-        if row.prompt_id not in counts.index:
-            raise SimlabError(f"{where}: prompt {row.prompt_id} has no rows in positions.parquet")
-        c = counts.loc[row.prompt_id]
-        if c["count"] != n or c["min"] != 0 or c["max"] != n - 1:
-            raise SimlabError(
-                f"{where}: prompt {row.prompt_id} should have positions 0..{n - 1} exactly once in "
-                f"positions.parquet (found {int(c['count'])} rows, {int(c['min'])}..{int(c['max'])})"
-            )
-    if pos.duplicated(["prompt_id", "pos"]).any():
-        raise SimlabError(f"{where}: positions.parquet has a (prompt_id, pos) pair twice")
-    for col in ("draft_conf", "q_target", "p_target", "p_draft", "accept_prob"):
-        v = pos[col].to_numpy()
-        bad = ~((v >= 0) & (v <= 1 + 1e-5))  # NaN fails both comparisons
-        if bad.any():
-            raise SimlabError(f"{where}: positions.parquet column {col!r} has {int(bad.sum())} values outside [0, 1]")
-    ent = pos["draft_entropy"].to_numpy()
-    if (ent < -1e-6).any():
-        raise SimlabError(f"{where}: positions.parquet column 'draft_entropy' has negative values")
-    for name in ("rollouts", "layers"):
-        df = trace.table(name)
-        if df is None or df.empty:
-            continue
-        v = df["draft_conf"].to_numpy()
-        if (~((v >= 0) & (v <= 1 + 1e-5))).any():
-            raise SimlabError(f"{where}: {name}.parquet column 'draft_conf' has values outside [0, 1]")
-    if trace.layers is not None and not trace.layers.empty:
-        per = trace.layers.groupby(["prompt_id", "layer"])["pos"].count()
-        n = prompts.set_index("prompt_id")["n_tokens"]
-        short = [key for key, count in per.items() if count != n.get(key[0], -1)]
-        if short:
-            raise SimlabError(f"{where}: layers.parquet must cover every position of each prompt and layer; "
-                              f"(prompt_id, layer) {short[0]} does not")
-    if not trace.rollouts.empty and (trace.rollouts["step"] < 1).any():
-        raise SimlabError(f"{where}: rollouts.parquet steps start at 1")
-    validate_latency(trace.latency, where)
-
-
-def validate_latency(lat: pd.DataFrame, where: str) -> None:
-    """Latency samples must be finite, positive and of known operations."""
-    if lat.empty:
-        raise SimlabError(f"{where}: latency.parquet has no samples")
-    s = lat["seconds"].to_numpy(dtype=float)
-    bad = ~np.isfinite(s) | (s <= 0)
-    if bad.any():
-        raise SimlabError(f"{where}: latency.parquet has {int(bad.sum())} NaN, infinite, zero or negative latencies")
-    ops = set(lat["op"].unique()) - set(LATENCY_OPS)
-    if ops:
-        raise SimlabError(f"{where}: latency.parquet has unknown ops {sorted(ops)}; expected {list(LATENCY_OPS)}")
-    for op in LATENCY_OPS:
-        if not (lat["op"] == op).any():
-            raise SimlabError(f"{where}: latency.parquet has no {op!r} samples")
-    if (lat["k"] < 1).any() or (lat["context_len"] < 0).any():
-        raise SimlabError(f"{where}: latency.parquet needs k >= 1 and context_len >= 0")

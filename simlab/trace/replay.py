@@ -18,6 +18,11 @@ the first rejected position d of a run, the i-th further token's confidence is s
 rollout recorded at d. When a policy drafts past the end of a recorded rollout (or past
 the prompt's end token), the last recorded signal is repeated and the overrun is counted; when no rollout was recorded at d (only
 possible on stochastic traces), the true path's signals stand in for it.
+
+Whether a drafted token is an end token (``TokenSignal.end``, which stops the drafting of the
+policies that declare ``stops_at_draft_end``) is read from the recorded tokens — the draft's
+token on the true path, the rollout's, an exit layer's — against the manifest's
+``eos_token_ids`` (draft and target share a vocabulary; ``simlab record`` checks it).
 """
 
 from __future__ import annotations
@@ -51,8 +56,9 @@ class DraftPath:
     confidence: list[float]
     entropy: list[float]
     score: list[float] | None = None
-    # divergence position -> (confidences, entropies) of the draft's own continuation
-    rollouts: dict[int, tuple[list[float], list[float]]] = field(default_factory=dict)
+    # divergence position -> (confidences, entropies, end flags) of the draft's own continuation
+    rollouts: "Rollouts | dict[int, tuple[list[float], list[float], list[bool]]]" = field(default_factory=dict)
+    end: list[bool] = field(default_factory=list)  # the drafted token at each position is an end token
 
 
 @dataclass(repr=False)
@@ -95,12 +101,12 @@ class PromptReplay:
         rollout = path.rollouts.get(d)
         if rollout is None:
             return _signal(path, i, min(t, self.n_tokens - 1))
-        conf, ent = rollout
+        conf, ent, end = rollout
         j = t - d
         if j > len(conf):
             self.rollout_overruns += 1
             j = len(conf)
-        return TokenSignal(i, conf[j - 1], ent[j - 1])
+        return TokenSignal(i, conf[j - 1], ent[j - 1], math.nan, end[j - 1])
 
     def shadows(self, start: int, count: int) -> ShadowTokens:
         """Every recorded exit layer's token at positions ``start..start+count-1`` (DEL's shadow
@@ -157,55 +163,84 @@ class SignalRun(NamedTuple):
 
 def _signal(path: DraftPath, i: int, t: int) -> TokenSignal:
     score = path.score[t] if path.score is not None else math.nan
-    return TokenSignal(i, path.confidence[t], path.entropy[t], score)
+    return TokenSignal(i, path.confidence[t], path.entropy[t], score, path.end[t])
 
 
 class TraceReplay:
-    """All prompts of a trace, with acceptance outcomes fixed for one seed."""
+    """All prompts of a trace, with acceptance outcomes fixed for one seed.
+
+    The per-prompt arrays a round-by-round replay reads (:attr:`prompts`) are built on first
+    use; what closed-form computations need (acceptance bits, prompt lengths, budgets) is here
+    as numpy arrays, all in prompt_id order.
+    """
 
     def __init__(self, trace: Trace, seed: int = 0):
         self.trace = trace
         self.seed = seed
         self.greedy = trace.manifest.greedy
-        pos = trace.positions.sort_values(["prompt_id", "pos"], kind="stable")
-        cuts = np.flatnonzero(np.diff(pos["prompt_id"].to_numpy())) + 1
+        self._pos = pos = _sorted(trace.positions, ["prompt_id", "pos"])
+        pids = pos["prompt_id"].to_numpy()
+        # prompt i holds rows bounds[i]:bounds[i+1] of the sorted positions
+        self.bounds = np.concatenate([[0], np.flatnonzero(np.diff(pids)) + 1, [len(pos)]]).astype(np.int64)
+        self.accept = self._accept(pos, np.random.default_rng(seed))
+        table = trace.prompts.sort_values("prompt_id")
+        self.prompt_ids = table["prompt_id"].to_numpy(np.int64)
+        self.prompt_lens = table["prompt_len"].to_numpy(np.int64)
+        self.lengths = table["n_tokens"].to_numpy(np.int64)
+        budget = int(trace.manifest.max_new_tokens)
+        self.budgets = np.maximum(self.lengths, np.where(table["stop"].to_numpy() == "eos", budget, 0))
+        self._prompts: list[PromptReplay] | None = None
+
+    @property
+    def prompts(self) -> list[PromptReplay]:
+        if self._prompts is None:
+            self._prompts = self._build_prompts()
+        return self._prompts
+
+    def _build_prompts(self) -> list[PromptReplay]:
+        pos, bounds, trace = self._pos, self.bounds, self.trace
 
         def split(values: np.ndarray) -> list[list]:
-            return [part.tolist() for part in np.split(values, cuts)]
+            # one tolist() and list slices: far cheaper than a numpy view per prompt
+            whole = values.tolist()
+            return [whole[a:b] for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
 
-        accept = self._accept(pos, np.random.default_rng(seed))
+        eos = np.asarray(trace.manifest.eos_token_ids, dtype=np.int64)
         columns = {
-            "accept": split(accept),
+            "accept": split(self.accept),
+            "run": split(_runs(self.accept, bounds)),
             "target": split(pos["target_token"].to_numpy(np.int64)),
             "draft": split(pos["draft_token"].to_numpy(np.int64)),
             "conf": split(pos["draft_conf"].to_numpy(float)),
             "entropy": split(pos["draft_entropy"].to_numpy(float)),
+            "end": split(np.isin(pos["draft_token"].to_numpy(np.int64), eos)),
         }
         scores = split(pos["predictor_score"].to_numpy(float)) if "predictor_score" in pos.columns else None
-        rollouts = _group_rollouts(trace.rollouts)
-        budget = int(trace.manifest.max_new_tokens)
-        layers = _group_layers(trace.layers, pos) if trace.layers is not None else {}
-        self.prompts: list[PromptReplay] = []
-        for i, row in enumerate(trace.prompts.sort_values("prompt_id").itertuples(index=False)):
-            pid = int(row.prompt_id)
+        rollouts = _RolloutTable(trace.rollouts, eos)
+        layers = _group_layers(trace.layers, pos, eos) if trace.layers is not None else {}
+        prompts = []
+        for i, (pid, prompt_len, n, budget) in enumerate(zip(self.prompt_ids.tolist(), self.prompt_lens.tolist(),
+                                                            self.lengths.tolist(), self.budgets.tolist())):
             draft = DraftPath(
                 accept=columns["accept"][i],
-                run=runs_of(columns["accept"][i]),
+                run=columns["run"][i],
                 confidence=columns["conf"][i],
                 entropy=columns["entropy"][i],
                 score=scores[i] if scores is not None else None,
-                rollouts=rollouts.get(pid, {}),
+                rollouts=rollouts.of(pid),
+                end=columns["end"][i],
             )
-            self.prompts.append(PromptReplay(
+            prompts.append(PromptReplay(
                 prompt_id=pid,
-                prompt_len=int(row.prompt_len),
-                n_tokens=int(row.n_tokens),
-                budget=max(int(row.n_tokens), budget if row.stop == "eos" else 0),
+                prompt_len=prompt_len,
+                n_tokens=n,
+                budget=budget,
                 target_tokens=columns["target"][i],
                 draft_tokens=columns["draft"][i],
                 draft=draft,
                 layers=layers.get(pid, {}),
             ))
+        return prompts
 
     def _accept(self, pos: pd.DataFrame, rng: np.random.Generator) -> np.ndarray:
         if self.greedy:
@@ -216,28 +251,74 @@ class TraceReplay:
 
     @property
     def n_tokens(self) -> int:
-        return sum(p.n_tokens for p in self.prompts)
+        return int(self.lengths.sum())
 
     @property
     def max_context(self) -> int:
-        return max((p.prompt_len + p.budget for p in self.prompts), default=0)
+        return int((self.prompt_lens + self.budgets).max()) if len(self.lengths) else 0
 
 
-def _group_rollouts(df: pd.DataFrame) -> dict[int, dict[int, tuple[list[float], list[float]]]]:
-    out: dict[int, dict[int, tuple[list[float], list[float]]]] = {}
-    if df.empty:
-        return out
-    df = df.sort_values(["prompt_id", "pos", "step"], kind="stable")
-    pid, d = df["prompt_id"].to_numpy(np.int64), df["pos"].to_numpy(np.int64)
-    starts = np.flatnonzero(np.r_[True, (np.diff(pid) != 0) | (np.diff(d) != 0)])
-    conf = np.split(df["draft_conf"].to_numpy(float), starts[1:])
-    ent = np.split(df["draft_entropy"].to_numpy(float), starts[1:])
-    for j, s in enumerate(starts):
-        out.setdefault(int(pid[s]), {})[int(d[s])] = (conf[j].tolist(), ent[j].tolist())
-    return out
+def _sorted(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """``df`` stably sorted by ``keys``; traces are written sorted, and checking is cheaper than sorting."""
+    later = np.zeros(max(len(df) - 1, 0), dtype=bool)  # row i+1 sorts after row i on an earlier key
+    tie = np.ones_like(later)
+    for key in keys:
+        step = np.diff(df[key].to_numpy())
+        later |= tie & (step > 0)
+        tie &= step == 0
+    return df if (later | tie).all() else df.sort_values(keys, kind="stable")
 
 
-def _group_layers(df: pd.DataFrame, pos: pd.DataFrame) -> dict[int, dict[int, DraftPath]]:
+def _runs(accept: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """:func:`runs_of` for every prompt at once (prompt i holds rows ``bounds[i]:bounds[i+1]``)."""
+    t = np.arange(len(accept))
+    rejected = np.flatnonzero(~accept)
+    next_rejected = np.append(rejected, len(accept))[np.searchsorted(rejected, t)]
+    prompt_end = np.repeat(bounds[1:], np.diff(bounds))
+    return np.minimum(next_rejected, prompt_end) - t
+
+
+class Rollouts:
+    """One prompt's divergence rollouts: divergence position -> (confidences, entropies, end flags).
+
+    Grouped into lists on first use: a trace holds a rollout per rejected position, and a
+    policy that reads no signals past a rejection (vanilla SD) never needs them.
+    """
+
+    __slots__ = ("_pos", "_conf", "_ent", "_end", "_groups")
+
+    def __init__(self, pos: np.ndarray, conf: np.ndarray, ent: np.ndarray, end: np.ndarray):
+        self._pos, self._conf, self._ent, self._end = pos, conf, ent, end  # sorted by (pos, step)
+        self._groups: dict[int, tuple[list[float], list[float], list[bool]]] | None = None
+
+    def get(self, d: int) -> tuple[list[float], list[float], list[bool]] | None:
+        if self._groups is None:
+            cuts = np.flatnonzero(np.diff(self._pos)) + 1
+            starts = [0, *cuts.tolist()]
+            ends = [*cuts.tolist(), len(self._pos)]
+            conf, ent, end = self._conf.tolist(), self._ent.tolist(), self._end.tolist()
+            at = self._pos[starts].tolist() if len(self._pos) else []
+            self._groups = {d: (conf[a:b], ent[a:b], end[a:b]) for d, a, b in zip(at, starts, ends)}
+        return self._groups.get(d)
+
+
+class _RolloutTable:
+    """A trace's rollouts table as sorted arrays, cut into :class:`Rollouts` per prompt."""
+
+    def __init__(self, df: pd.DataFrame, eos: np.ndarray):
+        df = _sorted(df, ["prompt_id", "pos", "step"])
+        self.pid = df["prompt_id"].to_numpy(np.int64)
+        self.pos = df["pos"].to_numpy(np.int64)
+        self.conf = df["draft_conf"].to_numpy(float)
+        self.ent = df["draft_entropy"].to_numpy(float)
+        self.end = np.isin(df["token"].to_numpy(np.int64), eos)
+
+    def of(self, prompt_id: int) -> Rollouts:
+        lo, hi = np.searchsorted(self.pid, [prompt_id, prompt_id + 1])
+        return Rollouts(self.pos[lo:hi], self.conf[lo:hi], self.ent[lo:hi], self.end[lo:hi])
+
+
+def _group_layers(df: pd.DataFrame, pos: pd.DataFrame, eos: np.ndarray) -> dict[int, dict[int, DraftPath]]:
     """Per prompt and exit layer, a greedy draft path: accepted iff the early-exit token matches."""
     target = pos[["prompt_id", "pos", "target_token"]]
     df = df.merge(target, on=["prompt_id", "pos"], how="inner").sort_values(["prompt_id", "layer", "pos"])
@@ -249,5 +330,6 @@ def _group_layers(df: pd.DataFrame, pos: pd.DataFrame) -> dict[int, dict[int, Dr
             run=runs_of(accept),
             confidence=g["draft_conf"].astype(float).tolist(),
             entropy=g["draft_entropy"].astype(float).tolist(),
+            end=np.isin(g["token"].to_numpy(np.int64), eos).tolist(),
         )
     return out

@@ -27,6 +27,7 @@ Conventions used by every table (the one place they are defined):
 from __future__ import annotations
 
 import dataclasses
+import enum
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,9 +85,20 @@ TABLES: dict[str, dict[str, str]] = {
     },
 }
 
+class Topology(str, enum.Enum):
+    """Where the draft and the target compute (what parallel rounds cost: see
+    :mod:`simlab.sim.devices`). Defined with the trace because a trace records it."""
+
+    TWO_DEVICES = "two-devices"
+    ONE_DEVICE = "one-device"
+
+
 OPTIONAL_TABLES = frozenset({"layers"})
 LATENCY_OPS = ("draft_step", "target_forward")
 NO_LAYER = -1
+# No forward of any model on any hardware simlab targets takes an hour: a latency sample (or a
+# latency model's answer) above this is a unit mistake or corruption, not a measurement.
+MAX_FORWARD_SECONDS = 3600.0
 
 
 @dataclass
@@ -114,6 +126,9 @@ class Manifest:
     # Self-speculative traces (no separate draft model): the exit layer whose early-exit
     # signals fill the draft columns of positions.parquet, so serial policies run unchanged.
     draft_layer: int = NO_LAYER
+    # Where the two models computed while recording: "one-device" or "two-devices". Empty in
+    # traces written before the field existed; :meth:`recorded_topology` derives it then.
+    topology: str = ""
     eos_token_ids: list[int] = field(default_factory=list)
     command: str = ""
     created: str = ""
@@ -132,3 +147,15 @@ class Manifest:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+    def recorded_topology(self) -> Topology:
+        """The topology the trace's latencies were measured in: the default of every simulation.
+
+        The ``topology`` field when set. Older traces lack it, and the rule is then: a recorded
+        trace was one device (``simlab record`` has always loaded draft and target on the one
+        ``device`` of the manifest, and measured co-running latencies there); a synthetic trace
+        is the papers' setup of two accelerators, the only one its made-up latencies describe.
+        """
+        if self.topology:
+            return Topology(self.topology)
+        return Topology.TWO_DEVICES if self.kind == "synthetic" else Topology.ONE_DEVICE

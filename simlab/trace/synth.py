@@ -34,8 +34,9 @@ import pandas as pd
 
 from simlab.errors import SimlabError
 from simlab.mapping import ONE
+from simlab.params import check_seed
 from simlab.trace.io import Trace, empty_table
-from simlab.trace.schema import NO_LAYER, Manifest
+from simlab.trace.schema import NO_LAYER, Manifest, Topology
 
 KINDS = ("iid", "markov", "table")
 ALTERNATIVES = 9  # tokens sharing the non-top-1 mass when deriving entropy from confidence
@@ -64,6 +65,7 @@ class SynthSpec:
     table: str | None = None
 
     def check(self) -> None:
+        check_seed(self.seed)
         if self.kind not in KINDS:
             raise SimlabError(f"unknown synthetic kind {self.kind!r}; choose one of {', '.join(KINDS)}")
         for name in ("alpha", "alpha_bad", "p_good_to_bad", "p_bad_to_good"):
@@ -190,6 +192,7 @@ def synth_trace(spec: SynthSpec, command: str | None = None) -> Trace:
         dataset=f"synthetic:{spec.kind}",
         hardware="synthetic",
         device="none",
+        topology=Topology.TWO_DEVICES.value,  # the papers' setup, which synthetic latencies describe
         seed=spec.seed,
         max_new_tokens=spec.tokens,
         rollout_len=spec.rollout,
@@ -217,19 +220,3 @@ def synthetic_latency(spec: SynthSpec) -> pd.DataFrame:
     df["corun"] = False
     df["repeat"] = 0
     return df
-
-
-def with_latency(trace: Trace, profile: str | Path) -> Trace:
-    """``trace`` with its synthetic latencies replaced by a profile's (fitted or roofline),
-    tabulated at the trace's k and context lengths: a paper's setup without its hardware."""
-    from simlab.latency.model import load_profile, tabulate
-
-    model = load_profile(profile)
-    spec = trace.manifest.extra["synth"]
-    contexts = (spec["prompt_len"], spec["prompt_len"] + spec["tokens"])
-    trace.latency = tabulate(model, range(1, spec["max_k"] + 2), contexts, corun=getattr(model, "has_corun", False))
-    m = trace.manifest
-    m.hardware = getattr(model, "hardware", "") or model.name
-    m.draft_model, m.target_model = f"synthetic draft ({model.name})", f"synthetic target ({model.name})"
-    m.notes += f" Latencies tabulated from the profile {profile} ({model.name}), not measured."
-    return trace

@@ -1,0 +1,107 @@
+"""Finding, or recording, the trace a live run is compared with.
+
+``--trace``, or by default a shipped (or earlier cached) trace recorded with the same models,
+dtype, device, temperature, budget and chat template that holds every prompt of this run
+(matched by source and prompt length). If it was recorded on other hardware, or with
+``--reprobe``, its latencies are measured again now into a cached copy
+(``$SIMLAB_CACHE/live-traces``); with no such trace, one is recorded there once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+from typing import Any, Callable
+
+import pandas as pd
+
+from simlab.errors import SimlabError
+from simlab.live.setup import LiveSetup
+from simlab.paths import TRACES, cache_root
+from simlab.trace.io import Trace, read_trace
+from simlab.trace.schema import MANIFEST
+
+
+def _manifest_matches(trace_dir: Path, want: dict[str, Any]) -> bool:
+    try:
+        data = json.loads((trace_dir / MANIFEST).read_text())
+    except (OSError, json.JSONDecodeError):
+        return False
+    plain = all(data.get(k) == v for k, v in want.items() if k != "chat_template")
+    return plain and data.get("extra", {}).get("chat_template") == want["chat_template"]
+
+
+def _holds(trace_dir: Path, sources: set[tuple[str, int]]) -> bool:
+    try:
+        prompts = pd.read_parquet(trace_dir / "prompts.parquet", columns=["source", "prompt_len"])
+    except (OSError, ValueError):
+        return False
+    return sources <= set(zip(prompts["source"], prompts["prompt_len"].astype(int)))
+
+
+def find_trace(want: dict[str, Any], sources: set[tuple[str, int]], roots: list[Path]) -> Path | None:
+    """The first trace under ``roots`` whose manifest matches ``want`` and that holds ``sources``."""
+    for root in roots:
+        if not root.is_dir():
+            continue
+        for d in sorted(p for p in root.iterdir() if (p / MANIFEST).is_file()):
+            if _manifest_matches(d, want) and _holds(d, sources):
+                return d
+    return None
+
+
+def live_cache() -> Path:
+    return cache_root() / "live-traces"
+
+
+def _record(setup: LiveSetup, out: Path, dataset: str, **overrides: Any) -> None:
+    from simlab.record.recorder import RecordConfig, record
+
+    cfg = setup.cfg
+    layer = cfg.draft_layer
+    record(RecordConfig(target=cfg.target, draft=cfg.draft, prompts=dataset, out=out,
+                        max_new_tokens=cfg.max_new_tokens, device=setup.target_device, dtype=setup.dtype,
+                        temperature=cfg.temperature, seed=cfg.seed,
+                        exit_layers=str(layer) if layer else None, draft_layer=layer,
+                        chat_template=cfg.chat_template, progress=cfg.progress, **overrides))
+
+
+def comparison_trace(setup: LiveSetup, log: Callable[[str], None]) -> Trace:
+    """The comparison trace, restricted to this run's prompts (see the module docstring)."""
+    cfg = setup.cfg
+    sources = {(p.source, len(setup.ids[p.prompt_id])) for p in setup.prompts}
+    want = setup.trace_settings()
+    if cfg.trace is not None:
+        found = Path(cfg.trace)
+        read_trace(found)  # a clear error if it is not a trace
+        if not _manifest_matches(found, want):
+            raise SimlabError(f"--trace {found} was recorded with other models or settings than this run ({want})")
+        if not _holds(found, sources):
+            raise SimlabError(f"--trace {found} does not hold every prompt of --prompts {cfg.prompts}")
+    else:
+        found = find_trace(want, sources, [TRACES, live_cache()])
+    key = hashlib.sha256(json.dumps({**want, "prompts": cfg.prompts, "hardware": setup.hardware},
+                                    sort_keys=True).encode()).hexdigest()[:12]
+    cached = live_cache() / key
+    if found is None:
+        log(f"recording a comparison trace of {len(setup.prompts)} prompts into {cached} (once)")
+        _record(setup, cached, cfg.prompts, resume=(cached / MANIFEST).exists(),
+                command="simlab live: comparison trace")
+        found = cached
+    else:
+        manifest = read_trace(found).manifest
+        if manifest.hardware != setup.hardware or cfg.reprobe:
+            why = "--reprobe" if cfg.reprobe else f"it was recorded on {manifest.hardware}"
+            log(f"measuring latencies again for {found} ({why}) into {cached}")
+            if found != cached:
+                shutil.rmtree(cached, ignore_errors=True)
+                shutil.copytree(found, cached)
+            _record(setup, cached, manifest.dataset, seed=manifest.seed, rollout=manifest.rollout_len,
+                    exit_layers=",".join(map(str, manifest.exit_layers)) or None,
+                    resume=True, reprobe=True, command="simlab live --reprobe")
+            found = cached
+    trace = read_trace(found)
+    keep = trace.prompts[trace.prompts["source"].isin({s for s, _ in sources})]["prompt_id"]
+    return trace.select_prompts(keep)

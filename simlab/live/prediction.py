@@ -1,0 +1,107 @@
+"""What the simulator predicts for a live run, and measured beside predicted.
+
+One :class:`~simlab.sim.run.Simulator` per session, on the comparison trace in the run's
+topology, with the session's latency model. It builds the context every policy of the session
+gets (the one recipe, :mod:`simlab.sim.context`), so the live policy and the simulated one
+decide alike, and it simulates the policy once: the per-prompt prediction does not depend on
+what was measured, so writing the table after every prompt (``--out``) re-simulates nothing.
+Without a comparison trace (``--no-compare``) the context comes from the same recipe over the
+run's prompts and budget.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from simlab.latency.model import LatencyModel
+from simlab.live.decoding import PromptOutcome
+from simlab.live.setup import LiveSetup
+from simlab.metrics import Summary
+from simlab.policies import PolicyContext
+from simlab.sim.context import policy_context, tabulated, typical_context_len
+from simlab.sim.devices import Slice
+from simlab.sim.run import SimResult, Simulator
+from simlab.trace.io import Trace
+
+
+@dataclass
+class Comparison:
+    """Per-prompt measured and predicted figures (one row each) and the simulated run."""
+
+    table: pd.DataFrame
+    trace_path: Path | None
+    simulated: SimResult | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def relative_error(predicted: float, measured: float) -> float:
+    if not measured or math.isnan(measured) or math.isnan(predicted):
+        return math.nan
+    return predicted / measured - 1.0
+
+
+class Prediction:
+    """The simulator's side of a live session (module docstring)."""
+
+    def __init__(self, setup: LiveSetup, trace: Trace | None, latency: LatencyModel | None):
+        self.setup, self.trace, self.latency = setup, trace, latency
+        cfg = setup.cfg
+        self.simulator = Simulator(trace, latency, seed=cfg.seed, topology=setup.topology) if trace is not None \
+            else None
+        self._simulated: SimResult | None = None
+        self._prompt_ids = dict(zip(trace.prompts["source"], trace.prompts["prompt_id"])) if trace is not None else {}
+
+    def context(self) -> PolicyContext:
+        """The context every policy of the session is built with, live or simulated."""
+        if self.simulator is not None:
+            return self.simulator.context()
+        lens = [len(ids) for ids in self.setup.ids.values()]
+        budget = self.setup.cfg.max_new_tokens
+        grid = tabulated(self.latency, max(lens) + budget) if self.latency is not None else None
+        return policy_context(grid, typical_context_len(lens, [budget]), self.setup.topology)
+
+    def simulated(self) -> SimResult | None:
+        """The session's policy simulated on the comparison trace (once)."""
+        if self.simulator is not None and self._simulated is None:
+            cfg = self.setup.cfg
+            self._simulated = self.simulator.run(cfg.policy, cfg.params, with_cost=False)
+        return self._simulated
+
+    def prompt_id(self, source: str) -> int | None:
+        """The trace's prompt_id of a prompt of the run, matched by source (None: not in it)."""
+        pid = self._prompt_ids.get(source)
+        return None if pid is None else int(pid)
+
+    def timeline(self, source: str) -> list[Slice]:
+        """The simulated per-device timeline of one prompt of the run."""
+        cfg = self.setup.cfg
+        res = self.simulator.run(cfg.policy, cfg.params, timeline_prompt=self.prompt_id(source), with_cost=False)
+        return res.timeline
+
+    def compare(self, outcomes: list[PromptOutcome]) -> Comparison:
+        """Measured beside predicted, one row per finished prompt."""
+        sim = self.simulated()
+        predicted = sim.per_prompt.set_index("prompt_id") if sim is not None else None
+        rows = []
+        for o in outcomes:
+            m = Summary.from_counts(o.policy.counts)
+            row = {"prompt_id": o.prompt_id, "source": o.source, "lossless": o.lossless,
+                   "measured_tokens": m.tokens, "measured_tokens_per_s": m.tokens_per_s,
+                   "measured_speedup": m.speedup, "measured_target_calls": m.target_calls, "measured_mat": m.mat,
+                   "measured_wall_time_s": m.wall_time_s, "measured_ad_wall_time_s": m.ad_wall_time_s,
+                   "measured_ad_spread": o.ad_spread}
+            pid = self.prompt_id(o.source) if predicted is not None else None
+            if pid is not None:
+                pr = predicted.loc[pid]
+                row.update({"predicted_tokens": int(pr["tokens"]), "predicted_tokens_per_s": pr["tokens_per_s"],
+                            "predicted_speedup": pr["speedup"], "predicted_target_calls": int(pr["target_calls"]),
+                            "predicted_mat": pr["mat"], "predicted_wall_time_s": pr["wall_time_s"],
+                            "predicted_ad_wall_time_s": pr["ad_wall_time_s"]})
+                for key in ("tokens_per_s", "speedup"):
+                    row[f"error_{key}"] = relative_error(row[f"predicted_{key}"], row[f"measured_{key}"])
+            rows.append(row)
+        return Comparison(pd.DataFrame(rows), self.trace.path if self.trace is not None else None, sim)

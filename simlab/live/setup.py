@@ -1,0 +1,110 @@
+"""What a ``simlab live`` run is: its options, checked, and the facts derived from them once
+(prompts and their token ids, devices, topology, dtype, hardware), which the other parts of a
+session read: the comparison trace, the model pair, the decoder and the prediction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from simlab.errors import SimlabError
+from simlab.sim.devices import Topology
+
+
+@dataclass
+class LiveConfig:
+    policy: str
+    params: dict[str, Any]
+    target: str
+    prompts: str
+    draft: str | None = None
+    draft_layer: int | None = None
+    max_new_tokens: int = 128
+    device: str | None = None
+    draft_device: str | None = None
+    target_device: str | None = None
+    dtype: str | None = None
+    temperature: float = 0.0
+    seed: int = 0
+    compare: bool = True
+    trace: Path | None = None
+    reprobe: bool = False
+    latency: Path | None = None
+    chat_template: bool = True
+    progress: bool = True
+
+
+class LiveSetup:
+    """A checked :class:`LiveConfig` and what follows from it; loads the tokenizer, not the models."""
+
+    def __init__(self, cfg: LiveConfig):
+        import torch
+
+        from simlab.models.load import load_tokenizer, resolve
+        from simlab.policies import REGISTRY
+        from simlab.record import machine
+        from simlab.record.prompts import load_prompts, render
+        from simlab.record.recorder import check_vocab
+
+        self.cfg = cfg
+        if cfg.max_new_tokens < 2:
+            raise SimlabError(f"--max-new-tokens must be at least 2, got {cfg.max_new_tokens}")
+        if (cfg.draft is None) == (cfg.draft_layer is None):
+            raise SimlabError("pass either --draft, or --draft-layer to draft with the target's first layers")
+        if cfg.temperature < 0:
+            raise SimlabError(f"--temperature must be >= 0, got {cfg.temperature}")
+        if cfg.policy not in REGISTRY:
+            raise SimlabError(f"unknown policy {cfg.policy!r}; known policies: {', '.join(sorted(REGISTRY))}")
+        if REGISTRY[cfg.policy].needs_future:
+            raise SimlabError(f"policy {cfg.policy!r} sees the future; it exists only in simulation")
+        if REGISTRY[cfg.policy].needs_shadows and cfg.draft_layer is None:
+            raise SimlabError(f"policy {cfg.policy!r} drafts with the target's own exit layers: pass --draft-layer "
+                              "instead of --draft")
+        self.prompts = load_prompts(cfg.prompts)
+        self.target_ref = resolve(cfg.target)
+        self.draft_ref = resolve(cfg.draft) if cfg.draft else None
+        device = cfg.device or machine.default_device()
+        self.target_device = cfg.target_device or device
+        self.draft_device = cfg.draft_device or device
+        for d in {self.target_device, self.draft_device}:
+            if d.startswith("cuda") and not torch.cuda.is_available():
+                raise SimlabError(f"device {d}: no CUDA device is available here (use cpu)")
+        # Where both models compute on one device (a CPU's cores, one GPU), parallel rounds share
+        # it: the simulation that predicts this run, and the windows policies size from latencies,
+        # use the one-device topology and its co-running latencies.
+        self.topology = Topology.ONE_DEVICE if _same_device(self.draft_device, self.target_device) \
+            else Topology.TWO_DEVICES
+        self.dtype = cfg.dtype or ("float32" if self.target_device == "cpu" else "bfloat16")
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        self.tokenizer = load_tokenizer(self.target_ref)
+        if self.draft_ref is not None:
+            check_vocab(load_tokenizer(self.draft_ref), self.tokenizer, cfg.draft, cfg.target)
+        self.chat = bool(cfg.chat_template and self.tokenizer.chat_template)
+        self.ids = {p.prompt_id: render(p, self.tokenizer, self.chat).ids for p in self.prompts}
+        self.hardware = machine.hardware_name(self.target_device)
+
+    def draft_name(self) -> str:
+        return self.cfg.draft if self.cfg.draft else f"{self.cfg.target}[:{self.cfg.draft_layer}]"
+
+    def trace_settings(self) -> dict[str, Any]:
+        """The manifest fields a comparison trace must share with this run."""
+        return {
+            "draft_model": self.draft_name(),
+            "target_model": self.cfg.target,
+            "device": self.target_device,
+            "dtype": self.dtype,
+            "temperature": float(self.cfg.temperature),
+            "max_new_tokens": self.cfg.max_new_tokens,
+            "chat_template": self.chat,
+        }
+
+
+def _same_device(a: str, b: str) -> bool:
+    """``cuda`` and ``cuda:0`` are one device."""
+    import torch
+
+    da, db = torch.device(a), torch.device(b)
+    return (da.type, da.index or 0) == (db.type, db.index or 0)

@@ -1,0 +1,29 @@
+"""The columns of a sweep's result table, and which of them are policy parameters.
+
+Defined below both the sweep runner (which writes such tables) and the plots (which read
+them, possibly from a file written long ago), so that neither imports the other.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from simlab.metrics import SUMMARY_KEYS
+
+# Columns of a sweep table besides the policy parameters, in order (metrics: simlab.metrics).
+METRIC_COLUMNS = (*SUMMARY_KEYS, "acceptance_per_position", "parallel_rounds", "rollout_overruns",
+                  "reference_gamma", "reference_speedup")
+SETUP_COLUMNS = ("trace", "latency", "seed", "topology")
+TIMING_COLUMNS = ("sim_seconds", "cpu_seconds")  # wall and CPU time of one configuration's simulation
+OTHER_COLUMNS = ("policy", "label", "pareto", *TIMING_COLUMNS, "key")
+
+
+def param_columns(table: pd.DataFrame) -> list[str]:
+    """The policy-parameter columns of a sweep table (every column that is not a metric or setup)."""
+    fixed = {*METRIC_COLUMNS, *SETUP_COLUMNS, *OTHER_COLUMNS}
+    return [c for c in table.columns if c not in fixed]
+
+
+def varying(table: pd.DataFrame) -> list[str]:
+    """The parameters that take more than one value among ``table``'s rows."""
+    return [c for c in param_columns(table) if table[c].dropna().nunique() > 1]

@@ -1,0 +1,191 @@
+"""What a loaded trace must satisfy before anything replays it, and where it first does not.
+
+A value the simulator cannot use must stop the load, never reach a policy: a NaN entropy makes
+SVIP's stop rule never fire, a null token counts as a rejection, one 1e300 s latency sample
+turns a speedup into 81,600x. So every column has a rule (:data:`RULES`: no nulls, finite,
+within a range), checked on every row; a message names the table, the column, the first bad
+row's prompt and position (or latency point) and how many rows are bad. The manifest's fields
+are checked against the types :class:`~simlab.trace.schema.Manifest` declares.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from simlab.errors import SimlabError
+from simlab.trace.schema import LATENCY_OPS, MAX_FORWARD_SECONDS, NO_LAYER, Manifest
+
+if TYPE_CHECKING:
+    from simlab.trace.io import Trace
+
+PROB_SLACK = 1e-5  # float32 softmax sums may exceed 1 by a rounding error
+ENTROPY_SLACK = 1e-6
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Every value of a column is present, finite (numbers) and within [low, high]."""
+
+    low: float = -math.inf
+    high: float = math.inf
+    what: str = "null"  # what is wrong with a bad value, for messages
+
+    def bad(self, values: pd.Series) -> np.ndarray:
+        if values.dtype == object or pd.api.types.is_string_dtype(values) or pd.api.types.is_bool_dtype(values):
+            return values.isna().to_numpy()
+        v = pd.to_numeric(values, errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+        return ~(np.isfinite(v) & (v >= self.low) & (v <= self.high))
+
+
+PRESENT = Rule()
+NATURAL = Rule(0, what="null or negative")
+POSITIVE = Rule(1, what="null or below 1")
+PROB = Rule(0, 1 + PROB_SLACK, "null, not finite or outside [0, 1]")
+ENTROPY = Rule(-ENTROPY_SLACK, what="null, not finite or negative")
+
+# table -> column -> rule; every required column of every table has one.
+RULES: dict[str, dict[str, Rule]] = {
+    "prompts": {"prompt_id": NATURAL, "source": PRESENT, "prompt_len": NATURAL, "n_tokens": POSITIVE,
+                "stop": PRESENT, "prompt_text": PRESENT},
+    "positions": {"prompt_id": NATURAL, "pos": NATURAL, "target_token": NATURAL, "draft_token": NATURAL,
+                  "draft_conf": PROB, "draft_entropy": ENTROPY, "q_target": PROB, "p_target": PROB,
+                  "p_draft": PROB, "accept_prob": PROB},
+    "rollouts": {"prompt_id": NATURAL, "pos": NATURAL, "step": POSITIVE, "token": NATURAL,
+                 "draft_conf": PROB, "draft_entropy": ENTROPY},
+    "layers": {"prompt_id": NATURAL, "pos": NATURAL, "layer": POSITIVE, "token": NATURAL,
+               "draft_conf": PROB, "draft_entropy": ENTROPY},
+    "latency": {"op": PRESENT, "k": POSITIVE, "context_len": NATURAL,
+                "layer": Rule(NO_LAYER, what=f"null or below {NO_LAYER}"), "corun": PRESENT, "repeat": NATURAL,
+                "seconds": Rule(np.nextafter(0, 1), MAX_FORWARD_SECONDS,
+                                f"null, not finite, not positive or above {MAX_FORWARD_SECONDS:g} s")},
+}
+
+
+def _row(df: pd.DataFrame, i: int) -> str:
+    """Where row ``i`` of a table is, in the trace's own terms."""
+    def at(col: str) -> str:
+        return _shown(df[col].iat[i])
+
+    if "prompt_id" in df.columns:
+        return f"prompt {at('prompt_id')}" + (f", position {at('pos')}" if "pos" in df.columns else "")
+    return f"row {i} ({at('op')}, k={at('k')}, context_len={at('context_len')})"
+
+
+def _shown(value) -> str:
+    """A cell as a user wrote it: 3 rather than 3.0 or np.int32(3)."""
+    if pd.isna(value):
+        return "null" if value is None or value is pd.NA else "NaN"
+    if isinstance(value, (float, np.floating)) and float(value).is_integer():
+        return str(int(value))
+    return str(value.item() if hasattr(value, "item") else value)
+
+
+def check_columns(name: str, df: pd.DataFrame, where: str) -> None:
+    """Apply :data:`RULES` to table ``name``; raise on the first column with a bad value."""
+    for col, rule in RULES[name].items():
+        bad = rule.bad(df[col])
+        if bad.any():
+            first, n = int(np.flatnonzero(bad)[0]), int(bad.sum())
+            raise SimlabError(f"{where}: {name}.parquet column {col!r} has {n} value{'s' * (n > 1)} "
+                              f"{rule.what}; the first is {_shown(df[col].iat[first])} at {_row(df, first)}")
+
+
+_TYPES = {"str": (str,), "int": (int,), "float": (int, float), "list[int]": (list,), "dict": (dict,)}
+
+
+def check_manifest_types(data: dict, where: str) -> None:
+    """Each manifest field holds the type :class:`Manifest` declares (``temperature`` a number,
+    ``exit_layers`` a list of integers...)."""
+    for f in dataclasses.fields(Manifest):
+        if f.name not in data:
+            continue
+        value, declared = data[f.name], str(f.type)
+        kinds = _TYPES.get(declared, _TYPES["dict"] if declared.startswith("dict") else None)
+        ok = isinstance(value, kinds) and not isinstance(value, bool)
+        if ok and declared == "list[int]":
+            ok = all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+        if ok and declared == "float":
+            ok = math.isfinite(value)
+        if not ok:
+            raise SimlabError(f"{where}: manifest.json field {f.name!r} must be {declared}, got {value!r}")
+
+
+def validate(trace: Trace) -> None:
+    """Check the invariants that the simulator relies on; raise :class:`SimlabError`."""
+    where = f"trace {trace.path}" if trace.path else "trace"
+    m = trace.manifest
+    if not (m.temperature >= 0) or math.isinf(m.temperature):
+        raise SimlabError(f"{where}: temperature must be >= 0, got {m.temperature}")
+    if trace.prompts.empty:
+        raise SimlabError(f"{where}: prompts.parquet lists no prompts")
+    for name in ("prompts", "positions", "rollouts", "layers", "latency"):
+        df = trace.table(name)
+        if df is not None:
+            check_columns(name, df, where)
+    _check_positions(trace, where)
+    _check_layers(trace, where)
+    validate_latency(trace.latency, where)
+
+
+def _check_positions(trace: Trace, where: str) -> None:
+    prompts, pos = trace.prompts, trace.positions
+    if prompts["prompt_id"].duplicated().any():
+        raise SimlabError(f"{where}: prompts.parquet lists a prompt_id twice")
+    counts = pos.groupby("prompt_id")["pos"].agg(["count", "min", "max"])
+    # checked for every prompt at once; the loop below only words the first failure
+    have = counts.reindex(prompts["prompt_id"].to_numpy())
+    n_tokens = prompts["n_tokens"].to_numpy()
+    fine = ((have["count"].to_numpy() == n_tokens) & (have["min"].to_numpy() == 0)
+            & (have["max"].to_numpy() == n_tokens - 1))
+    for row in prompts[~fine].itertuples(index=False):
+        n = int(row.n_tokens)
+        if row.prompt_id not in counts.index:
+            raise SimlabError(f"{where}: prompt {row.prompt_id} has no rows in positions.parquet")
+        c = counts.loc[row.prompt_id]
+        if c["count"] != n or c["min"] != 0 or c["max"] != n - 1:
+            raise SimlabError(
+                f"{where}: prompt {row.prompt_id} should have positions 0..{n - 1} exactly once in "
+                f"positions.parquet (found {int(c['count'])} rows, {int(c['min'])}..{int(c['max'])})"
+            )
+    if pos.duplicated(["prompt_id", "pos"]).any():
+        raise SimlabError(f"{where}: positions.parquet has a (prompt_id, pos) pair twice")
+
+
+def _check_layers(trace: Trace, where: str) -> None:
+    m, layers = trace.manifest, trace.layers
+    if layers is None:
+        if m.exit_layers or m.draft_layer != NO_LAYER:
+            raise SimlabError(f"{where}: layers.parquet is missing, but manifest.json names exit layers "
+                              f"{m.exit_layers} (draft_layer {m.draft_layer}); a self-speculative trace needs it")
+        return
+    unknown = sorted(set(layers["layer"].unique()) - set(m.exit_layers))
+    if unknown:
+        raise SimlabError(f"{where}: layers.parquet has exit layers {unknown} that manifest.json's exit_layers "
+                          f"{m.exit_layers} does not list")
+    if layers.empty:
+        return
+    per = layers.groupby(["prompt_id", "layer"])["pos"].count()
+    n = trace.prompts.set_index("prompt_id")["n_tokens"]
+    short = [key for key, count in per.items() if count != n.get(key[0], -1)]
+    if short:
+        raise SimlabError(f"{where}: layers.parquet must cover every position of each prompt and layer; "
+                          f"(prompt_id, layer) {short[0]} does not")
+
+
+def validate_latency(lat: pd.DataFrame, where: str) -> None:
+    """Latency samples must be finite, positive, plausible and of known operations."""
+    if lat.empty:
+        raise SimlabError(f"{where}: latency.parquet has no samples")
+    check_columns("latency", lat, where)
+    ops = set(lat["op"].unique()) - set(LATENCY_OPS)
+    if ops:
+        raise SimlabError(f"{where}: latency.parquet has unknown ops {sorted(ops)}; expected {list(LATENCY_OPS)}")
+    for op in LATENCY_OPS:
+        if not (lat["op"] == op).any():
+            raise SimlabError(f"{where}: latency.parquet has no {op!r} samples")

@@ -1,0 +1,72 @@
+"""The one way simlab writes outputs (simlab/atomic.py): all or nothing, nothing left behind."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from simlab.atomic import check_output, replace_dir, replace_file
+from simlab.errors import SimlabError
+
+
+def test_a_failing_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
+    out = tmp_path / "table.csv"
+    out.write_text("old\n")
+
+    def half_then_fail(tmp):
+        tmp.write_text("half of the new")
+        raise RuntimeError("disk gone")
+
+    with pytest.raises(RuntimeError):
+        replace_file(out, half_then_fail)
+    assert out.read_text() == "old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["table.csv"]
+
+
+def test_an_os_error_while_writing_is_one_line_naming_the_output(tmp_path):
+    def no_space(tmp):
+        tmp.write_text("x")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(SimlabError, match=r"cannot write .*x\.json \(No space left on device\)"):
+        replace_file(tmp_path / "x.json", no_space)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_failing_directory_write_keeps_the_old_directory(tmp_path):
+    out = tmp_path / "trace"
+    out.mkdir()
+    (out / "manifest.json").write_text("{}")
+
+    def fail(tmp):
+        (tmp / "positions.parquet").write_bytes(b"new")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        replace_dir(out, fail)
+    assert [p.name for p in tmp_path.iterdir()] == ["trace"]
+    assert [p.name for p in out.iterdir()] == ["manifest.json"]
+
+
+def test_what_a_killed_writer_left_is_removed_by_the_next_write(tmp_path):
+    dead = 2**22 + 12345  # above the default pid_max: no such process
+    (tmp_path / f".trace.tmp-{dead}").mkdir()
+    (tmp_path / f".table.tmp-{dead}.csv").write_text("torn")
+    replace_dir(tmp_path / "trace", lambda tmp: (tmp / "manifest.json").write_text("{}"))
+    replace_file(tmp_path / "table.csv", lambda tmp: tmp.write_text("a\n"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["table.csv", "trace"]
+
+
+def test_a_running_writers_temporary_is_left_alone(tmp_path):
+    mine = tmp_path / f".table.tmp-{os.getppid()}.csv"  # a live process's
+    mine.write_text("in progress")
+    replace_file(tmp_path / "table.csv", lambda tmp: tmp.write_text("a\n"))
+    assert mine.exists()
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_force_never_replaces_a_directory_simlab_did_not_write(tmp_path, force):
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(SimlabError, match="did not write"):
+        check_output(tmp_path, directory=True, force=force, owned="manifest.json")

@@ -1,0 +1,323 @@
+"""Bad inputs and faults as a hostile user makes them: one row per case (what to break, the
+command, the exit status, a fragment of the one-line message). Add a row for every new way a
+command can be misused; no row may end in a traceback (an exception escaping ``main``).
+
+The commands run in-process through :func:`simlab.cli.main`, exactly what ``python -m simlab``
+runs, so a hundred cases take seconds rather than a hundred interpreter starts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from simlab.cli import main
+from simlab.paths import CALIBRATE, TRACES
+from simlab.sim.run import Simulator
+
+SELFSPEC = TRACES / "smollm2-selfspec"
+PROFILE = CALIBRATE / "qwen-coder-cpu.json"
+
+
+def run_cli(capsys, *args) -> tuple[int, str, str]:
+    """Exit status, stdout and stderr of ``simlab ARGS``."""
+    try:
+        main([str(a) for a in args])
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory) -> Path:
+    """A small synthetic trace and a sweep table of it, made once."""
+    root = tmp_path_factory.mktemp("base")
+    main(["synth", "--prompts", "3", "--tokens", "24", "--out", str(root / "trace")])
+    main(["sweep", "--trace", str(root / "trace"), "--policy", "sd:gamma=1..3", "--workers", "1", "--no-cache",
+          "--out", str(root / "sweep.csv")])
+    return root
+
+
+@dataclass
+class Ctx:
+    """What a case can break: copies of the base trace and sweep, a plain file, a scratch folder."""
+
+    base: Path
+    tmp: Path
+
+    @property
+    def trace(self) -> Path:
+        """A fresh copy of the base trace (copied on first use)."""
+        t = self.tmp / "trace"
+        if not t.exists():
+            shutil.copytree(self.base / "trace", t)
+        return t
+
+    @property
+    def file(self) -> Path:
+        f = self.tmp / "plain.txt"
+        f.write_text("not a directory\n")
+        return f
+
+    def sweep(self) -> Path:
+        s = self.tmp / "sweep.csv"
+        shutil.copy(self.base / "sweep.csv", s)
+        return s
+
+    def set_cell(self, table: str, column: str, row: int, value) -> Path:
+        """The trace with one cell of one table replaced, keeping the column's type (so a null
+        stays a null in an integer column, as another tool could write it)."""
+        path = self.trace / f"{table}.parquet"
+        t = pq.read_table(path)
+        values = t[column].to_pylist()
+        values[row] = value
+        i = t.schema.get_field_index(column)
+        t = t.set_column(i, t.schema.field(i), pa.array(values, type=t.schema.field(i).type))
+        pq.write_table(t, path)
+        return self.trace
+
+    def set_manifest(self, **fields) -> Path:
+        path = self.trace / "manifest.json"
+        data = json.loads(path.read_text())
+        data.update(fields)
+        path.write_text(json.dumps(data))
+        return self.trace
+
+    def no_prompts(self) -> Path:
+        for name in ("prompts", "positions", "rollouts"):
+            path = self.trace / f"{name}.parquet"
+            pq.write_table(pq.read_table(path).slice(0, 0), path)
+        return self.trace
+
+    def selfspec_without_layers(self) -> Path:
+        t = self.tmp / "selfspec"
+        shutil.copytree(SELFSPEC, t, ignore=shutil.ignore_patterns("layers.parquet"))
+        return t
+
+    def profile(self, edit: Callable[[dict], None]) -> Path:
+        data = json.loads(PROFILE.read_text())
+        edit(data)
+        p = self.tmp / "profile.json"
+        p.write_text(json.dumps(data))
+        return p
+
+    def nan_sweep(self) -> Path:
+        s = self.sweep()
+        df = pd.read_csv(s)
+        df["speedup"] = float("nan")
+        df.to_csv(s, index=False)
+        return s
+
+    def not_a_trace(self) -> Path:
+        d = self.tmp / "mine"
+        d.mkdir(exist_ok=True)
+        (d / "notes.txt").write_text("my own files\n")
+        return d
+
+
+def _negative_coefficient(profile: dict) -> None:
+    profile["surfaces"][0]["base"][0] = -1.0
+
+
+def _garbage(path: Path) -> Path:
+    path.write_bytes(os.urandom(64))
+    return path.parent
+
+
+SIM = ("simulate", "--json", "--trace")
+
+# (id, args from a Ctx, exit status, fragment of stderr)
+CASES: list[tuple[str, Callable[[Ctx], list], int, str]] = [
+    # -- trace contents: every column, nulls, non-finite values, ranges ---------------------
+    ("entropy-nan", lambda c: [*SIM, c.set_cell("positions", "draft_entropy", 5, float("nan"))], 2,
+     "'draft_entropy' has 1 value null, not finite or negative; the first is NaN at prompt 0, position 5"),
+    ("entropy-inf", lambda c: [*SIM, c.set_cell("positions", "draft_entropy", 3, float("inf"))], 2, "draft_entropy"),
+    ("entropy-negative", lambda c: [*SIM, c.set_cell("positions", "draft_entropy", 3, -2.0)], 2, "draft_entropy"),
+    ("target-token-null", lambda c: [*SIM, c.set_cell("positions", "target_token", 30, None)], 2,
+     "'target_token' has 1 value null or negative; the first is NaN at prompt 1, position 6"),
+    ("draft-token-negative", lambda c: [*SIM, c.set_cell("positions", "draft_token", 2, -5)], 2, "draft_token"),
+    ("pos-null", lambda c: [*SIM, c.set_cell("positions", "pos", 2, None)], 2, "'pos'"),
+    ("accept-prob-above-1", lambda c: [*SIM, c.set_cell("positions", "accept_prob", 4, 1.5)], 2,
+     "outside [0, 1]"),
+    ("q-target-nan", lambda c: [*SIM, c.set_cell("positions", "q_target", 4, float("nan"))], 2, "q_target"),
+    ("p-target-null", lambda c: [*SIM, c.set_cell("positions", "p_target", 4, None)], 2, "p_target"),
+    ("draft-conf-negative", lambda c: [*SIM, c.set_cell("positions", "draft_conf", 4, -0.1)], 2, "draft_conf"),
+    ("latency-1e300", lambda c: [*SIM, c.set_cell("latency", "seconds", 7, 1e300)], 2,
+     "latency.parquet column 'seconds' has 1 value null, not finite, not positive or above 3600 s"),
+    ("latency-null", lambda c: [*SIM, c.set_cell("latency", "seconds", 0, None)], 2, "'seconds'"),
+    ("latency-negative", lambda c: [*SIM, c.set_cell("latency", "seconds", 0, -0.01)], 2, "'seconds'"),
+    ("latency-k-zero", lambda c: [*SIM, c.set_cell("latency", "k", 3, 0)], 2, "'k'"),
+    ("latency-op-null", lambda c: [*SIM, c.set_cell("latency", "op", 3, None)], 2, "'op'"),
+    ("latency-corun-null", lambda c: [*SIM, c.set_cell("latency", "corun", 3, None)], 2, "'corun'"),
+    ("n-tokens-null", lambda c: [*SIM, c.set_cell("prompts", "n_tokens", 1, None)], 2, "'n_tokens'"),
+    ("prompt-id-null", lambda c: [*SIM, c.set_cell("prompts", "prompt_id", 1, None)], 2, "'prompt_id'"),
+    ("rollout-conf-nan", lambda c: [*SIM, c.set_cell("rollouts", "draft_conf", 0, float("nan"))], 2,
+     "rollouts.parquet column 'draft_conf'"),
+    ("rollout-step-null", lambda c: [*SIM, c.set_cell("rollouts", "step", 0, None)], 2, "'step'"),
+    ("rollout-entropy-inf", lambda c: [*SIM, c.set_cell("rollouts", "draft_entropy", 0, float("inf"))], 2,
+     "rollouts.parquet column 'draft_entropy'"),
+    ("no-prompts", lambda c: [*SIM, c.no_prompts()], 2, "lists no prompts"),
+    # -- manifest -----------------------------------------------------------------------------
+    ("manifest-temperature-string", lambda c: [*SIM, c.set_manifest(temperature="abc")], 2,
+     "field 'temperature' must be float, got 'abc'"),
+    ("manifest-exit-layers-int", lambda c: [*SIM, c.set_manifest(exit_layers=5)], 2,
+     "field 'exit_layers' must be list[int], got 5"),
+    ("manifest-exit-layers-strings", lambda c: [*SIM, c.set_manifest(exit_layers=["a"])], 2, "'exit_layers'"),
+    ("manifest-seed-float", lambda c: [*SIM, c.set_manifest(seed=1.5)], 2, "field 'seed' must be int"),
+    ("manifest-kind-null", lambda c: [*SIM, c.set_manifest(kind=None)], 2, "field 'kind' must be str"),
+    ("manifest-extra-list", lambda c: [*SIM, c.set_manifest(extra=[1])], 2, "field 'extra'"),
+    ("manifest-temperature-negative", lambda c: [*SIM, c.set_manifest(temperature=-1)], 2, "temperature"),
+    ("manifest-version", lambda c: [*SIM, c.set_manifest(schema_version=99)], 2, "schema version 99"),
+    ("manifest-unknown-field", lambda c: [*SIM, c.set_manifest(colour="red")], 2, "unknown fields"),
+    ("manifest-array", lambda c: [*SIM, (c.trace / "manifest.json").write_text("[]") and c.trace], 2,
+     "JSON object"),
+    ("selfspec-without-layers", lambda c: ["simulate", "--policy", "del", "--trace", c.selfspec_without_layers()], 2,
+     "layers.parquet is missing"),
+    # -- damaged or half-written trace directories ----------------------------------------------
+    ("prompts-missing", lambda c: [*SIM, (c.trace / "prompts.parquet").unlink() or c.trace], 2,
+     "incomplete trace (interrupted write?)"),
+    ("manifest-missing", lambda c: [*SIM, (c.trace / "manifest.json").unlink() or c.trace], 2,
+     "incomplete trace (interrupted write?)"),
+    ("positions-garbage", lambda c: [*SIM, _garbage(c.trace / "positions.parquet")], 2, "not a readable Parquet"),
+    ("trace-is-a-file", lambda c: [*SIM, c.file], 2, "is not a directory"),
+    ("trace-missing", lambda c: [*SIM, c.tmp / "nope"], 2, "trace not found"),
+    ("empty-directory", lambda c: [*SIM, c.tmp], 2, "manifest.json is missing"),
+    # -- parameters ---------------------------------------------------------------------------------
+    ("gamma-twice", lambda c: [*SIM, c.trace, "--gamma", "3", "--param", "gamma=7"], 2,
+     "--gamma 3 and --param gamma=7 both set gamma"),
+    ("param-without-value", lambda c: [*SIM, c.trace, "--param", "gamma"], 2, "KEY=VALUE"),
+    ("seed-negative", lambda c: [*SIM, c.trace, "--seed", "-1"], 2, "--seed must be a non-negative integer"),
+    ("sweep-seed-negative", lambda c: ["sweep", "--trace", c.trace, "--policy", "sd", "--seed", "-1", "--no-cache"],
+     2, "--seed"),
+    ("synth-seed-negative", lambda c: ["synth", "--out", c.tmp / "t", "--seed", "-1"], 2, "--seed"),
+    ("profile-negative-coefficient", lambda c: [*SIM, c.trace, "--latency", c.profile(_negative_coefficient)], 2,
+     "latency model 'qwen-coder-cpu' gives"),
+    ("profile-not-json", lambda c: [*SIM, c.trace, "--latency", c.file], 2, "not valid JSON"),
+    ("frontier-all-nan", lambda c: ["plot", "frontier", c.nan_sweep(), "--out", c.tmp / "f.png"], 2,
+     "no configuration with a finite speedup"),
+    # -- output paths, checked before any work ------------------------------------------------------
+    ("simulate-out-parent-is-file", lambda c: [*SIM, c.trace, "--out", c.file / "x.csv"], 2, "is not a directory"),
+    ("simulate-out-is-directory", lambda c: [*SIM, c.trace, "--out", c.tmp], 2,
+     "is a directory; it must name a file"),
+    ("simulate-out-suffix", lambda c: [*SIM, c.trace, "--out", c.tmp / "x.txt"], 2, "must end in .csv or .parquet"),
+    ("simulate-out-exists", lambda c: [*SIM, c.trace, "--out", c.sweep()], 2, "exists; pass --force"),
+    ("simulate-timeline-parent-is-file", lambda c: [*SIM, c.trace, "--timeline", c.file / "t.json"], 2,
+     "--timeline"),
+    ("simulate-timeline-is-directory", lambda c: [*SIM, c.trace, "--timeline", c.tmp], 2, "is a directory"),
+    ("synth-over-trace", lambda c: ["synth", "--out", c.trace], 2, "is not empty; pass --force"),
+    ("synth-force-over-foreign-directory", lambda c: ["synth", "--out", c.not_a_trace(), "--force"], 2,
+     "simlab did not write"),
+    ("synth-out-is-file", lambda c: ["synth", "--out", c.file], 2, "is a file; it must name a directory"),
+    ("synth-out-parent-is-file", lambda c: ["synth", "--out", c.file / "t"], 2, "is not a directory"),
+    ("sweep-out-exists", lambda c: ["sweep", "--trace", c.trace, "--policy", "sd", "--out", c.sweep()], 2,
+     "exists; pass --force"),
+    ("sweep-out-is-directory", lambda c: ["sweep", "--trace", c.trace, "--policy", "sd", "--out", c.tmp], 2,
+     "is a directory"),
+    ("sweep-cache-is-file", lambda c: ["sweep", "--trace", c.trace, "--policy", "sd", "--cache", c.file], 2,
+     "sweep cache"),
+    ("sweep-grid-is-directory", lambda c: ["sweep", "--trace", c.trace, "--grid", c.tmp], 2,
+     "cannot read grid file"),
+    ("sweep-grid-missing", lambda c: ["sweep", "--trace", c.trace, "--grid", c.tmp / "g.toml"], 2,
+     "grid file not found"),
+    ("calibrate-out-exists", lambda c: ["calibrate", "fit", c.trace, "--out", c.file], 2, "exists; pass --force"),
+    ("calibrate-out-parent-is-file", lambda c: ["calibrate", "fit", c.trace, "--out", c.file / "p.json"], 2,
+     "is not a directory"),
+    ("calibrate-predictor-out-is-directory", lambda c: ["calibrate", "predictor", c.trace, "--out", c.tmp], 2,
+     "is a directory"),
+    ("calibrate-roofline-out-exists", lambda c: ["calibrate", "roofline", "--target-config", "qwen2.5-7b",
+                                                 "--out", c.file], 2, "exists; pass --force"),
+    ("live-out-exists", lambda c: ["live", "--out", c.sweep(), "--prompts", "humaneval:1"], 2,
+     "exists; pass --force"),
+    ("serve-out-exists", lambda c: ["serve", "--trace", c.trace, "--requests", "3", "--out", c.sweep()], 2,
+     "exists; pass --force"),
+    ("serve-seed-negative", lambda c: ["serve", "--trace", c.trace, "--requests", "3", "--seed", "-1"], 2, "--seed"),
+    ("plot-out-parent-is-file", lambda c: ["plot", "frontier", c.sweep(), "--out", c.file / "f.png"], 2,
+     "is not a directory"),
+    ("plot-mapping-missing-source", lambda c: ["plot", "mapping", c.tmp / "nope", "--out", c.tmp / "m.png"], 2,
+     "nope not found; pass a trace directory or a mapping CSV"),
+]
+
+
+@pytest.mark.parametrize("make_args, status, fragment", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input_is_refused_in_one_line(base, tmp_path, capsys, make_args, status, fragment):
+    args = make_args(Ctx(base, tmp_path))
+    code, _, err = run_cli(capsys, *args)
+    assert code == status, err
+    assert fragment in err, err
+    if status == 2:
+        assert err.startswith("simlab: error: ") and err.count("\n") == 1, err
+
+
+def test_valid_inputs_of_the_table_still_run(base, tmp_path, capsys):
+    """The base every row breaks is itself fine: each row fails because of its one change."""
+    code, out, err = run_cli(capsys, *SIM, Ctx(base, tmp_path).trace)
+    assert code == 0, err
+    assert json.loads(out)["tokens"] > 0
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere")
+def test_read_only_directory_is_refused_before_work(base, tmp_path, capsys):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    code, _, err = run_cli(capsys, *SIM, base / "trace", "--out", ro / "x.csv")
+    assert code == 2 and "cannot write in" in err
+
+
+def test_simlab_cache_pointing_at_a_file_is_refused(base, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("SIMLAB_CACHE", str(Ctx(base, tmp_path).file))
+    code, _, err = run_cli(capsys, "sweep", "--trace", base / "trace", "--policy", "sd", "--workers", "1")
+    assert code == 2 and "sweep cache (--cache or $SIMLAB_CACHE)" in err, err
+
+
+def test_sweep_checks_its_output_before_simulating(base, tmp_path, capsys):
+    existing = Ctx(base, tmp_path).sweep()
+    before = existing.read_bytes()
+    code, _, err = run_cli(capsys, "sweep", "--trace", base / "trace", "--policy", "sd:gamma=1..4", "--workers", "1",
+                           "--cache", tmp_path / "cache", "--out", existing)
+    assert code == 2 and "--force" in err
+    assert not (tmp_path / "cache").exists()  # nothing was simulated (finished rows go to the cache)
+    assert existing.read_bytes() == before
+
+
+def test_force_replaces_an_output_and_nothing_of_the_old_one_stays(base, tmp_path, capsys):
+    old = tmp_path / "t"
+    shutil.copytree(SELFSPEC, old)  # has layers.parquet, which a synthetic trace lacks
+    code, _, err = run_cli(capsys, "synth", "--prompts", "2", "--tokens", "10", "--out", old, "--force")
+    assert code == 0, err
+    assert sorted(p.name for p in old.iterdir()) == ["latency.parquet", "manifest.json", "positions.parquet",
+                                                      "prompts.parquet", "rollouts.parquet"]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary copies left
+
+
+def test_a_corrupt_sweep_cache_is_set_aside_once(base, tmp_path, capsys):
+    args = ("sweep", "--trace", base / "trace", "--policy", "sd:gamma=1..2", "--workers", "1", "--cache", tmp_path)
+    assert run_cli(capsys, *args)[0] == 0
+    (store,) = tmp_path.glob("*.jsonl")
+    store.write_bytes(b"\x00\xff garbage\n" + os.urandom(200) + b"\n")
+    code, _, err = run_cli(capsys, *args)
+    assert code == 0 and f"sweep cache {store} is corrupt" in err, err
+    assert len(list(tmp_path.glob("*.corrupt-*"))) == 1
+    code, out, err = run_cli(capsys, *args)
+    assert code == 0 and "corrupt" not in err and "2 from the cache" in out
+
+
+def test_an_internal_error_keeps_its_traceback(base, monkeypatch, capsys):
+    """Only user errors become one line: a bug in the simulator must surface as itself."""
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(Simulator, "run", broken)
+    with pytest.raises(ZeroDivisionError):
+        main([*SIM, str(base / "trace")])

@@ -1,0 +1,56 @@
+"""Stopping at the draft's own end token: a declared choice per policy (Policy.stops_at_draft_end).
+
+Hugging Face's assistant stops drafting when it proposes an end token, so the hf-* policies do;
+the papers' policies draft on past it. The replay reads the end token from the recorded draft
+tokens and the manifest's eos_token_ids.
+"""
+
+import pytest
+
+from simlab.policies import REGISTRY
+from simlab.sim.run import Simulator
+from simlab.trace.replay import TraceReplay
+from tests.helpers import hand_trace
+
+EOS = 7
+# positions 0..9; the draft is wrong at 3 only, where (in the marked trace) it proposes EOS
+PATTERN = "1110111111"
+
+
+def trace_with_draft_end(marked: bool):
+    trace = hand_trace([PATTERN])
+    trace.manifest.eos_token_ids = [EOS]
+    if marked:
+        trace.positions.loc[trace.positions["pos"] == 3, "draft_token"] = EOS
+    return trace
+
+
+def test_the_replay_marks_the_drafts_end_token():
+    rp = TraceReplay(trace_with_draft_end(True)).prompts[0]
+    assert [rp.signal(1, i).end for i in (1, 2, 3)] == [False, False, True]
+    assert not any(s.end for s in (TraceReplay(trace_with_draft_end(False)).prompts[0].signal(1, i)
+                                   for i in (1, 2, 3)))
+
+
+def test_hf_policies_stop_drafting_at_the_drafts_end_token():
+    # round 1 from position 1 with N = 5: without the stop the draft drafts positions 1..5; with
+    # it, 1..3 (the end token at 3 is verified and rejected). Both accept 2 drafts, so N and every
+    # later round are the same: two draft steps fewer, the same target calls and tokens.
+    runs = {m: Simulator(trace_with_draft_end(m)).run("hf-heuristic", {"gamma": 5}, with_cost=False, keep_tokens=True)
+            for m in (False, True)}
+    assert runs[False].summary.draft_calls - runs[True].summary.draft_calls == 2
+    assert runs[True].summary.target_calls == runs[False].summary.target_calls
+    assert runs[True].tokens == runs[False].tokens
+
+
+@pytest.mark.parametrize("policy", ["sd", "dv"])
+def test_other_policies_draft_past_the_drafts_end_token(policy):
+    calls = [Simulator(trace_with_draft_end(m)).run(policy, with_cost=False).summary.draft_calls for m in (False, True)]
+    assert calls[0] == calls[1]
+
+
+def test_every_policy_declares_its_choice():
+    stopping = {name for name, cls in REGISTRY.items() if cls.stops_at_draft_end}
+    assert stopping == {"hf-heuristic", "hf-confidence"}
+    for cls in REGISTRY.values():
+        assert "end token" in cls.draft_end_choice()

@@ -1,0 +1,121 @@
+"""A fixed sample of mutants of the core that the fast test subset must kill.
+
+The full mutation campaign (``python tools/mutation.py``, mutmut) takes too long for CI. This
+sample keeps the plausible one-line bugs that once survived the suite (issue 15) and a few
+more, each applied to a temporary copy of the ``simlab`` package; the fast subset (the test
+files of ``[tool.mutmut] pytest_add_cli_args_test_selection`` in pyproject.toml) is run
+against the copy and must fail. A surviving mutant means a test stopped checking something.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Mutant(NamedTuple):
+    file: str  # relative to the repository root
+    original: str  # must occur exactly once in the file
+    mutated: str
+    why: str  # the bug it stands for
+
+
+MUTANTS = [
+    Mutant("simlab/metrics.py", "acceptance_rate=_ratio(c.accepted, c.drafted)",
+           "acceptance_rate=_ratio(c.accepted, c.target_calls)", "acceptance rate per target call"),
+    Mutant("simlab/metrics.py", "tokens_per_s=_ratio(c.tokens, c.wall_time_s)",
+           "tokens_per_s=_ratio(c.tokens, c.ad_wall_time_s)", "throughput over the AD wall time"),
+    Mutant("simlab/metrics.py", "if n > i) for i in range(top)", "if n >= i) for i in range(top)",
+           "per-position counts off by one"),
+    Mutant("simlab/policies/spide.py", "self.reliability = self.prior", "self.reliability = 1.0",
+           "SPIDE's prior Γ_0 (eq. 5) ignored"),
+    Mutant("simlab/policies/spide.py", "stop = self.reliability <= self.tau", "stop = self.reliability < self.tau",
+           "SPIDE's switch Γ ≤ τ (eq. 4) made strict"),
+    Mutant("simlab/policies/hf.py", "max(1, self.n - 1)", "max(0, self.n - 1)",
+           "HF heuristic may fall to N = 0 (autoregressive)"),
+    Mutant("simlab/sim/executor.py", 'row[pl + c], "verify"', 'row[pl + c + k], "verify"',
+           "verify priced at context c + k"),
+    Mutant("simlab/sim/executor.py", "grid.draft_seconds(ctx + m, s, NO_LAYER, corun)",
+           "grid.draft_seconds(ctx, s, NO_LAYER, corun)", "parallel drafts priced before the pending ones"),
+    Mutant("simlab/sim/executor.py", "grid.target_row(1)[pl + 1 : pl + prompt.n_tokens]",
+           "grid.target_row(1)[pl : pl + prompt.n_tokens - 1]", "AD baseline one context too short"),
+    Mutant("simlab/latency/model.py", "np.maximum((values[-1] - values[-2]) / (ks[-1] - ks[-2]), 0.0)",
+           "(values[-1] - values[-2]) / (ks[-1] - ks[-2])", "verify cost extrapolated downwards"),
+    Mutant("simlab/rounds.py", "max(1, budget - committed - m - 1)", "max(1, budget - committed - m)",
+           "parallel window may reach the budget's last position"),
+    Mutant("simlab/trace/replay.py", "run[t + 1] + 1 if accept[t] else 0", "run[t + 1] if accept[t] else 0",
+           "accepted runs not counted"),
+    Mutant("simlab/frontier.py", "if top > best_below:", "if top >= best_below:",
+           "a tie with a cheaper row counted as optimal"),
+    Mutant("simlab/sim/devices.py", "self.busy_s += seconds", "self.busy_s = seconds",
+           "busy time keeps only the last forward"),
+    Mutant("simlab/latency/grid.py", "return cum[context_len + k] - cum[context_len]",
+           "return cum[context_len + k] - cum[context_len + 1]", "k draft steps priced as k - 1"),
+    Mutant("simlab/policies/timing.py", "best = s\n", "best = s - 1\n", "eq. 6 window one short"),
+]
+
+
+def fast_tests() -> list[str]:
+    """The fast subset the mutation campaign runs (one list, in pyproject.toml)."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    return config["tool"]["mutmut"]["pytest_add_cli_args_test_selection"]
+
+
+def apply(mutant: Mutant, root: Path) -> None:
+    path = root / mutant.file
+    text = path.read_text()
+    assert text.count(mutant.original) == 1, f"{mutant.file}: {mutant.original!r} must occur exactly once"
+    path.write_text(text.replace(mutant.original, mutant.mutated))
+
+
+def killed(mutant: Mutant | None, tmp_path: Path) -> bool:
+    """Run the fast subset on a copy of the package with ``mutant`` applied; True if it fails.
+
+    The copy runs from ``tmp_path`` (with the tests and the data they read), so that nothing
+    imports this checkout's unmutated ``simlab``."""
+    for part in ("simlab", "tests", "calibrate", "traces"):
+        shutil.copytree(ROOT / part, tmp_path / part, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    if mutant is not None:
+        apply(mutant, tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "PYTHONDONTWRITEBYTECODE": "1"}
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *fast_tests()]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    return proc.returncode == 1  # 1: a test failed (2-5: collection or usage errors are not kills)
+
+
+def test_every_sample_mutant_applies_to_the_current_source(tmp_path):
+    for mutant in MUTANTS:
+        assert (ROOT / mutant.file).read_text().count(mutant.original) == 1, mutant
+
+
+@pytest.mark.slow
+def test_the_fast_subset_passes_on_an_unmutated_copy(tmp_path):
+    # otherwise a "kill" below could be the copy failing for another reason
+    assert not killed(None, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mutant", MUTANTS, ids=[f"{Path(m.file).stem}:{m.why}" for m in MUTANTS])
+def test_the_fast_subset_kills_the_sample_mutant(mutant, tmp_path):
+    assert killed(mutant, tmp_path), f"survived: {mutant.file}: {mutant.original!r} -> {mutant.mutated!r}"
+
+
+def test_hypothesis_is_derandomised_unless_asked():
+    from hypothesis import settings
+
+    if "HYPOTHESIS_PROFILE" not in os.environ:
+        assert settings.default.derandomize and settings.default.database is None

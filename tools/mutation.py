@@ -1,0 +1,156 @@
+"""Mutation testing of simlab's core with mutmut, module by module, and its report.
+
+    python tools/mutation.py                      # every core module, then the report
+    python tools/mutation.py metrics rounds       # some modules (names below)
+    python tools/mutation.py --report-only        # rewrite the report from mutmut's last results
+
+mutmut (configured in pyproject.toml, ``[tool.mutmut]``) copies the package to ``mutants/``,
+plants one small change at a time (an operator, a constant, a comparison...) and runs the fast
+test subset against it: the tests that cover the mutated function, from that list. A mutant
+that no test notices *survived*. Each run adds to mutmut's cache in ``mutants/``, so modules
+can be run one at a time, and a re-run only tests what changed.
+
+The report (``docs/mutation-report.md``) gives per module killed / survived / score and lists
+every survivor with its diff, annotated from ``tools/mutation_notes.toml``: ``equivalent``
+(no test can tell it apart, and why) or ``open`` (a test is still wanting). The notes also list
+``killed_by``: survivors of earlier campaigns and the new tests that kill them now.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import re
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTES = ROOT / "tools" / "mutation_notes.toml"
+REPORT = ROOT / "docs" / "mutation-report.md"
+# module -> mutmut's mutant-name pattern (its names are dotted module paths)
+MODULES = {
+    "rounds": "simlab.rounds.*",
+    "policies": "simlab.policies.*",
+    "sim": "simlab.sim.*",
+    "replay": "simlab.trace.replay.*",
+    "metrics": "simlab.metrics.*",
+    "latency": "simlab.latency.*",
+    "frontier": "simlab.frontier.*",
+    "serve": "simlab.serve.*",
+}
+KILLED = {"killed", "timeout", "caught by type check"}  # mutmut's statuses that count as detected
+
+
+def mutmut(*args: str, timeout: float | None = None) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "mutmut", *args]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def run_module(module: str, max_children: int, stop_at: dt.datetime | None) -> None:
+    timeout = None
+    if stop_at is not None:
+        timeout = (stop_at - dt.datetime.now(dt.timezone.utc)).total_seconds()
+        if timeout <= 0:
+            print(f"{module}: skipped, past --stop-at")
+            return
+    try:
+        proc = mutmut("run", "--max-children", str(max_children), MODULES[module], timeout=timeout)
+        print(f"{module}: mutmut exited {proc.returncode}")
+    except subprocess.TimeoutExpired:
+        print(f"{module}: stopped at --stop-at; its remaining mutants stay unchecked")
+
+
+def results() -> dict[str, str]:
+    """mutant name -> status, from mutmut's cache."""
+    out = mutmut("results", "--all", "true").stdout
+    return dict(re.findall(r"^\s+(\S+): (.+)$", out, flags=re.M))
+
+
+def module_of(name: str) -> str | None:
+    return next((m for m, pattern in MODULES.items() if name.startswith(pattern[:-1])), None)
+
+
+def diff_of(name: str) -> str:
+    """The changed lines of a mutant (``-`` original, ``+`` mutated)."""
+    lines = mutmut("show", name).stdout.splitlines()
+    return "\n".join(line for line in lines if line[:1] in "+-" and line[:3] not in ("+++", "---"))
+
+
+def report(statuses: dict[str, str], notes: dict) -> str:
+    equivalent, killed_by = notes.get("equivalent", {}), notes.get("killed_by", {})
+    counts = {m: Counter() for m in MODULES}
+    for name, status in statuses.items():
+        module = module_of(name)
+        if module:
+            counts[module]["killed" if status in KILLED else status] += 1
+    lines = ["# Mutation report", "",
+             f"`python tools/mutation.py` (mutmut, fast test subset of `[tool.mutmut]` in pyproject.toml), "
+             f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC. Score: killed / (killed + survived); "
+             "equivalent survivors are listed below and counted as survived.", "",
+             "| module | mutants | killed | survived | equivalent | not checked / other | score |",
+             "|---|---|---|---|---|---|---|"]
+    totals = Counter()
+    for module, c in counts.items():
+        survivors = [n for n, s in statuses.items() if module_of(n) == module and s == "survived"]
+        n_equivalent = sum(n in equivalent for n in survivors)
+        other = sum(v for k, v in c.items() if k not in ("killed", "survived"))
+        tested = c["killed"] + c["survived"]
+        score = f"{c['killed'] / tested:.1%}" if tested else "–"
+        lines.append(f"| {module} | {sum(c.values())} | {c['killed']} | {c['survived']} | {n_equivalent} | "
+                     f"{other} | {score} |")
+        totals.update({"mutants": sum(c.values()), "killed": c["killed"], "survived": c["survived"],
+                       "equivalent": n_equivalent, "other": other})
+    tested = totals["killed"] + totals["survived"]
+    score = f"{totals['killed'] / tested:.1%}" if tested else "–"
+    lines.append(f"| **all** | {totals['mutants']} | {totals['killed']} | {totals['survived']} | "
+                 f"{totals['equivalent']} | {totals['other']} | {score} |")
+    lines += ["", "A module whose mutants are all \"not checked\" has not been run since `mutants/` was made: "
+              "run `python tools/mutation.py MODULE`.", "", "## Survivors", ""]
+    survivors = sorted(n for n, s in statuses.items() if s == "survived" and module_of(n))
+    if not survivors:
+        lines.append("None.")
+    for name in survivors:
+        verdict = f"equivalent: {equivalent[name]}" if name in equivalent else "open: no test tells it apart yet"
+        lines += [f"- `{name}` — {verdict}", "", "  ```diff",
+                  *[f"  {line}" for line in diff_of(name).splitlines()], "  ```", ""]
+    lines += ["## Survivors of earlier campaigns, killed by new tests", ""]
+    for name, test in sorted(killed_by.items()):
+        now = f" (now: {statuses[name]})" if name in statuses else ""
+        lines.append(f"- {name} — killed by `{test}`{now}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("modules", nargs="*", help=f"modules to run, of {', '.join(MODULES)} (default: all)")
+    parser.add_argument("--max-children", type=int, default=2, help="parallel mutant runs (default 2)")
+    parser.add_argument("--stop-at", help="UTC time HH:MM after which no mutant is started (partial results kept)")
+    parser.add_argument("--report-only", action="store_true", help="only rewrite the report from cached results")
+    parser.add_argument("--report", type=Path, default=REPORT, help=f"report path (default {REPORT.relative_to(ROOT)})")
+    args = parser.parse_args(argv)
+    unknown = sorted(set(args.modules) - set(MODULES))
+    if unknown:
+        parser.error(f"unknown modules {unknown}; known: {', '.join(MODULES)}")
+    stop_at = None
+    if args.stop_at:
+        hour, minute = map(int, args.stop_at.split(":"))
+        stop_at = dt.datetime.now(dt.timezone.utc).replace(hour=hour, minute=minute, second=0, microsecond=0)
+    if not args.report_only:
+        for module in args.modules or MODULES:
+            run_module(module, args.max_children, stop_at)
+    notes = tomllib.loads(NOTES.read_text()) if NOTES.exists() else {}
+    args.report.parent.mkdir(parents=True, exist_ok=True)
+    args.report.write_text(report(results(), notes))
+    print(f"report: {args.report}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

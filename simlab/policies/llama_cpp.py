@@ -9,16 +9,21 @@ from __future__ import annotations
 
 from simlab.errors import SimlabError
 from simlab.policies.base import (
+    COUNT,
+    PROBABILITY,
     Decision,
+    Kind,
     Param,
     Plan,
     Policy,
     RoundState,
     Serial,
     check_positive_int,
-    check_probability,
 )
 from simlab.signals import TokenSignal
+
+# --draft-min: 0 (llama.cpp's default) is the only value modelled so far.
+NON_NEGATIVE = Kind(int, "integer ≥ 0", lambda name, value: check_positive_int(name, value, minimum=0))
 
 
 class LlamaCpp(Policy):
@@ -30,18 +35,15 @@ class LlamaCpp(Policy):
     summary = "llama.cpp speculative-simple: draft up to draft-max, stop and discard below p-min"
     paper = "llama.cpp common/speculative.cpp, draft() of the simple draft (docs/policies/llama-cpp.md)"
     params = (
-        Param("draft_max", 3, "--draft-max: most tokens drafted per round (common_params_speculative_draft.n_max)"),
-        Param("draft_min", 0, "--draft-min: shorter drafts are discarded (only 0 is modelled)"),
-        Param("p_min", 0.0, "--draft-p-min: a drafted token with top-1 probability below it ends the draft, unkept"),
+        Param("draft_max", 3, "--draft-max: most tokens drafted per round (common_params_speculative_draft.n_max)", COUNT),
+        Param("draft_min", 0, "--draft-min: shorter drafts are discarded (only 0 is modelled)", NON_NEGATIVE),
+        Param("p_min", 0.0, "--draft-p-min: a drafted token with top-1 probability below it ends the draft, unkept", PROBABILITY),
     )
     choices = ("draft-min > 0 is refused: discarding a whole draft after drafting it is not a simlab "
                "round shape yet")
 
     def __init__(self, context, **values):
         super().__init__(context, **values)
-        self.draft_max = check_positive_int("draft_max", self.draft_max)
-        self.draft_min = check_positive_int("draft_min", self.draft_min, minimum=0)
-        self.p_min = check_probability("p_min", self.p_min)
         if self.draft_min > 0:
             raise SimlabError("llama-cpp: draft_min > 0 is not modelled yet (only 0, llama.cpp's default)")
         self._plan = Serial(self.draft_max, fixed=self.p_min == 0.0)

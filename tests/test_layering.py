@@ -17,7 +17,7 @@ LAYERS = (
     ("jsonfile", "paths", "params", "signals", "mapping", "metrics"),  # no domain knowledge
     ("table_file",),  # result tables on disk (their list columns: metrics)
     ("trace",),  # the schema, IO, replay and synthetic traces
-    ("latency", "models", "analytic"),
+    ("latency", "models", "analytic", "engines", "trees"),
     ("record", "policies"),
     ("rounds",),  # the protocol between a policy and an executor
     ("sim",),  # the SimPy executor

@@ -201,6 +201,8 @@ CASES: list[tuple[str, Callable[[Ctx], list], int, str]] = [
     ("sweep-seed-negative", lambda c: ["sweep", "--trace", c.trace, "--policy", "sd", "--seed", "-1", "--no-cache"],
      2, "--seed"),
     ("synth-seed-negative", lambda c: ["synth", "--out", c.tmp / "t", "--seed", "-1"], 2, "--seed"),
+    ("live-seed-negative", lambda c: ["live", "--target", c.tmp / "no-model", "--draft-layer", "3", "--seed", "-1"], 2,
+     "--seed must be a non-negative integer"),  # refused before any model loads
     ("profile-negative-coefficient", lambda c: [*SIM, c.trace, "--latency", c.profile(_negative_coefficient)], 2,
      "latency model 'qwen-coder-cpu' gives"),
     ("profile-not-json", lambda c: [*SIM, c.trace, "--latency", c.file], 2, "not valid JSON"),

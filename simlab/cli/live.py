@@ -11,6 +11,7 @@ import typer
 from simlab.cli import policy_options as opt
 from simlab.cli.app import app
 from simlab.cli.output import Force, console, err_console, frame_output, print_json
+from simlab.params import check_seed
 
 
 @app.command()
@@ -51,8 +52,9 @@ def live(
     from simlab.live.report import LiveReport
     from simlab.live.session import LiveConfig, LiveSession
 
+    check_seed(seed)  # before the models load, as the output
     if out is not None:
-        frame_output(out, force)  # before the models load
+        frame_output(out, force)
     say = (lambda msg: None) if quiet else (lambda msg: err_console.print(msg))
     cfg = LiveConfig(policy=policy, params=params, target=target, draft=draft, draft_layer=draft_layer,
                      prompts=prompts, max_new_tokens=max_new_tokens, device=device, draft_device=draft_device,

@@ -12,6 +12,7 @@ from typing import Any, Callable
 import pandas as pd
 from rich.table import Table
 
+from simlab.atomic import replace_file
 from simlab.live.decoding import PromptOutcome
 from simlab.live.prediction import Comparison
 from simlab.live.session import LiveSession
@@ -93,7 +94,8 @@ class LiveReport:
             run = outcome.policy
             write_chrome_trace(_forward_slices(run), self.log_dir / f"live-{outcome.prompt_id}.json",
                                title=f"live {self.session.cfg.policy}, prompt {outcome.prompt_id}")
-            (self.log_dir / f"rounds-{outcome.prompt_id}.json").write_text(json.dumps(run.rounds))
+            rounds = json.dumps(run.rounds)
+            replace_file(self.log_dir / f"rounds-{outcome.prompt_id}.json", lambda tmp: tmp.write_text(rounds))
 
     def _write_sim_timelines(self) -> None:
         if self.log_dir is None or self.comparison is None:

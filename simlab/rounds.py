@@ -34,7 +34,7 @@ Bookkeeping rules, defined here only:
 
 from __future__ import annotations
 
-from typing import Generator, NamedTuple, Sequence
+from typing import Callable, Generator, NamedTuple, Sequence
 
 from simlab.policies.base import (
     Decision,
@@ -48,13 +48,34 @@ from simlab.policies.base import (
 from simlab.signals import TokenSignal
 
 
-class DraftToken(NamedTuple):
-    """Draft one token: the ``index``-th (1-based) of a run that started at ``start``.
-    Answer: its :class:`TokenSignal`."""
+class DraftLoop(NamedTuple):
+    """Draft token by token from ``start``, at most ``cap`` tokens, showing each token's signal
+    to ``on_draft`` (the policy's; None for a fixed plan, which only an end token stops when
+    ``stop_at_end``). Answer: what :meth:`run` returns — the executor calls it with its own way
+    of drafting one token, so the loop and its stopping rules are written here once and a
+    round costs one request, not one per token."""
 
     start: int
-    index: int
+    cap: int
     layer: int | None
+    on_draft: Callable[[TokenSignal], Decision] | None
+    stop_at_end: bool
+
+    def run(self, draft_one: Callable[[int, int, int | None], TokenSignal]) -> tuple[list[TokenSignal], Decision]:
+        """Draft with ``draft_one(start, index, layer)`` (the ``index``-th token, 1-based, of the
+        run that began at ``start``) until the policy decides or ``cap`` tokens are drafted.
+        Returns the drafted signals and the last decision (DRAFT when the cap ended the run)."""
+        start, cap, layer, on_draft, stop_at_end = self
+        drafted: list[TokenSignal] = []
+        decision = DRAFT
+        while decision is DRAFT and len(drafted) < cap:
+            signal = draft_one(start, len(drafted) + 1, layer)
+            drafted.append(signal)
+            if stop_at_end and signal.end:
+                decision = VERIFY
+            elif on_draft is not None:
+                decision = on_draft(signal)
+        return drafted, decision
 
 
 class DraftRun(NamedTuple):
@@ -98,7 +119,7 @@ class ParallelResult(NamedTuple):
     new_signals: Sequence[TokenSignal]
 
 
-Request = DraftToken | DraftRun | Verify | ParallelRound | Shadow
+Request = DraftLoop | DraftRun | Verify | ParallelRound | Shadow
 
 
 DRAFT, VERIFY, PARALLEL, DROP = Decision.DRAFT, Decision.VERIFY, Decision.PARALLEL, Decision.DROP
@@ -154,15 +175,8 @@ def decode(policy: Policy, prompt: PromptInfo) -> Generator[Request, object, Non
             signals = (yield DraftRun(committed, cap, plan.layer)) if cap > 0 else ()
             decision = VERIFY
         else:  # token by token: the policy decides, or (fixed plans) only the end token stops
-            drafted: list[TokenSignal] = []
-            decision = DRAFT
-            while decision is DRAFT and len(drafted) < cap:
-                signal = yield DraftToken(committed, len(drafted) + 1, plan.layer)
-                drafted.append(signal)
-                if stop_at_end and signal.end:
-                    decision = VERIFY
-                elif not plan.fixed:
-                    decision = policy.on_draft(signal)
+            drafted, decision = yield DraftLoop(committed, cap, plan.layer, None if plan.fixed else policy.on_draft,
+                                                stop_at_end)
             signals = tuple(drafted[:-1] if decision is DROP else drafted)
         if decision is PARALLEL:
             if not policy.parallel:

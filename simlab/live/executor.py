@@ -38,7 +38,7 @@ import torch
 from simlab.errors import SimlabError
 from simlab.metrics import Counts, PositionStats
 from simlab.policies.base import Policy, PromptInfo
-from simlab.rounds import DraftRun, DraftToken, ParallelResult, ParallelRound, Shadow, Verify, decode
+from simlab.rounds import DraftLoop, DraftRun, ParallelResult, ParallelRound, Shadow, Verify, decode
 from simlab.signals import ShadowTokens, TokenSignal
 
 
@@ -186,9 +186,9 @@ class LiveExecutor:
             except StopIteration:
                 break
             kind = type(req)
-            if kind is DraftToken:
+            if kind is DraftLoop:
                 model = self._draft_model(state, req.layer)
-                answer = self._draft_step(state, model, forwards, req.start, req.index).signal
+                answer = req.run(lambda start, index, _layer: self._draft_step(state, model, forwards, start, index).signal)
             elif kind is DraftRun:
                 model = self._draft_model(state, req.layer)
                 answer = SignalList(self._draft_step(state, model, forwards, req.start, i)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from simlab.metrics import Counts, PositionStats
 from simlab.policies.base import PromptInfo
-from simlab.rounds import DraftRun, DraftToken, ParallelRound, PolicyError, Shadow, Verify, decode
+from simlab.rounds import DraftLoop, DraftRun, ParallelRound, PolicyError, Shadow, Verify, decode
 from simlab.serve.batch_policy import CappedPolicy
 from simlab.trace.replay import PromptReplay, SignalRun
 
@@ -66,8 +66,8 @@ class ServedRequest:
                 return req.start, req.drafts, req.layer
             if kind is DraftRun:
                 answer = SignalRun(rp, req.start, req.count, req.layer)
-            elif kind is DraftToken:
-                answer = rp.signal(req.start, req.index, req.layer)
+            elif kind is DraftLoop:
+                answer = req.run(rp.signal)
             elif kind is Shadow:
                 answer = rp.shadows(req.start, req.count)
             elif kind is ParallelRound:

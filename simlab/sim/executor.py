@@ -29,8 +29,8 @@ from simlab.latency.model import LatencyModel
 from simlab.metrics import Counts, PositionStats
 from simlab.policies.base import Policy, PromptInfo
 from simlab.rounds import (
+    DraftLoop,
     DraftRun,
-    DraftToken,
     ParallelResult,
     ParallelRound,
     Shadow,
@@ -111,7 +111,7 @@ class SimExecutor:
         overruns_before = rp.rollout_overruns
         clock = t0  # this prompt's time; env.now catches up at the end
         gen = decode(policy, PromptInfo(rp.prompt_id, pl, end, rp.budget, replay=rp if policy.needs_future else None))
-        send = gen.send
+        send, signal = gen.send, rp.signal
         answer = None
         unpaid = 0  # tokens drafted since the last target forward, not yet priced
         unpaid_start, unpaid_layer = 0, NO_LAYER
@@ -133,9 +133,9 @@ class SimExecutor:
                 unpaid, unpaid_start = req.count, req.start
                 unpaid_layer = NO_LAYER if req.layer is None else req.layer
                 continue
-            if kind is DraftToken:
-                answer = rp.signal(req.start, req.index, req.layer)
-                unpaid += 1
+            if kind is DraftLoop:
+                answer = req.run(signal)
+                unpaid += len(answer[0])
                 unpaid_start, unpaid_layer = req.start, NO_LAYER if req.layer is None else req.layer
                 continue
             if unpaid:  # the serial drafting that led to this forward

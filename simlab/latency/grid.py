@@ -27,6 +27,7 @@ class LatencyGrid:
         self._ctx = np.arange(self.max_context + 1)
         self._rows: dict[bool, dict[int, list[float]]] = {}
         self._draft_cum: dict[tuple[int, bool], list[float]] = {}
+        self._arrays: list[np.ndarray] = []  # for serial_rounds: [draft cumulative sums, 1-token row, 2-token row, ...]
 
     def _column(self, fn, what: str) -> np.ndarray:
         """``fn`` over every context length: one call on the array if the model takes arrays
@@ -71,6 +72,25 @@ class LatencyGrid:
             cum = np.concatenate([[0.0], np.cumsum(steps)]).tolist()
             self._draft_cum[key] = cum
         return cum
+
+    def serial_rounds(self, first: int, count: int, top_k: int) -> list[list[float]]:
+        """For each context c in ``first..first+count-1``, the seconds of a serial round drafting
+        k = 0..``top_k`` tokens from c: ``draft_seconds(c, k) + target_forward(k + 1, c)``,
+        tabulated at once (a planner like the oracle asks for every c and k; the same
+        differences and sums of the same floats as the scalar methods, so bit for bit equal)."""
+        if first + count - 1 + top_k > self.max_context:  # past the grid: the scalar methods
+            return [[self.draft_seconds(c, k) + self.target_forward(k + 1, c) for k in range(top_k + 1)]
+                    for c in range(first, first + count)]
+        arrays = self._arrays
+        if not arrays:  # the draft steps' cumulative sums, then the verify rows by size
+            arrays.append(np.asarray(self._cum(NO_LAYER, False)))
+        while len(arrays) < top_k + 2:
+            arrays.append(np.asarray(self.target_row(len(arrays))))
+        ctx = np.arange(first, first + count)
+        cum = arrays[0]
+        draft = cum[ctx[:, None] + np.arange(top_k + 1)] - cum[ctx][:, None]
+        verify = np.stack([arrays[k + 1][ctx] for k in range(top_k + 1)], axis=1)
+        return (draft + verify).tolist()
 
     # -- the LatencyModel protocol ----------------------------------------------------------
 

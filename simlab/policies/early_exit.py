@@ -6,6 +6,8 @@ must carry per-layer early-exit signals (``layers.parquet``, recorded with ``--e
 
 from __future__ import annotations
 
+from itertools import compress
+from operator import not_
 from typing import Any
 
 from simlab.errors import SimlabError
@@ -55,11 +57,14 @@ class LayerSkip(Policy):
         return self._plan
 
 
-def tpl(alpha: float, layer: int, d: int, n_layers: int) -> float:
-    """Token-per-Layer (DEL eq. 1): expected tokens of a round, (1 − α^(d+1))/(1 − α), over the
-    layers it loads, d·ℓ + L."""
-    tokens = d + 1.0 if alpha >= 1.0 else (1.0 - alpha ** (d + 1)) / (1.0 - alpha)
-    return tokens / (d * layer + n_layers)
+def tpl_row(alpha: float, layer: int, d_max: int, n_layers: int) -> list[float]:
+    """Token-per-Layer (DEL eq. 1) for d = 0..d_max: expected tokens of a round,
+    (1 − α^(d+1))/(1 − α), over the layers it loads, d·ℓ + L (one list per layer: DEL
+    evaluates every layer and d after every verification)."""
+    if alpha >= 1.0:
+        return [(d + 1.0) / (d * layer + n_layers) for d in range(d_max + 1)]
+    lost = 1.0 - alpha
+    return [(1.0 - alpha ** (d + 1)) / lost / (d * layer + n_layers) for d in range(d_max + 1)]
 
 
 class Del(Policy):
@@ -116,19 +121,19 @@ class Del(Policy):
         for layer in self.layers:
             match, conf = shadows.matches[layer], shadows.confidence[layer]
             self._c[layer] = w * self._c[layer] + sum(match)
-            self._tcs[layer] = w * self._tcs[layer] + sum(c for c, m in zip(conf, match) if m)
-            self._fcs[layer] = w * self._fcs[layer] + sum(c for c, m in zip(conf, match) if not m)
+            self._tcs[layer] = w * self._tcs[layer] + sum(compress(conf, match))
+            self._fcs[layer] = w * self._fcs[layer] + sum(compress(conf, map(not_, match)))
             c, mismatched = self._c[layer], self._n - self._c[layer]
             self.alpha[layer] = c / self._n  # eq. 2
             matched_conf = self._tcs[layer] / c if c > 0 else 1.0
             mismatched_conf = self._fcs[layer] / mismatched if mismatched > 1e-12 else 0.0
             self.tau[layer] = (matched_conf + mismatched_conf) / 2  # eq. 3
         best = -1.0
-        for layer in self.layers:  # §4.3: (E, γ) = argmax TPL(ℓ, d)
-            for d in range(self.d_max + 1):
-                value = tpl(self.alpha[layer], layer, d, self.n_layers)
-                if value > best:
-                    best, self.exit_layer, self.gamma = value, layer, d
+        for layer in self.layers:  # §4.3: (E, γ) = argmax TPL(ℓ, d), the first (ℓ, d) on ties
+            row = tpl_row(self.alpha[layer], layer, self.d_max, self.n_layers)
+            value = max(row)
+            if value > best:
+                best, self.exit_layer, self.gamma = value, layer, row.index(value)
 
     def plan(self, state: RoundState) -> Plan:
         if self.dynamic_exit:

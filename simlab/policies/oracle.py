@@ -31,6 +31,7 @@ from simlab.policies.base import (
     RoundState,
     Serial,
 )
+from simlab.policies.timing import latency_of, serial_round_seconds
 
 
 class Oracle(Policy):
@@ -51,19 +52,19 @@ class Oracle(Policy):
         self._choice = self._solve(prompt)
 
     def _solve(self, prompt: PromptInfo) -> list[int]:
-        lat = self.context.latency
         run = prompt.replay.draft.run
         n, pl, budget = prompt.n_tokens, prompt.prompt_len, prompt.budget
         top_k = min(self.max_draft, max(budget - 2, 0))
-        verify = [lat.target_forward(k + 1, pl + c) for k in range(top_k + 1) for c in range(n)]
+        # T(c, k) for c = 1..n-1 (row c - 1), tabulated at once
+        rounds = serial_round_seconds(latency_of(self.context, self.name), pl + 1, n - 1, top_k)
         best = [0.0] * (n + 1)
         choice = [0] * (n + 1)
         for c in range(n - 1, 0, -1):
-            ctx = pl + c
+            seconds = rounds[c - 1]
+            r = min(run[c], n - c - 1)  # a round from c emits min(k, r) + 1 tokens (rounds.py)
             best_k, best_t = 0, float("inf")
             for k in range(min(top_k, budget - c - 1) + 1):
-                emitted = min(k, run[c], n - c - 1) + 1  # as the simulator counts (rounds.py)
-                t = lat.draft_seconds(ctx, k) + verify[k * n + c] + best[c + emitted]
+                t = seconds[k] + best[c + (k if k < r else r) + 1]
                 if t < best_t:
                     best_k, best_t = k, t
             best[c], choice[c] = best_t, best_k

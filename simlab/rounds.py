@@ -7,6 +7,11 @@ latency model; the live decoder answers them by running real models. Because bot
 same generator, the live decoder makes exactly the decisions the simulator replayed, given
 the same signals and acceptances.
 
+A serial round that the policy decides token by token is one :class:`DraftLoop` request: the
+executor runs :meth:`DraftLoop.run` with its own way of drafting one token, so the loop (cap,
+end-token stop, the policy's decisions) is written here once and a round costs one generator
+round trip, not one per drafted token.
+
 Bookkeeping rules, defined here only:
 
 - Position 0 comes from the target's prefill; rounds decide positions 1..end-1, where

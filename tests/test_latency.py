@@ -62,6 +62,16 @@ def test_grid_answers_like_the_model(table):
     assert grid.draft_seconds(299, 4) == pytest.approx(4 * 0.1)  # runs past the grid
 
 
+def test_serial_rounds_equal_the_scalar_prices_bit_for_bit(table):
+    """The oracle plans with the tabulated prices and the executor charges the scalar ones: they must be equal."""
+    grid = LatencyGrid(table, 300)
+    for first, count, top_k in ((0, 40, 6), (120, 30, 3), (250, 60, 16)):  # the last runs past the grid
+        rows = grid.serial_rounds(first, count, top_k)
+        assert len(rows) == count
+        assert rows == [[grid.draft_seconds(c, k) + grid.target_forward(k + 1, c) for k in range(top_k + 1)]
+                        for c in range(first, first + count)]
+
+
 def test_beyond_the_largest_k_a_falling_last_segment_is_not_extended_downwards():
     # measured: k=1 1.0 s, k=2 2.0 s, k=3 1.5 s; the last segment falls (-0.5 s per token).
     # Extending it would give k=5 at 0.5 s and k=7 at -0.5 s; the rule holds the last value.

@@ -12,7 +12,7 @@ from simlab.errors import SimlabError
 from simlab.policies import REGISTRY, Outcome, PolicyContext
 from simlab.policies.base import Decision
 from simlab.policies.dv import DraftVerify
-from simlab.policies.early_exit import Del, tpl
+from simlab.policies.early_exit import Del, tpl_row
 from simlab.policies.entropy import AdaEdl, acceptance_lower_bound
 from simlab.policies.hf import roc_threshold
 from simlab.signals import ShadowTokens, TokenSignal
@@ -259,9 +259,9 @@ def test_layerskip_drafts_gamma_tokens_with_the_exit_layer():
 
 
 def test_token_per_layer_eq_1():
-    assert tpl(1.0, 5, 18, 8) == pytest.approx(19 / 98)
-    assert tpl(0.0, 2, 0, 8) == pytest.approx(1 / 8)
-    assert tpl(0.5, 1, 1, 2) == pytest.approx(1.5 / 3)  # (1 - 0.25) / 0.5 tokens over 1 + 2 layers
+    assert tpl_row(1.0, 5, 18, 8)[18] == pytest.approx(19 / 98)
+    assert tpl_row(0.0, 2, 0, 8) == [pytest.approx(1 / 8)]
+    assert tpl_row(0.5, 1, 1, 2) == [pytest.approx(1 / 2), pytest.approx(1.5 / 3)]  # (1 - 0.25) / 0.5 tokens over 1 + 2 layers
 
 
 def test_del_update_by_hand():

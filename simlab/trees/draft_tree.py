@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from simlab.errors import SimlabError
+from simlab.trace.schema import NOT_IN_TOPK
 
 ROOT = -1  # the parent index of depth-1 nodes: the last committed token
-NOT_IN_TOPK = -1  # a recorded rank meaning the target's token was outside the draft's top-K
 
 
 @dataclass(frozen=True)

@@ -228,8 +228,8 @@ class TraceReplay:
         expansions = {}
         if trace.tree is not None:
             m = trace.manifest
-            expansions = group_expansions(trace.tree, m.topk + (m.tree_depth - 1) * m.topk ** 2,
-                                          self.prompt_ids.tolist(), columns["target"])
+            expansions = group_expansions(trace.tree, m.topk, m.tree_depth, self.prompt_ids.tolist(),
+                                          columns["target"])
         prompts = []
         for i, (pid, prompt_len, n, budget) in enumerate(zip(self.prompt_ids.tolist(), self.prompt_lens.tolist(),
                                                             self.lengths.tolist(), self.budgets.tolist())):

@@ -39,11 +39,12 @@ def target_ranks(topk: pd.DataFrame | None, k: int, target: np.ndarray, accept: 
 class Expansions:
     """One prompt's recorded EAGLE-2 candidate trees, one per position, read lazily."""
 
-    __slots__ = ("size", "parent", "rank", "prob", "token", "target", "_cache")
+    __slots__ = ("topk", "depth", "size", "parent", "rank", "prob", "token", "target", "_cache")
 
-    def __init__(self, size: int, parent: np.ndarray, rank: np.ndarray, prob: np.ndarray, token: np.ndarray,
+    def __init__(self, topk: int, depth: int, parent: np.ndarray, rank: np.ndarray, prob: np.ndarray, token: np.ndarray,
                  target: list[int]):
-        self.size = size  # nodes per position
+        self.topk, self.depth = topk, depth
+        self.size = topk + (depth - 1) * topk ** 2  # nodes per position
         self.parent, self.rank, self.prob, self.token = parent, rank, prob, token
         self.target = target
         self._cache: dict[int, ExpansionAt] = {}
@@ -81,8 +82,9 @@ class ExpansionAt:
         self.path_ranks = tuple(ranks)
 
 
-def group_expansions(tree: pd.DataFrame, size: int, prompt_ids: list[int], targets: list[list[int]]) -> dict[int, Expansions]:
-    """Per prompt, its :class:`Expansions` (``tree`` holds ``size`` nodes per position)."""
+def group_expansions(tree: pd.DataFrame, topk: int, depth: int, prompt_ids: list[int],
+                     targets: list[list[int]]) -> dict[int, Expansions]:
+    """Per prompt, its :class:`Expansions` (``tree`` holds EAGLE-2 trees of ``topk`` and ``depth``)."""
     t = tree.sort_values(["prompt_id", "pos", "node"], kind="stable")
     pid = t["prompt_id"].to_numpy(np.int64)
     cols = {c: t[c].to_numpy() for c in ("parent", "rank", "token")}
@@ -90,9 +92,17 @@ def group_expansions(tree: pd.DataFrame, size: int, prompt_ids: list[int], targe
     out = {}
     for p, target in zip(prompt_ids, targets):
         lo, hi = np.searchsorted(pid, [p, p + 1])
-        out[p] = Expansions(size, cols["parent"][lo:hi], cols["rank"][lo:hi], prob[lo:hi], cols["token"][lo:hi],
+        out[p] = Expansions(topk, depth, cols["parent"][lo:hi], cols["rank"][lo:hi], prob[lo:hi], cols["token"][lo:hi],
                             target)
     return out
+
+
+def rank_acceptance(ranks: list[list[int]], topk: int) -> list[float]:
+    """Sequoia's positional acceptance: the share of positions whose target token is the draft's
+    r-th candidate, r = 0..topk-1 (over every prompt's positions)."""
+    flat = np.concatenate([np.asarray(r, dtype=np.int64) for r in ranks]) if ranks else np.zeros(0, np.int64)
+    counts = np.bincount(flat[flat >= 0], minlength=topk)[:topk]
+    return (counts / max(len(flat), 1)).tolist()
 
 
 def missing_tree_data(what: str, flag: str) -> SimlabError:

@@ -18,7 +18,7 @@ EXIT_LAYERS = (2, 5)
 SELF_SPECULATIVE = {"layerskip", "del"}  # draft with early-exit layers, not the draft model
 # Tree policies need tree data these random traces lack (tests/test_tree_policies.py), and a tree
 # is no serial schedule the oracle bounds.
-TREES = {"tree-static", "eagle2", "ags-tree"}
+TREES = {name for name, cls in REGISTRY.items() if cls.drafts_trees}
 CHAINS = [name for name in REGISTRY if name not in TREES]
 SERIAL_SAME_DRAFT = [name for name, cls in REGISTRY.items()
                      if not cls.parallel and not cls.needs_future and name not in SELF_SPECULATIVE | TREES]

@@ -233,3 +233,41 @@ def test_sequoia_shape_from_the_trace_positional_acceptance():
     trace = tree_trace([[0, 0, 1, 0, 0, 1, 0, 0]], k=2)
     policy = REGISTRY["tree-static"](Simulator(trace).context(), nodes=2, depth=2)
     assert policy.tree == DraftTree((-1, 0), (0, 0))
+
+
+@pytest.mark.parametrize("policy, params", [("tree-static", {"shape": "2x2x1"}), ("tree-static", {}),
+                                            ("eagle2", {"depth": 3}), ("ags-tree", {"max_draft": 3})])
+def test_tree_policies_emit_exactly_the_target_tokens(policy, params):
+    trace = tree_trace([[0, 1, 0, 3, -1, 0, 2, 0, 0, 1, 0, -1]], k=4 if policy == "tree-static" else 2,
+                       expansion=eagle_example if policy != "tree-static" else None, depth=3)
+    if policy == "tree-static":
+        trace.manifest.tree_depth = 0
+    res = Simulator(trace).run(policy, params, keep_tokens=True, with_cost=False)
+    assert res.tokens[0] == trace.positions.sort_values("pos").target_token.tolist()[1:]
+    assert res.summary.tokens == 11
+
+
+def test_tree_tables_round_trip_and_are_checked_on_load(tmp_path):
+    from simlab.trace.io import write_trace
+
+    path = write_trace(eagle_trace(), tmp_path / "t")
+    back = read_trace(path)
+    assert back.manifest.topk == 2 and back.manifest.tree_depth == 3 and len(back.tree) == 12 * 10
+    assert Simulator(back).run("eagle2", {"depth": 3}).summary.accepted > 0
+    (path / "tree.parquet").unlink()
+    with pytest.raises(SimlabError, match="tree.parquet is missing.*--tree-depth"):
+        read_trace(path)
+
+
+def test_a_tree_whose_node_precedes_its_parent_is_refused(tmp_path):
+    from simlab.trace.io import write_trace
+
+    trace = eagle_trace()
+    trace.tree.loc[trace.tree.index[2], "parent"] = 5  # node 2 of position 0 under node 5
+    with pytest.raises(SimlabError, match="each after its parent"):
+        read_trace(write_trace(trace, tmp_path / "t"))
+
+
+def test_old_traces_load_without_tree_data():
+    trace = read_trace(SMOLLM2)
+    assert trace.topk is None and trace.tree is None and trace.manifest.topk == 0

@@ -225,6 +225,8 @@ class Policy(ABC):
     needs_future: ClassVar[bool] = False
     #: True if the policy may plan parallel rounds.
     parallel: ClassVar[bool] = False
+    #: True if the policy plans tree rounds (:class:`TreePlan`).
+    drafts_trees: ClassVar[bool] = False
     #: True if the policy reads every exit layer's token after the prefill and each serial
     #: verification (:meth:`observe_shadows`; DEL's shadow tokens).
     needs_shadows: ClassVar[bool] = False

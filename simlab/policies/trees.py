@@ -32,7 +32,7 @@ from simlab.trees.sequoia import best_tree
 
 def _shape(name: str, value: Any) -> str:
     """A shape as ``4x2x2x1`` (commas separate values in sweep grids, so ``x`` is canonical)."""
-    return "x".join(map(str, parse_shape(str(value).replace("x", ","))))
+    return "x".join(map(str, parse_shape(str(value))))
 
 
 SHAPE = Kind(str, "children per depth, e.g. 4x2x1 or 4,2,1", _shape)
@@ -51,6 +51,7 @@ class StaticTree(Policy):
     from the trace's positional acceptance)."""
 
     name = "tree-static"
+    drafts_trees = True
     summary = "a fixed draft tree per round: children per depth by hand, or Sequoia's optimised shape"
     paper = "Chen et al. 2024, Sequoia, arXiv:2402.12374, §3.1 (docs/policies/trees.md)"
     params = (
@@ -66,7 +67,7 @@ class StaticTree(Policy):
         super().__init__(context, **values)
         _check_greedy(context, self.name)
         if self.shape is not None:
-            tree = static_tree(parse_shape(self.shape.replace("x", ",")))
+            tree = static_tree(parse_shape(self.shape))
         elif context.rank_acceptance is None:
             raise SimlabError(f"policy {self.name!r}: give a shape, or a trace for Sequoia's optimiser")
         else:
@@ -97,6 +98,7 @@ class GrowingTree(Policy):
     parent, so they form a tree). Subclasses say which of the k to expand (:meth:`keep`)."""
 
     depth_param: str  # the parameter that bounds the levels
+    drafts_trees = True
 
     def __init__(self, context: PolicyContext, **values: Any):
         super().__init__(context, **values)
@@ -106,6 +108,8 @@ class GrowingTree(Policy):
                               "record it with --topk K --tree-depth D")
         if self.top_k is None:
             self.top_k = context.tree_topk
+        if getattr(self, self.depth_param) is None:
+            setattr(self, self.depth_param, context.tree_depth)
         depth = getattr(self, self.depth_param)
         if self.top_k != context.tree_topk or depth > context.tree_depth:
             raise SimlabError(f"policy {self.name!r}: top_k {self.top_k} and {self.depth_param} {depth} cannot be "
@@ -135,7 +139,7 @@ class Eagle2(GrowingTree):
     paper = "Li et al. 2024, EAGLE-2, arXiv:2406.16858, §4.1-4.2 (docs/policies/trees.md)"
     params = (
         TOP_K,
-        Param("depth", 5, "levels drafted (EAGLE-2's depth)", COUNT),
+        Param("depth", None, "levels drafted (none: the trace's --tree-depth)", COUNT),
         Param("nodes", 16, "n: candidates verified, the top-n by value (EAGLE-2's total tokens)", COUNT),
     )
     depth_param = "depth"
@@ -160,7 +164,7 @@ class AcceptanceGuidedTree(GrowingTree):
     params = (
         Param("rejection_threshold", None, "h, a fixed threshold on P_rej (none: eq. 12 from the latency model)",
               PROBABILITY),
-        Param("max_draft", 5, "K_max: most levels per round", COUNT),
+        Param("max_draft", None, "K_max: most levels per round (none: the trace's --tree-depth)", COUNT),
         TOP_K,
         Param("nodes", 16, "n: candidates verified, the top-n by value", COUNT),
     )

@@ -126,9 +126,10 @@ def accepted_length(tree: DraftTree, target_ranks: Sequence[int]) -> int:
 
 
 def parse_shape(text: str, max_nodes: int = 1024) -> tuple[int, ...]:
-    """``"4,2,2,1"`` -> children per depth; bad input fails in one line before anything runs."""
+    """``"4,2,2,1"`` (or ``"4x2x2x1"``) -> children per depth; bad input fails in one line before
+    anything runs."""
     try:
-        shape = tuple(int(part) for part in text.split(","))
+        shape = tuple(int(part) for part in text.replace("x", ",").split(","))
     except ValueError:
         raise SimlabError(f"tree shape {text!r}: expected comma-separated children per depth, e.g. 4,2,2,1") from None
     if any(w < 1 for w in shape):

@@ -236,16 +236,16 @@ def _expand(rp: PromptReplay, req: ExpandTree, grown: list[int]) -> tuple[tuple[
     tree = rp.expansions.at(req.start)
     if req.depth == 1:
         grown.clear()
-    out = []
+    out: list[tuple[int, int, float]] = []
     for e in req.expand:
-        kids = tree.children.get(ROOT if e == ROOT else grown[e])
+        node = ROOT if e == ROOT else grown[e]
+        kids = tree.children.get(node)
         if kids is None or len(kids) != req.topk:
             raise SimlabError(f"the trace's EAGLE-2 trees cannot replay this tree: they expand the top "
                               f"{rp.expansions.topk} candidates of each level into their top-{rp.expansions.topk} "
                               f"children, {rp.expansions.depth} levels deep (depth {req.depth}, top-k {req.topk} asked)")
-        for rank, node in enumerate(kids):
-            out.append((e, rank, tree.prob[node]))
-            grown.append(node)
+        out += [(e, rank, prob) for rank, prob in tree.answers[node]]
+        grown += kids
     return tuple(out)
 
 

@@ -63,7 +63,7 @@ class ExpansionAt:
     """The candidate tree recorded at one position: children per node in rank order, and the
     ranks of the target's tokens along it (as deep as the recorded tree follows them)."""
 
-    __slots__ = ("children", "prob", "path_ranks")
+    __slots__ = ("children", "prob", "answers", "path_ranks")
 
     def __init__(self, parent: list[int], rank: list[int], prob: list[float], token: list[int], target: list[int]):
         children: dict[int, list[int]] = {}
@@ -71,6 +71,8 @@ class ExpansionAt:
             children.setdefault(p, []).append(node)
         self.children = {p: tuple(sorted(kids, key=rank.__getitem__)) for p, kids in children.items()}
         self.prob = prob
+        # per expanded node, its children as a tree round's answer lists them: (rank, probability)
+        self.answers = {p: tuple((rank[c], prob[c]) for c in kids) for p, kids in self.children.items()}
         ranks: list[int] = []
         node = -1
         for want in target:

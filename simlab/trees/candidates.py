@@ -33,14 +33,16 @@ class Candidates:
     def add_level(self, children: Sequence[tuple[int, int, float]]) -> None:
         """(parent, rank, probability) of each new candidate, as a draft forward answered them."""
         start, depth = len(self.parents), len(self.levels) + 1
-        values, parents = self.values, self.parents
+        values = self.values
+        add_parent, add_rank, add_prob, add_value = (self.parents.append, self.ranks.append, self.probs.append,
+                                                     values.append)
         for parent, rank, prob in children:
-            parents.append(parent)
-            self.ranks.append(rank)
-            self.probs.append(prob)
-            values.append(prob if parent == ROOT else values[parent] * prob)
-            self.depths.append(depth)
-        self.levels.append(range(start, len(parents)))
+            add_parent(parent)
+            add_rank(rank)
+            add_prob(prob)
+            add_value(prob if parent == ROOT else values[parent] * prob)
+        self.depths.extend([depth] * len(children))
+        self.levels.append(range(start, len(self.parents)))
 
     def __len__(self) -> int:
         return len(self.parents)

@@ -32,6 +32,13 @@ Bookkeeping rules, defined here only:
   each serial verification (:class:`Shadow`).
 - A policy with ``stops_at_draft_end`` stops a serial round's drafting after a token whose
   signal says it is an end token (that token is verified); others draft on past it.
+- A tree round (:class:`~simlab.policies.base.TreePlan`) drafts at most ``budget - committed - 1``
+  levels (a fixed tree is cut to that depth) and verifies every node in one target forward;
+  greedy verification accepts the longest path of nodes whose tokens are the target's, and the
+  round emits it plus the target's token. It is priced as a target forward of ``nodes + 1``
+  tokens and one draft forward per level over the nodes expanded there (the root, then the
+  nodes with children); a width-one tree is a serial round of the same drafts, number for
+  number. Tree rounds are not passed to ``observe`` (no tree policy adapts across rounds).
 - Nothing past the end is accepted, and the end token itself always counts as the target's:
   executors accept at most ``end - committed - 1`` drafts per verification, so decoding stops
   exactly at ``end`` whether the draft predicted the end token or not.
@@ -49,8 +56,11 @@ from simlab.policies.base import (
     PromptInfo,
     RoundState,
     Serial,
+    TreePlan,
 )
 from simlab.signals import TokenSignal
+from simlab.trees.candidates import Candidates
+from simlab.trees.draft_tree import ROOT, DraftTree
 
 
 class DraftLoop(NamedTuple):
@@ -118,13 +128,36 @@ class Shadow(NamedTuple):
     count: int
 
 
+class ExpandTree(NamedTuple):
+    """One draft forward of a growing tree from ``start``: the top-``topk`` children of each node
+    of ``expand`` (candidate numbers of the round, ``ROOT`` at depth 1), which are at ``depth - 1``.
+    Answer: (parent, rank, probability) per child, in the order of ``expand``, then rank."""
+
+    start: int
+    depth: int
+    expand: tuple[int, ...]
+    topk: int
+
+
+class VerifyTree(NamedTuple):
+    """One target forward over the last committed token and ``tree``'s nodes, drafted from
+    ``start`` by draft forwards over ``widths`` nodes per level. ``grown``: the nodes are
+    candidates of :class:`ExpandTree` answers (else ranks among the draft's candidates on the
+    true prefix). Answer: how many nodes the accepted path holds."""
+
+    start: int
+    tree: DraftTree
+    widths: tuple[int, ...]
+    grown: bool
+
+
 class ParallelResult(NamedTuple):
     accepted_pending: int  # 0..pending
     first_new_accepted: bool
     new_signals: Sequence[TokenSignal]
 
 
-Request = DraftLoop | DraftRun | Verify | ParallelRound | Shadow
+Request = DraftLoop | DraftRun | Verify | ParallelRound | Shadow | ExpandTree | VerifyTree
 
 
 DRAFT, VERIFY, PARALLEL, DROP = Decision.DRAFT, Decision.VERIFY, Decision.PARALLEL, Decision.DROP
@@ -169,6 +202,11 @@ def decode(policy: Policy, prompt: PromptInfo) -> Generator[Request, object, Non
             committed += emitted
             policy.observe(Outcome(True, window, checked, accepted, emitted, res.first_new_accepted))
             continue
+        if type(plan) is TreePlan:
+            if pending:
+                raise PolicyError(f"{policy.name}: planned a tree round with {len(pending)} drafts pending")
+            committed += yield from _tree_round(policy, plan, committed, budget - committed - 1)
+            continue
         if type(plan) is not Serial:
             raise PolicyError(f"{policy.name}: plan() must return Serial or Parallel, got {plan!r}")
         if pending:
@@ -196,3 +234,34 @@ def decode(policy: Policy, prompt: PromptInfo) -> Generator[Request, object, Non
             policy.observe(Outcome(False, k, signals[: accepted + 1], accepted, accepted + 1))
         if shadows:
             policy.observe_shadows((yield Shadow(start, accepted + 1)))
+
+
+def _tree_round(policy: Policy, plan: TreePlan, start: int, cap: int) -> Generator[Request, object, int]:
+    """One tree round from ``start`` drafting at most ``cap`` levels; returns the tokens emitted."""
+    if plan.tree is not None:
+        tree, problem = plan.tree, plan.tree.fault
+        if problem is None and tree.depth > cap:
+            tree = tree.cut(max(cap, 0))
+        widths, grown = (tree.widths if problem is None else ()), False
+    else:
+        if plan.topk < 1 or plan.max_depth < 1:
+            raise PolicyError(f"{policy.name}: a growing tree needs topk and max_depth >= 1, got {plan}")
+        candidates = Candidates()
+        expand: tuple[int, ...] = (ROOT,)
+        sizes: list[int] = []
+        while expand and len(sizes) < min(cap, plan.max_depth):
+            sizes.append(len(expand))
+            candidates.add_level((yield ExpandTree(start, len(sizes), expand, plan.topk)))
+            expand = tuple(policy.grow(candidates))
+            newest = candidates.levels[-1]
+            if any(e not in newest for e in expand):
+                raise PolicyError(f"{policy.name}: grow() must name candidates of the newest level "
+                                  f"({newest.start}..{newest.stop - 1}), got {expand}")
+        chosen = policy.select(candidates) if sizes else ()
+        tree = candidates.tree(chosen)
+        problem = tree if isinstance(tree, str) else None
+        widths, grown = tuple(sizes), True
+    if problem is not None:
+        raise PolicyError(f"{policy.name}: malformed draft tree: {problem}")
+    accepted = yield VerifyTree(start, tree, widths, grown)
+    return accepted + 1

@@ -46,3 +46,12 @@ def test_smollm2_selfspec_trace_has_every_exit_layer():
     at24 = trace.layers[trace.layers.layer == 24].sort_values(["prompt_id", "pos"])
     pos = trace.positions.sort_values(["prompt_id", "pos"])
     assert at24.token.tolist() == pos.draft_token.tolist()
+
+
+def test_smollm2_tree_trace_holds_top_k_and_eagle2_trees():
+    trace = read_trace(TRACES / "smollm2-tree")
+    m = trace.manifest
+    assert (m.topk, m.tree_depth, m.draft_layer, m.temperature) == (4, 4, 24, 0.0)
+    assert len(trace.topk) == 4 * len(trace.positions)
+    assert len(trace.tree) == (4 + 3 * 16) * len(trace.positions)
+    assert trace.n_prompts == 8 and (trace.latency["k"] >= 64).any()  # verifies of up to 63 nodes are measured

@@ -15,7 +15,7 @@ def describe_policy(cls) -> dict:
         "name": cls.name,
         "summary": cls.summary,
         "paper": cls.paper,
-        "schedule": "parallel" if cls.parallel else "serial",
+        "schedule": "parallel" if cls.parallel else "tree" if cls.drafts_trees else "serial",
         "params": [{"name": p.name, "default": p.default, "help": p.help, "values": p.kind.range,
                     "aliases": list(p.aliases)} for p in cls.params],
         "choices": cls.choices,

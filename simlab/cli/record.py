@@ -38,6 +38,10 @@ def record_command(
     draft_layer: int | None = typer.Option(
         None, "--draft-layer", help="Self-speculative: exit layer for the draft columns."
     ),
+    topk: int = typer.Option(0, "--topk", help="Store the draft's top-K candidates per position (tree policies)."),
+    tree_depth: int = typer.Option(
+        0, "--tree-depth", help="With --topk K: store EAGLE-2's candidate tree of top-k K and this depth per position."
+    ),
     latency_probe: str = typer.Option("", "--latency-probe", help=PROBE_HELP, show_default="the example's points"),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted trace in --out."),
     reprobe: bool = typer.Option(False, "--reprobe", help="With --resume: measure the latencies again."),
@@ -67,6 +71,8 @@ def record_command(
             rollout=rollout,
             exit_layers=exit_layers,
             draft_layer=draft_layer,
+            topk=topk,
+            tree_depth=tree_depth,
             latency_probe=latency_probe,
             resume=resume,
             reprobe=reprobe,

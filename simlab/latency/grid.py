@@ -10,6 +10,8 @@ particular the oracle's dynamic programme and the executor use the same
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from simlab.errors import SimlabError
@@ -101,6 +103,20 @@ class LatencyGrid:
 
     def draft_step(self, context_len: int, layer: int = NO_LAYER, corun: bool = False) -> float:
         return self.draft_seconds(context_len, 1, layer, corun)
+
+    def tree_draft_seconds(self, context_len: int, widths: Sequence[int]) -> float:
+        """Time of a tree's draft forwards, one per level, over ``widths[d]`` nodes at context
+        ``context_len + d``. A forward over w nodes is priced as a draft step times the target's
+        k=w over k=1 cost at that context: the draft's own multi-token forwards are not probed,
+        and this assumes they grow with k as the target's do (a CPU approximation; both are the
+        same kind of transformer). Width-one levels are exactly :meth:`draft_seconds`."""
+        seconds = self.draft_seconds(context_len, len(widths))
+        for d, w in enumerate(widths):
+            if w > 1:
+                ctx = context_len + d
+                step = self.draft_seconds(ctx, 1)
+                seconds += step * (self.target_forward(w, ctx) / self.target_forward(1, ctx) - 1.0)
+        return seconds
 
     def draft_seconds(self, context_len: int, k: int, layer: int = NO_LAYER, corun: bool = False) -> float:
         """Time of ``k`` consecutive draft steps from ``context_len`` (the draft's KV cache grows

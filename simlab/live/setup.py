@@ -58,6 +58,9 @@ class LiveSetup:
             raise SimlabError(f"unknown policy {cfg.policy!r}; known policies: {', '.join(sorted(REGISTRY))}")
         if REGISTRY[cfg.policy].needs_future:
             raise SimlabError(f"policy {cfg.policy!r} sees the future; it exists only in simulation")
+        if REGISTRY[cfg.policy].drafts_trees:
+            raise SimlabError(f"policy {cfg.policy!r} drafts trees, which live decoding does not do yet (no tree "
+                              "attention); simulate it on a trace recorded with --topk K --tree-depth D")
         if REGISTRY[cfg.policy].needs_shadows and cfg.draft_layer is None:
             raise SimlabError(f"policy {cfg.policy!r} drafts with the target's own exit layers: pass --draft-layer "
                               "instead of --draft")

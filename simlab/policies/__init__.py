@@ -31,12 +31,14 @@ from simlab.policies.pacer import Pacer
 from simlab.policies.pearl import Pearl
 from simlab.policies.specdecpp import SpecDecPP
 from simlab.policies.spide import Spide, SpideNoDynaDraft, SpideNoParaVerify
+from simlab.policies.trees import AcceptanceGuidedTree, Eagle2, StaticTree
 
 # Order of `simlab policies`: baselines, then the serial adaptive rules, the parallel methods,
-# self-speculative drafting, and the serial-schedule bound.
+# self-speculative drafting, draft trees, and the serial-schedule bound.
 REGISTRY: dict[str, type[Policy]] = {cls.name: cls for cls in (
     Autoregressive, VanillaSD, HfHeuristic, HfConfidence, Svip, AdaEdl, DraftVerify, SpecDecPP,
-    AcceptanceGuided, Pacer, Pearl, Spide, SpideNoDynaDraft, SpideNoParaVerify, LayerSkip, Del, LlamaCpp, Oracle,
+    AcceptanceGuided, Pacer, Pearl, Spide, SpideNoDynaDraft, SpideNoParaVerify, LayerSkip, Del, LlamaCpp, StaticTree,
+    Eagle2, AcceptanceGuidedTree, Oracle,
 )}
 
 

@@ -25,6 +25,8 @@ from typing import Any, Callable, ClassVar, NamedTuple, Protocol, Sequence
 
 from simlab.errors import SimlabError
 from simlab.signals import ShadowTokens, TokenSignal
+from simlab.trees.candidates import Candidates
+from simlab.trees.draft_tree import DraftTree
 
 
 class Decision(enum.Enum):
@@ -58,7 +60,23 @@ class Parallel:
     window: int
 
 
-Plan = Serial | Parallel
+@dataclass(frozen=True, slots=True)
+class TreePlan:
+    """A tree round (:mod:`simlab.trees`): the draft drafts a tree, one forward per depth, and
+    the target verifies all its nodes in one forward; the longest accepted path is committed.
+
+    ``tree`` is a fixed tree of (parent, rank) nodes; None grows the tree level by level: after
+    each draft forward the policy sees the ``topk`` children of every node it expanded
+    (:meth:`Policy.grow` names the nodes to expand next, none to stop, at most ``max_depth``
+    levels) and then picks the nodes to verify (:meth:`Policy.select`).
+    """
+
+    tree: DraftTree | None = None
+    topk: int = 0
+    max_depth: int = 0
+
+
+Plan = Serial | Parallel | TreePlan
 
 
 class RoundState(NamedTuple):
@@ -186,6 +204,12 @@ class PolicyContext:
     predictor: AcceptancePredictor | None = None
     corun: bool = False
     best_gamma: Callable[[], int] | None = None
+    # tree data of the trace (manifest fields topk and tree_depth; 0: none) and its temperature
+    tree_topk: int = 0
+    tree_depth: int = 0
+    temperature: float = 0.0
+    #: Sequoia's positional acceptance from the trace: P(the target's token is the r-th candidate)
+    rank_acceptance: Callable[[], list[float]] | None = None
 
 
 class Policy(ABC):
@@ -201,6 +225,8 @@ class Policy(ABC):
     needs_future: ClassVar[bool] = False
     #: True if the policy may plan parallel rounds.
     parallel: ClassVar[bool] = False
+    #: True if the policy plans tree rounds (:class:`TreePlan`).
+    drafts_trees: ClassVar[bool] = False
     #: True if the policy reads every exit layer's token after the prefill and each serial
     #: verification (:meth:`observe_shadows`; DEL's shadow tokens).
     needs_shadows: ClassVar[bool] = False
@@ -257,6 +283,15 @@ class Policy(ABC):
 
     def observe(self, outcome: Outcome) -> None:
         """After each target verification."""
+
+    def grow(self, candidates: Candidates) -> Sequence[int]:
+        """In a growing tree round, after each draft forward: the candidates of the newest level
+        to expand next (none: stop drafting)."""
+        return ()
+
+    def select(self, candidates: Candidates) -> Sequence[int]:
+        """In a growing tree round, after drafting: the candidates to verify (with their parents)."""
+        return range(len(candidates))
 
     def observe_shadows(self, shadows: ShadowTokens) -> None:
         """After the prefill and each serial verification, for policies with ``needs_shadows``."""

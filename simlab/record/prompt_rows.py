@@ -7,7 +7,10 @@
    token and confidence, and for self-speculative traces the chosen ``draft_layer`` is the
    draft;
 3. after every divergence the draft continues on its own for ``rollout`` tokens, all of a
-   prompt's rollouts in one batch branching from the teacher-forced cache (``rollouts``).
+   prompt's rollouts in one batch branching from the teacher-forced cache (``rollouts``);
+4. with ``topk``, the draft's top-K candidates at every position, and with ``tree_depth`` the
+   EAGLE-2 candidate tree from every position, branching from the same cache
+   (``tree_expansion``).
 
 Each step is timed, so that the trace itself says what recording cost relative to plain
 generation (the ``*_seconds`` columns of prompts.parquet).
@@ -28,6 +31,7 @@ from simlab.record.forward import exit_logits, forced_pass, truncated
 from simlab.record.prompts import Prompt, render
 from simlab.record.rollouts import Rollout, rollouts
 from simlab.record.signals import PositionSignals, greedy_stats, position_signals
+from simlab.record.tree_expansion import Expansion, TopK, expansions, top_k
 from simlab.trace.io import empty_table
 
 
@@ -46,6 +50,8 @@ class Models:
     temperature: float
     seed: int
     rollout: int
+    topk: int = 0
+    tree_depth: int = 0
 
     def drafter(self) -> AbstractContextManager:
         """The draft model as it is, or the target cut at the draft layer."""
@@ -81,6 +87,14 @@ def record_prompt(m: Models, prompt: Prompt) -> dict[str, pd.DataFrame]:
         with m.drafter() as drafter:
             runs = rollouts(drafter, draft_pass.cache, len(rendered.ids), diverged, first, m.rollout, m.eos_token_ids)
     t3 = time.perf_counter()
+    if m.topk:
+        candidates = top_k(draft_logits, m.topk)
+        tables["topk"] = _topk_rows(prompt.prompt_id, candidates)
+        if m.tree_depth:
+            with m.drafter() as drafter:
+                trees = expansions(drafter, draft_pass.cache, len(rendered.ids), candidates, m.tree_depth)
+            tables["tree"] = _tree_rows(prompt.prompt_id, trees)
+    t4 = time.perf_counter()
     tables["prompts"] = pd.DataFrame(
         {
             "prompt_id": [prompt.prompt_id],
@@ -93,6 +107,7 @@ def record_prompt(m: Models, prompt: Prompt) -> dict[str, pd.DataFrame]:
             "generate_seconds": [t1 - t0],
             "signals_seconds": [t2 - t1],
             "rollout_seconds": [t3 - t2],
+            "tree_seconds": [t4 - t3],
         }
     )
     tables["positions"] = _position_rows(prompt.prompt_id, path, signals)
@@ -149,3 +164,21 @@ def _rollout_rows(prompt_id: int, runs: list[Rollout]) -> pd.DataFrame:
             "draft_entropy": np.concatenate([r.entropy for r in runs]),
         }
     )
+
+
+def _topk_rows(prompt_id: int, top: TopK) -> pd.DataFrame:
+    n, k = top.token.shape
+    return pd.DataFrame({"prompt_id": prompt_id, "pos": np.repeat(np.arange(n), k), "rank": np.tile(np.arange(k), n),
+                         "token": top.token.reshape(-1), "prob": top.prob.reshape(-1)})
+
+
+def _tree_rows(prompt_id: int, trees: list[Expansion]) -> pd.DataFrame:
+    return pd.DataFrame({
+        "prompt_id": prompt_id,
+        "pos": np.concatenate([np.full(len(e.parent), e.pos) for e in trees]),
+        "node": np.concatenate([np.arange(len(e.parent)) for e in trees]),
+        "parent": np.concatenate([e.parent for e in trees]),
+        "rank": np.concatenate([e.rank for e in trees]),
+        "token": np.concatenate([e.token for e in trees]),
+        "prob": np.concatenate([e.prob for e in trees]),
+    })

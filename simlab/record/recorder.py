@@ -50,6 +50,8 @@ RESUME_FIELDS = (
     "rollout_len",
     "exit_layers",
     "draft_layer",
+    "topk",
+    "tree_depth",
 )
 
 
@@ -69,6 +71,8 @@ class RecordConfig:
     rollout: int = 16
     exit_layers: str | None = None  # "all", "20-29", "8,16,24"
     draft_layer: int | None = None  # self-speculative: default the deepest exit layer
+    topk: int = 0  # the draft's top-K per position (tree policies); 0: none
+    tree_depth: int = 0  # EAGLE-2 candidate trees of top-k ``topk`` and this depth; 0: none
     latency_probe: str = DEFAULT_PROBE
     resume: bool = False
     reprobe: bool = False  # with resume: measure latencies again, keep the recorded prompts
@@ -98,6 +102,10 @@ def _check_args(cfg: RecordConfig) -> None:
         raise SimlabError(f"--temperature must be >= 0, got {cfg.temperature}")
     if cfg.draft is None and cfg.exit_layers is None:
         raise SimlabError("pass --draft, or --exit-layers for a self-speculative trace (the target's first layers)")
+    if cfg.topk < 0 or cfg.tree_depth < 0:
+        raise SimlabError(f"--topk and --tree-depth must be >= 0, got {cfg.topk} and {cfg.tree_depth}")
+    if cfg.tree_depth and cfg.topk < 1:
+        raise SimlabError("--tree-depth expands each tree node into its top-K candidates: pass --topk K too")
     if cfg.draft is not None and cfg.draft_layer is not None:
         raise SimlabError("--draft-layer is for self-speculative traces; drop it or drop --draft")
 
@@ -212,6 +220,8 @@ def _prepare(cfg: RecordConfig) -> _Setup:
         exit_layers=exits,
         n_layers=layers,
         draft_layer=draft_layer,
+        topk=cfg.topk,
+        tree_depth=cfg.tree_depth,
         command=cfg.command,
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         libraries=machine.library_versions(),
@@ -250,6 +260,8 @@ def record(cfg: RecordConfig) -> RecordResult:
         temperature=cfg.temperature,
         seed=cfg.seed,
         rollout=cfg.rollout,
+        topk=cfg.topk,
+        tree_depth=cfg.tree_depth,
     )
 
     manifest, latency = setup.manifest, None

@@ -22,7 +22,7 @@ from simlab.record import machine
 from simlab.trace.io import Trace, empty_table, update_trace, write_trace
 from simlab.trace.schema import Manifest
 
-ROW_TABLES = ("prompts", "positions", "rollouts", "layers")
+ROW_TABLES = ("prompts", "positions", "rollouts", "layers", "topk", "tree")
 
 
 @dataclass
@@ -67,6 +67,8 @@ class TraceWriter:
             rollouts=self.table("rollouts"),
             latency=self.latency,
             layers=self.table("layers") if self.with_layers else None,
+            topk=self.table("topk") if self.manifest.topk else None,
+            tree=self.table("tree") if self.manifest.tree_depth else None,
         )
         if self.fresh:
             write_trace(trace, self.out)

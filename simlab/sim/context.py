@@ -10,7 +10,8 @@ same one, or they decide differently. Both therefore build it here, from the sam
 - typical context length: the median prompt length plus half the median number of generated
   tokens (the middle of a typical prompt's decode), over the prompts the run decodes;
 - ``corun``: True in the one-device topology (parallel rounds share the device);
-- exit layers and layer count from the trace's manifest, when there is a trace.
+- exit layers and layer count, tree data (top-K, EAGLE-2 depth) and temperature from the
+  trace's manifest, when there is a trace; Sequoia's positional acceptance from its replay.
 """
 
 from __future__ import annotations
@@ -41,8 +42,12 @@ def typical_context_len(prompt_lens: Sequence[int], new_tokens: Sequence[int]) -
 
 def policy_context(latency: LatencyGrid | None, context_len: int, topology: Topology,
                    manifest: Manifest | None = None, best_gamma: Callable[[], int] | None = None,
-                   predictor: AcceptancePredictor | None = None) -> PolicyContext:
-    """A policy's context (module docstring); ``manifest`` gives the exit layers, if any."""
+                   predictor: AcceptancePredictor | None = None,
+                   rank_acceptance: Callable[[], list[float]] | None = None) -> PolicyContext:
+    """A policy's context (module docstring); ``manifest`` gives the exit layers and tree data, if any."""
     return PolicyContext(latency=latency, exit_layers=list(manifest.exit_layers) if manifest else [],
                          n_layers=manifest.n_layers if manifest else 0, context_len=context_len,
-                         corun=topology is Topology.ONE_DEVICE, best_gamma=best_gamma, predictor=predictor)
+                         corun=topology is Topology.ONE_DEVICE, best_gamma=best_gamma, predictor=predictor,
+                         tree_topk=manifest.topk if manifest else 0,
+                         tree_depth=manifest.tree_depth if manifest else 0,
+                         temperature=manifest.temperature if manifest else 0.0, rank_acceptance=rank_acceptance)

@@ -6,9 +6,13 @@ decoding) from a :class:`~simlab.trace.replay.TraceReplay`:
 - a drafted token's signal comes from the replay (true path, or the divergence rollout);
 - a verification accepts ``min(drafts, run[start])`` tokens, where ``run[t]`` counts the
   consecutive accepted positions from t — exact for greedy traces;
+- a tree round's drafts are answered from the trace's tree data (:mod:`simlab.trace.tree_replay`)
+  and it accepts the deepest node whose path follows the target's tokens;
 - durations come from the latency model (tabulated once in a
   :class:`~simlab.latency.grid.LatencyGrid`); a serial round is k draft steps then one target
-  forward over k+1 positions; a parallel round runs both devices at once.
+  forward over k+1 positions; a tree round is one draft forward per level then one target
+  forward over its nodes + 1 (:meth:`~simlab.latency.grid.LatencyGrid.tree_draft_seconds`); a
+  parallel round runs both devices at once.
 
 Time semantics are in :mod:`simlab.sim.devices`. Each prompt is one SimPy process. Its rounds
 never overlap one another, so they are priced on the prompt's local clock — a serial round
@@ -21,9 +25,11 @@ far fewer events; the devices still check every booking).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import simpy
 
+from simlab.errors import SimlabError
 from simlab.latency.grid import LatencyGrid
 from simlab.latency.model import LatencyModel
 from simlab.metrics import Counts, PositionStats
@@ -31,15 +37,18 @@ from simlab.policies.base import Policy, PromptInfo
 from simlab.rounds import (
     DraftLoop,
     DraftRun,
+    ExpandTree,
     ParallelResult,
     ParallelRound,
     Shadow,
     Verify,
+    VerifyTree,
     decode,
 )
 from simlab.sim.devices import Device, Slice, Topology
 from simlab.trace.replay import PromptReplay, SignalRun, TraceReplay
 from simlab.trace.schema import NO_LAYER
+from simlab.trees.draft_tree import ROOT, accepted_length
 
 
 @dataclass
@@ -122,6 +131,7 @@ class SimExecutor:
         last_ctx = len(cum) - 1
         checked_hist, accepted_hist = positions.checked_hist, positions.accepted_hist
         drafts_before = positions.drafting_rounds()
+        grown: list[int] = []  # the recorded tree node of each candidate of the current tree round
         while True:
             try:
                 req = send(answer)
@@ -137,6 +147,12 @@ class SimExecutor:
                 answer = req.run(signal)
                 unpaid += len(answer[0])
                 unpaid_start, unpaid_layer = req.start, NO_LAYER if req.layer is None else req.layer
+                continue
+            if kind is ExpandTree:
+                answer = _expand(rp, req, grown)
+                continue
+            if kind is VerifyTree:
+                answer, clock = _verify_tree(clock, grid, rp, req, draft_dev, target_dev, counts, positions, tokens)
                 continue
             if unpaid:  # the serial drafting that led to this forward
                 ctx = pl + unpaid_start
@@ -210,3 +226,47 @@ def _parallel(clock: float, grid: LatencyGrid, rp: PromptReplay, req: ParallelRo
         tokens.extend(rp.token_at(t, t < c + n_accepted) for t in range(c, c + accepted_pending + 1))
     result = ParallelResult(accepted_pending, first_new, SignalRun(rp, c, s, None, first=m + 1))
     return result, max(draft_end, verify_end)
+
+
+def _expand(rp: PromptReplay, req: ExpandTree, grown: list[int]) -> tuple[tuple[int, int, float], ...]:
+    """One level of a growing tree from the EAGLE-2 tree recorded at ``req.start``; ``grown``
+    maps the round's candidates to recorded nodes (restarted at depth 1)."""
+    if rp.expansions is None:
+        raise SimlabError("a growing tree needs the trace's EAGLE-2 trees; record it with --topk K --tree-depth D")
+    tree = rp.expansions.at(req.start)
+    if req.depth == 1:
+        grown.clear()
+    out: list[tuple[int, int, float]] = []
+    for e in req.expand:
+        node = ROOT if e == ROOT else grown[e]
+        kids = tree.children.get(node)
+        if kids is None or len(kids) != req.topk:
+            raise SimlabError(f"the trace's EAGLE-2 trees cannot replay this tree: they expand the top "
+                              f"{rp.expansions.topk} candidates of each level into their top-{rp.expansions.topk} "
+                              f"children, {rp.expansions.depth} levels deep (depth {req.depth}, top-k {req.topk} asked)")
+        out += [(e, rank, prob) for rank, prob in tree.answers[node]]
+        grown += kids
+    return tuple(out)
+
+
+def _verify_tree(clock: float, grid: LatencyGrid, rp: PromptReplay, req: VerifyTree, draft_dev: Device,
+                 target_dev: Device, counts: Counts, positions: PositionStats,
+                 tokens: list[int] | None) -> tuple[int, float]:
+    """Draft forwards over ``req.widths`` nodes per level, then one target forward over the tree."""
+    c, tree, widths = req.start, req.tree, req.widths
+    ctx = rp.prompt_len + c
+    n = tree.size
+    if widths:
+        clock = draft_dev.book(clock, grid.tree_draft_seconds(ctx, widths), "draft", c, n)
+    ranks: Sequence[int] = rp.expansions.at(c).path_ranks if req.grown else rp.ranks[c : c + tree.depth]
+    accepted = min(accepted_length(tree, ranks), rp.n_tokens - c - 1)  # the end token is the target's
+    clock = target_dev.book(clock, grid.target_forward(n + 1, ctx), "verify", c, n + 1, accepted)
+    counts.target_calls += 1
+    counts.accepted += accepted
+    counts.drafted += n
+    counts.draft_calls += len(widths)
+    depth = tree.depth
+    positions.add(accepted + 1 if accepted < depth else depth, accepted)
+    if tokens is not None:
+        tokens.extend(rp.target_tokens[c : c + accepted + 1])
+    return accepted, clock

@@ -19,6 +19,7 @@ from simlab.sim.executor import SimExecutor
 from simlab.sim.vanilla import FixedGammaSD
 from simlab.trace.io import Trace
 from simlab.trace.replay import TraceReplay
+from simlab.trace.tree_replay import rank_acceptance
 
 # Vanilla SD's γ grid for the cost reference ("SD at its best γ", SPIDE §4.1 (ii), Table 17
 # searched up to 13); wide enough that the optimum is not at its edge on high-acceptance traces.
@@ -85,7 +86,7 @@ class Simulator:
         prompts = self.trace.prompts
         return policy_context(self.latency, typical_context_len(prompts["prompt_len"], prompts["n_tokens"]),
                               self.topology, self.trace.manifest, best_gamma=lambda: self.reference().gamma,
-                              predictor=self.predictor)
+                              predictor=self.predictor, rank_acceptance=self._rank_acceptance)
 
     def run(
         self,
@@ -117,6 +118,10 @@ class Simulator:
         timeline = [s for r in sim.prompts for s in r.slices]
         tokens = {r.prompt_id: r.tokens for r in sim.prompts} if keep_tokens else None
         return SimResult(policy, pol.describe(), summary, pd.DataFrame(rows), sim.positions, timeline, tokens)
+
+    def _rank_acceptance(self) -> list[float]:
+        ranks = [p.ranks for p in self.replay.prompts]
+        return rank_acceptance(ranks, max(self.trace.manifest.topk, 1))
 
     def _fixed_gamma(self) -> FixedGammaSD:
         if self._sd is None:

@@ -105,7 +105,7 @@ def setup_key(sim: Simulator) -> str:
                           "its results from those of other models")
     return digest({
         "trace": [tr.manifest.to_dict(), *(frame_digest(tr.table(n)) for n in
-                                            ("prompts", "positions", "rollouts", "layers", "latency"))],
+                                            ("prompts", "positions", "rollouts", "layers", "topk", "tree", "latency"))],
         "latency": model.to_profile(),
         "seed": sim.seed,
         "topology": sim.topology.value,

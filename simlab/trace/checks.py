@@ -60,6 +60,9 @@ RULES: dict[str, dict[str, Rule]] = {
                  "draft_conf": PROB, "draft_entropy": ENTROPY},
     "layers": {"prompt_id": NATURAL, "pos": NATURAL, "layer": POSITIVE, "token": NATURAL,
                "draft_conf": PROB, "draft_entropy": ENTROPY},
+    "topk": {"prompt_id": NATURAL, "pos": NATURAL, "rank": NATURAL, "token": NATURAL, "prob": PROB},
+    "tree": {"prompt_id": NATURAL, "pos": NATURAL, "node": NATURAL, "parent": Rule(-1, what="null or below -1"),
+             "rank": NATURAL, "token": NATURAL, "prob": PROB},
     "latency": {"op": PRESENT, "k": POSITIVE, "context_len": NATURAL,
                 "layer": Rule(NO_LAYER, what=f"null or below {NO_LAYER}"), "corun": PRESENT, "repeat": NATURAL,
                 "seconds": Rule(np.nextafter(0, 1), MAX_FORWARD_SECONDS,
@@ -124,12 +127,13 @@ def validate(trace: Trace) -> None:
         raise SimlabError(f"{where}: temperature must be >= 0, got {m.temperature}")
     if trace.prompts.empty:
         raise SimlabError(f"{where}: prompts.parquet lists no prompts")
-    for name in ("prompts", "positions", "rollouts", "layers", "latency"):
+    for name in ("prompts", "positions", "rollouts", "layers", "topk", "tree", "latency"):
         df = trace.table(name)
         if df is not None:
             check_columns(name, df, where)
     _check_positions(trace, where)
     _check_layers(trace, where)
+    _check_trees(trace, where)
     validate_latency(trace.latency, where)
 
 
@@ -176,6 +180,40 @@ def _check_layers(trace: Trace, where: str) -> None:
     if short:
         raise SimlabError(f"{where}: layers.parquet must cover every position of each prompt and layer; "
                           f"(prompt_id, layer) {short[0]} does not")
+
+
+def _check_trees(trace: Trace, where: str) -> None:
+    """topk.parquet: ranks 0..K-1 at every position (K = the manifest's ``topk``); tree.parquet:
+    per position, nodes 0.. in order, each parent an earlier node (or -1), K children per
+    expanded node, at most the manifest's ``tree_depth`` levels."""
+    m, n = trace.manifest, int(trace.prompts["n_tokens"].sum())
+    for name, field in (("topk", m.topk), ("tree", m.tree_depth)):
+        if (trace.table(name) is None) != (field == 0):
+            flag = "--topk" if name == "topk" else "--tree-depth"
+            raise SimlabError(f"{where}: manifest.json says {name if name == 'topk' else 'tree_depth'}={field} "
+                              f"but {name}.parquet is {'present' if field == 0 else 'missing'} (recorded with {flag})")
+    if m.tree_depth and m.topk < 1:
+        raise SimlabError(f"{where}: manifest.json has tree_depth {m.tree_depth} but topk {m.topk}")
+    topk = trace.topk
+    if topk is not None:
+        t = topk.sort_values(["prompt_id", "pos", "rank"], kind="stable")
+        expected = np.tile(np.arange(m.topk), n)
+        if len(t) != n * m.topk or not np.array_equal(t["rank"].to_numpy(), expected):
+            raise SimlabError(f"{where}: topk.parquet must hold ranks 0..{m.topk - 1} at every position of every "
+                              f"prompt ({n * m.topk} rows); it has {len(t)}")
+    tree = trace.tree
+    if tree is not None:
+        t = tree.sort_values(["prompt_id", "pos", "node"], kind="stable")
+        keys = t["prompt_id"].to_numpy().astype(np.int64) * (1 << 32) + t["pos"].to_numpy()
+        first = np.r_[True, keys[1:] != keys[:-1]]
+        node = np.arange(len(t)) - np.maximum.accumulate(np.where(first, np.arange(len(t)), 0))
+        parent = t["parent"].to_numpy()
+        size = m.topk + (m.tree_depth - 1) * m.topk ** 2
+        counts = np.diff(np.r_[np.flatnonzero(first), len(t)])
+        bad = (t["node"].to_numpy() != node) | (parent >= node)
+        if bad.any() or len(counts) != n or (counts != size).any():
+            raise SimlabError(f"{where}: tree.parquet must hold, at every position, nodes 0..{size - 1} (EAGLE-2 "
+                              f"trees of top-k {m.topk}, depth {m.tree_depth}) each after its parent")
 
 
 def validate_latency(lat: pd.DataFrame, where: str) -> None:

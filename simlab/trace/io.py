@@ -35,14 +35,15 @@ from simlab.trace.schema import (
 )
 
 # Written in this order; prompts last, because it is the commit record.
-WRITE_ORDER = ("latency", "positions", "rollouts", "layers", "prompts")
+WRITE_ORDER = ("latency", "positions", "rollouts", "layers", "topk", "tree", "prompts")
 
 
 @dataclass
 class Trace:
     """A trace in memory: the manifest and one DataFrame per table.
 
-    ``layers`` is None when the trace has no per-layer early-exit signals.
+    ``layers`` is None when the trace has no per-layer early-exit signals, ``topk`` and
+    ``tree`` when it was recorded without ``--topk`` / ``--tree-depth``.
     """
 
     manifest: Manifest
@@ -52,6 +53,8 @@ class Trace:
     latency: pd.DataFrame
     layers: pd.DataFrame | None = None
     path: Path | None = None
+    topk: pd.DataFrame | None = None
+    tree: pd.DataFrame | None = None
 
     @property
     def n_prompts(self) -> int:
@@ -79,6 +82,8 @@ class Trace:
             positions=keep(self.positions),
             rollouts=keep(self.rollouts),
             layers=keep(self.layers),
+            topk=keep(self.topk),
+            tree=keep(self.tree),
         )
 
 
@@ -155,7 +160,7 @@ def read_trace(path: str | os.PathLike, allow_empty: bool = False) -> Trace:
             raise SimlabError(f"incomplete trace (interrupted write?): {root}: {file.name} is missing")
         tables[name] = _read_table(root, name, file)
     done = set(tables["prompts"]["prompt_id"].tolist())
-    for name in ("positions", "rollouts", "layers"):
+    for name in ("positions", "rollouts", "layers", "topk", "tree"):
         df = tables[name]
         if df is not None and not df["prompt_id"].isin(done).all():
             # Rows of a prompt whose recording was interrupted before it was committed.

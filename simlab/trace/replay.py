@@ -37,6 +37,7 @@ import pandas as pd
 from simlab.errors import SimlabError
 from simlab.signals import ShadowTokens, TokenSignal
 from simlab.trace.io import Trace
+from simlab.trace.tree_replay import Expansions, group_expansions, target_ranks
 
 
 def runs_of(accept: list[bool]) -> list[int]:
@@ -74,6 +75,10 @@ class PromptReplay:
     draft: DraftPath
     layers: dict[int, DraftPath] = field(default_factory=dict)
     rollout_overruns: int = 0
+    # tree rounds (simlab.trace.tree_replay): the target token's rank among the draft's
+    # candidates per position, and the recorded EAGLE-2 trees (None without tree.parquet)
+    ranks: list[int] = field(default_factory=list)
+    expansions: Expansions | None = None
 
     def __repr__(self) -> str:
         return f"PromptReplay(prompt_id={self.prompt_id}, prompt_len={self.prompt_len}, n_tokens={self.n_tokens})"
@@ -214,10 +219,17 @@ class TraceReplay:
             "conf": split(pos["draft_conf"].to_numpy(float)),
             "entropy": split(pos["draft_entropy"].to_numpy(float)),
             "end": split(np.isin(pos["draft_token"].to_numpy(np.int64), eos)),
+            "ranks": split(target_ranks(trace.topk, trace.manifest.topk, pos["target_token"].to_numpy(np.int64),
+                                        self.accept)),
         }
         scores = split(pos["predictor_score"].to_numpy(float)) if "predictor_score" in pos.columns else None
         rollouts = _RolloutTable(trace.rollouts, eos)
         layers = _group_layers(trace.layers, pos, eos) if trace.layers is not None else {}
+        expansions = {}
+        if trace.tree is not None:
+            m = trace.manifest
+            expansions = group_expansions(trace.tree, m.topk, m.tree_depth, self.prompt_ids.tolist(),
+                                          columns["target"])
         prompts = []
         for i, (pid, prompt_len, n, budget) in enumerate(zip(self.prompt_ids.tolist(), self.prompt_lens.tolist(),
                                                             self.lengths.tolist(), self.budgets.tolist())):
@@ -239,6 +251,8 @@ class TraceReplay:
                 draft_tokens=columns["draft"][i],
                 draft=draft,
                 layers=layers.get(pid, {}),
+                ranks=columns["ranks"][i],
+                expansions=expansions.get(pid),
             ))
         return prompts
 

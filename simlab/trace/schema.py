@@ -9,6 +9,8 @@ directory::
       positions.parquet   one row per generated position on the target's own output path
       rollouts.parquet    the draft's own continuation after each position where it diverged
       layers.parquet      optional: per exit layer, the early-exit token and confidence
+      topk.parquet        optional (``--topk K``): the draft's top-K candidates at every position
+      tree.parquet        optional (``--tree-depth D``): EAGLE-2's candidate tree at every position
       latency.parquet     forward-latency samples measured on the recording hardware
 
 Conventions used by every table (the one place they are defined):
@@ -74,6 +76,22 @@ TABLES: dict[str, dict[str, str]] = {
         "draft_conf": "float32",
         "draft_entropy": "float32",
     },
+    "topk": {
+        "prompt_id": "int32",
+        "pos": "int32",
+        "rank": "int32",  # 0 = the draft's greedy token; K rows per position
+        "token": "int32",
+        "prob": "float32",  # draft probability given the true prefix (raw softmax)
+    },
+    "tree": {
+        "prompt_id": "int32",
+        "pos": "int32",  # the position the tree starts at (its root is the token before)
+        "node": "int32",  # 0.. in creation order, per position
+        "parent": "int32",  # -1: the root
+        "rank": "int32",  # which of the parent's top-K candidates the node is
+        "token": "int32",
+        "prob": "float32",  # draft probability of the token given the node's own prefix
+    },
     "latency": {
         "op": "string",  # "draft_step" or "target_forward"
         "k": "int32",  # new tokens in the forward (1 for a draft step)
@@ -93,9 +111,10 @@ class Topology(str, enum.Enum):
     ONE_DEVICE = "one-device"
 
 
-OPTIONAL_TABLES = frozenset({"layers"})
+OPTIONAL_TABLES = frozenset({"layers", "topk", "tree"})
 LATENCY_OPS = ("draft_step", "target_forward")
 NO_LAYER = -1
+NOT_IN_TOPK = -1  # a target token's rank when it is not among the draft's recorded top-K
 # No forward of any model on any hardware simlab targets takes an hour: a latency sample (or a
 # latency model's answer) above this is a unit mistake or corruption, not a measurement.
 MAX_FORWARD_SECONDS = 3600.0
@@ -126,6 +145,10 @@ class Manifest:
     # Self-speculative traces (no separate draft model): the exit layer whose early-exit
     # signals fill the draft columns of positions.parquet, so serial policies run unchanged.
     draft_layer: int = NO_LAYER
+    # Tree data (simlab.record.tree_expansion): K candidates per position in topk.parquet (0:
+    # none), and the depth of the EAGLE-2 trees of top-k K in tree.parquet (0: none).
+    topk: int = 0
+    tree_depth: int = 0
     # Where the two models computed while recording: "one-device" or "two-devices". Empty in
     # traces written before the field existed; :meth:`recorded_topology` derives it then.
     topology: str = ""

@@ -16,12 +16,13 @@ greedy token), so ``sd`` through a tree is the width-one case.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Sequence
 
 from simlab.errors import SimlabError
+from simlab.trace.schema import NOT_IN_TOPK
 
 ROOT = -1  # the parent index of depth-1 nodes: the last committed token
-NOT_IN_TOPK = -1  # a recorded rank meaning the target's token was outside the draft's top-K
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,36 @@ class DraftTree:
             out.append(1 if p == ROOT else out[p] + 1)
         return tuple(out)
 
-    def problem(self, topk: int) -> str | None:
+    @cached_property
+    def depth(self) -> int:
+        return max(self.depths(), default=0)
+
+    @cached_property
+    def child(self) -> dict[tuple[int, int], int]:
+        """(parent, rank) -> node: how verification walks the tree."""
+        return {(p, r): i for i, (p, r) in enumerate(zip(self.parents, self.ranks))}
+
+    @cached_property
+    def widths(self) -> tuple[int, ...]:
+        """Nodes the draft runs a forward over to draft each depth: the root for depth 1, then the
+        nodes of depth d - 1 that have children (a chain of k: k forwards of one node)."""
+        depths = self.depths()
+        grown = {p for p in self.parents}
+        return tuple(1 if d == 1 else sum(1 for i in grown if i != ROOT and depths[i] == d - 1)
+                     for d in range(1, self.depth + 1))
+
+    @cached_property
+    def fault(self) -> str | None:
+        """:meth:`problem` without a rank bound, computed once (a fixed tree is checked every round)."""
+        return self.problem()
+
+    def cut(self, depth: int) -> "DraftTree":
+        """The nodes of depth at most ``depth`` (a round near the budget drafts no deeper)."""
+        keep = [i for i, d in enumerate(self.depths()) if d <= depth]  # parents precede children
+        index = {old: new for new, old in enumerate(keep)}
+        return DraftTree(tuple(index.get(self.parents[i], ROOT) for i in keep), tuple(self.ranks[i] for i in keep))
+
+    def problem(self, topk: int | None = None) -> str | None:
         """Why this tree is malformed for a trace with ``topk`` recorded candidates, or None.
         The round protocol turns the message into a ``PolicyError`` naming the policy."""
         if len(self.parents) != len(self.ranks):
@@ -51,7 +81,7 @@ class DraftTree:
         for i, (p, r) in enumerate(zip(self.parents, self.ranks)):
             if not ROOT <= p < i:
                 return f"node {i} has parent {p}; parents must be -1 (root) or an earlier node"
-            if not 0 <= r < topk:
+            if not 0 <= r < (topk if topk is not None else r + 1):
                 return f"node {i} has rank {r}; ranks must be in 0..{topk - 1} (the recorded top-{topk})"
             if (p, r) in seen:
                 return f"node {i} repeats rank {r} under parent {p}"
@@ -85,7 +115,7 @@ def accepted_length(tree: DraftTree, target_ranks: Sequence[int]) -> int:
     """How many drafts greedy verification accepts: the depth of the deepest node whose path
     follows ``target_ranks`` (``target_ranks[d]`` is the rank of the target's token at depth
     ``d + 1`` among the draft's candidates given the true prefix, ``NOT_IN_TOPK`` if absent)."""
-    child = {(p, r): i for i, (p, r) in enumerate(zip(tree.parents, tree.ranks))}
+    child = tree.child
     node, depth = ROOT, 0
     for r in target_ranks:
         node = child.get((node, r), None) if r != NOT_IN_TOPK else None
@@ -96,9 +126,10 @@ def accepted_length(tree: DraftTree, target_ranks: Sequence[int]) -> int:
 
 
 def parse_shape(text: str, max_nodes: int = 1024) -> tuple[int, ...]:
-    """``"4,2,2,1"`` -> children per depth; bad input fails in one line before anything runs."""
+    """``"4,2,2,1"`` (or ``"4x2x2x1"``) -> children per depth; bad input fails in one line before
+    anything runs."""
     try:
-        shape = tuple(int(part) for part in text.split(","))
+        shape = tuple(int(part) for part in text.replace("x", ",").split(","))
     except ValueError:
         raise SimlabError(f"tree shape {text!r}: expected comma-separated children per depth, e.g. 4,2,2,1") from None
     if any(w < 1 for w in shape):

@@ -1,0 +1,273 @@
+"""Tree rounds: a chain is a width-one tree, hand-checked static and EAGLE-2 trees, the
+acceptance-guided tree's stopping rule, and bad input."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from simlab.errors import SimlabError
+from simlab.paths import TRACES
+from simlab.policies import REGISTRY, PolicyContext
+from simlab.policies.base import Policy, RoundState, TreePlan
+from simlab.rounds import PolicyError
+from simlab.sim.run import Simulator
+from simlab.trace.io import read_trace
+from simlab.trees.candidates import Candidates
+from simlab.trees.draft_tree import DraftTree
+from tests.helpers import hand_trace, latency_table
+
+SMOLLM2 = TRACES / "smollm2-selfspec"
+FILLER = 60_000  # token ids of candidates that are not the target's
+
+
+def tree_trace(ranks: list[list[int]], k: int = 4, latency=None, expansion=None, depth: int = 0):
+    """A hand trace whose target token at position t is the draft's ``ranks[p][t]``-th candidate
+    (-1: none of the top-k); ``expansion(pos) -> [(parent, rank, prob, on_path)]`` adds EAGLE-2
+    trees of top-k ``k`` and ``depth`` levels (on-path nodes carry the target's tokens)."""
+    trace = hand_trace(["".join("1" if r == 0 else "0" for r in rs) for rs in ranks], latency=latency)
+    pos = trace.positions
+    rows = []
+    for row, r in zip(pos.itertuples(), [r for rs in ranks for r in rs]):
+        for j in range(k):
+            token = row.target_token if j == r else FILLER + 10 * row.pos + j
+            rows.append((row.prompt_id, row.pos, j, token, 0.5 / (j + 1)))
+    trace.topk = pd.DataFrame(rows, columns=["prompt_id", "pos", "rank", "token", "prob"])
+    trace.manifest.topk = k
+    if expansion is not None:
+        tree_rows = []
+        for row in pos.itertuples():
+            nodes = expansion(row.pos)
+            depths = []
+            for node, (parent, rank, prob, on_path) in enumerate(nodes):
+                depths.append(1 if parent < 0 else depths[parent] + 1)
+                t = row.pos + depths[-1] - 1
+                target = int(row.target_token) + depths[-1] - 1  # hand_trace's tokens count up by one
+                token = target if on_path and t < len(ranks[row.prompt_id]) else FILLER + node
+                tree_rows.append((row.prompt_id, row.pos, node, parent, rank, token, prob))
+        trace.tree = pd.DataFrame(tree_rows, columns=["prompt_id", "pos", "node", "parent", "rank", "token", "prob"])
+        trace.manifest.tree_depth = depth
+    return trace
+
+
+COUNTS = ("target_calls", "draft_calls", "drafted", "accepted", "tokens", "wall_time_s", "ad_wall_time_s",
+          "num_drafts", "acceptance_per_position", "draft_busy", "target_busy", "speedup")
+
+
+@pytest.mark.parametrize("gamma", [1, 3, 6])
+def test_sd_through_a_width_one_tree_gives_todays_numbers_exactly(gamma):
+    sim = Simulator(read_trace(SMOLLM2))
+    chain = sim.run("sd", {"gamma": gamma}, keep_tokens=True)  # keep_tokens: the round-by-round executor
+    tree = sim.run("tree-static", {"shape": "x".join(["1"] * gamma)}, keep_tokens=True)
+    for key in COUNTS:
+        assert getattr(tree.summary, key) == getattr(chain.summary, key), key
+    assert tree.tokens == chain.tokens
+    assert tree.per_prompt.equals(chain.per_prompt)
+
+
+def test_a_width_one_tree_stops_at_the_budget_like_a_chain():
+    trace = hand_trace(["1111101", "1011111111"], stop="eos", max_new_tokens=12)
+    sim = Simulator(trace)
+    chain, tree = sim.run("sd", {"gamma": 4}, keep_tokens=True), sim.run("tree-static", {"shape": "1x1x1x1"},
+                                                                          keep_tokens=True)
+    for key in COUNTS:
+        assert getattr(tree.summary, key) == getattr(chain.summary, key), key
+
+
+def test_a_static_tree_by_hand():
+    # One prompt of 5 positions (position 0 is the prefill's); the target's token is the draft's
+    # candidate of rank 1, 0, 3, 0 at positions 1..4. Shape 2x1: the root's ranks 0 and 1, each
+    # with its greedy child (4 nodes, depth 2).
+    # Round 1 from position 1: rank 1 (node 1), then rank 0 under it (node 3): 2 accepted, 3 emitted.
+    # Round 2 from position 4, the last: budget - committed - 1 = 0 levels, a plain target step.
+    verify = {1: 1.0, 2: 1.5, 3: 2.0, 4: 2.5, 5: 3.0}
+    trace = tree_trace([[0, 1, 0, 3, 0]], k=4, latency=latency_table(draft=0.1, verify=verify))
+    res = Simulator(trace, topology="two-devices").run("tree-static", {"shape": "2x1"}, with_cost=False)
+    s = res.summary
+    assert (s.target_calls, s.accepted, s.drafted, s.draft_calls) == (2, 2, 4, 2)
+    # draft: level 1 over the root (0.1 s), level 2 over 2 nodes: 0.1 x verify(2)/verify(1) = 0.15 s;
+    # verify 4 nodes + root: 3.0 s; then a 1-token target step: 1.0 s
+    assert s.wall_time_s == pytest.approx(0.1 + 0.15 + 3.0 + 1.0)
+    assert s.ad_wall_time_s == pytest.approx(4 * 1.0)
+
+
+def test_a_static_tree_accepts_a_second_candidate_that_a_chain_cannot():
+    trace = tree_trace([[0, 1, 1, 1, 1, 1, 1]], k=2)
+    sim = Simulator(trace)
+    assert sim.run("tree-static", {"shape": "1x1"}, with_cost=False).summary.accepted == 0
+    assert sim.run("tree-static", {"shape": "2x2"}, with_cost=False).summary.accepted == 4  # 2 per round
+
+
+# K = 2, three levels, probabilities exact in binary. Values (path products):
+# level 1: n0 .5, n1 .375; level 2 expands both: n2 .25, n3 .125 (under n0), n4 .28125, n5 .046875
+# (under n1); level 3 expands the two best of level 2, n4 then n2: n6 .140625, n7 .0703125 (under
+# n4), n8 .1875, n9 .03125 (under n2). By value: n0 n1 n4 n2 n8 n6 n3 n7 n5 n9.
+EAGLE = [(-1, 0, .5), (-1, 1, .375), (0, 0, .5), (0, 1, .25), (1, 0, .75), (1, 1, .125),
+         (4, 0, .5), (4, 1, .25), (2, 0, .75), (2, 1, .125)]
+
+
+def eagle_example(pos):
+    """The tree above at every position; the target's path is n1 -> n4 -> n6."""
+    on = {1, 4, 6}
+    spec = EAGLE
+    return [(p, r, prob, i in on) for i, (p, r, prob) in enumerate(spec)]
+
+
+def eagle_trace():
+    return tree_trace([[0] * 12], k=2, expansion=eagle_example, depth=3,
+                      latency=latency_table(draft=0.1, verify={k: 1.0 + 0.1 * k for k in range(1, 12)}))
+
+
+def test_eagle2_grows_by_value_and_verifies_the_top_n():
+    c = Candidates()
+    c.add_level(EAGLE[:2])
+    policy = REGISTRY["eagle2"](PolicyContext(latency=None, tree_topk=2, tree_depth=3), depth=3, nodes=5)
+    assert list(policy.grow(c)) == [0, 1]
+    c.add_level(EAGLE[2:6])
+    assert list(policy.grow(c)) == [4, 2]  # values .28125 and .25 beat .125 and .046875
+    c.add_level([(4, 0, .5), (4, 1, .25), (2, 0, .75), (2, 1, .125)])
+    chosen = policy.select(c)  # .5, .375, .28125, .25, then n8's .1875
+    assert sorted(chosen) == [0, 1, 2, 4, 8]
+    assert c.tree(chosen) == DraftTree((-1, -1, 0, 1, 2), (0, 1, 0, 0, 0))
+
+
+@pytest.mark.parametrize("nodes, rounds, draft_calls, drafted", [
+    # n1 -> n4 verified, n6 not: 2 accepted a round from positions 1, 4, 7; from 10 only 1 level fits
+    # (budget 12 - 10 - 1), where n1 is accepted: 4 rounds, 3 + 3 + 3 + 1 forwards, 5 + 5 + 5 + 2 nodes
+    (5, [2, 2, 2, 1], 10, 17),
+    # n6 too: 3 a round from 1, 5; from 9, 2 levels fit (6 candidates, all verified): n1 -> n4
+    (6, [3, 3, 2], 8, 18),
+    # n0 and n1 only: 1 a round from 1, 3, 5, 7 (3 levels) and 9 (2 levels fit); at 11 none fits:
+    # a plain target step
+    (2, [1, 1, 1, 1, 1, 0], 14, 10),
+])
+def test_eagle2_replays_the_recorded_tree(nodes, rounds, draft_calls, drafted):
+    res = Simulator(eagle_trace(), topology="two-devices").run("eagle2", {"depth": 3, "nodes": nodes}, with_cost=False)
+    s = res.summary
+    hist = res.positions.accepted_hist
+    assert sorted(k for k, v in hist.items() for _ in range(v)) == sorted(rounds)
+    assert (s.target_calls, s.accepted, s.draft_calls, s.drafted) == (len(rounds), sum(rounds), draft_calls, drafted)
+
+
+def test_ags_tree_stops_a_branch_when_p_rej_reaches_h():
+    policy = REGISTRY["ags-tree"](PolicyContext(latency=None, tree_topk=2, tree_depth=3), rejection_threshold=0.5,
+                                  max_draft=3)
+    c = Candidates()
+    c.add_level([(-1, 0, 0.5), (-1, 1, 0.25)])  # P_rej 0.5 (= h: stops), 0.75
+    assert list(policy.grow(c)) == []
+    c = Candidates()
+    c.add_level([(-1, 0, 0.5 + 2 ** -20), (-1, 1, 0.25)])  # P_rej just below h: this branch grows
+    assert list(policy.grow(c)) == [0]
+
+
+def test_ags_tree_h_from_the_latency_model():
+    # T_v = verify of min(n, candidates) + 1 tokens, T_d = one draft forward over the root: h = 1 - T_d/T_v
+    trace = eagle_trace()
+    sim = Simulator(trace, topology="two-devices")
+    policy = REGISTRY["ags-tree"](sim.context(), max_draft=3)
+    policy.plan(RoundState(1, 10, 0, 11))
+    assert policy.threshold(2) == pytest.approx(1 - 0.1 / 1.3)
+
+
+class Dangling(Policy):
+    name, summary, paper = "test-dangling", "", ""
+
+    def plan(self, state):
+        return TreePlan(DraftTree((-1, 3), (0, 0)))
+
+
+class OrphanSelect(Policy):
+    name, summary, paper = "test-orphan", "", ""
+
+    def plan(self, state):
+        return TreePlan(None, topk=2, max_depth=2)
+
+    def grow(self, candidates):
+        return candidates.levels[-1]
+
+    def select(self, candidates):
+        return [2]  # a depth-2 candidate without its parent
+
+
+@pytest.mark.parametrize("policy", [Dangling, OrphanSelect])
+def test_malformed_trees_are_policy_errors_naming_the_policy(policy):
+    from simlab.sim.executor import SimExecutor
+    from simlab.trace.replay import TraceReplay
+
+    trace = eagle_trace()
+    sim = Simulator(trace)
+    with pytest.raises(PolicyError, match=policy.name):
+        SimExecutor(sim.latency).run(TraceReplay(trace), policy(sim.context()))
+
+
+@pytest.mark.parametrize("policy, params, words", [
+    ("tree-static", {"shape": "4,0"}, "at least 1"),
+    ("tree-static", {"shape": "2x2"}, "--topk K"),
+    ("eagle2", {}, "--topk K --tree-depth D"),
+    ("ags-tree", {}, "--topk K --tree-depth D"),
+    ("tree-static", {"nodes": 0}, "nodes must be an integer >= 1"),
+])
+def test_bad_tree_parameters_and_traces_fail_in_one_line(policy, params, words):
+    sim = Simulator(hand_trace(["10110"]))
+    with pytest.raises(SimlabError, match=words) as err:
+        sim.run(policy, params)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("params, words", [({"top_k": 3}, "top_k 3"), ({"depth": 4}, "depth 4")])
+def test_eagle2_shapes_the_recording_cannot_replay_fail_before_running(params, words):
+    with pytest.raises(SimlabError, match=words):
+        Simulator(eagle_trace()).run("eagle2", params)
+
+
+def test_tree_policies_refuse_sampled_traces():
+    trace = tree_trace([[0, 1, 0]], k=2)
+    trace.manifest.temperature = 1.0
+    with pytest.raises(SimlabError, match="greedy"):
+        Simulator(trace).run("tree-static", {"shape": "2"})
+
+
+def test_sequoia_shape_from_the_trace_positional_acceptance():
+    # ranks: 0 at 6 positions of 8, 1 at 2: accept = [.75, .25]; with 2 nodes, depth 2 the best tree
+    # is a chain of two greedy nodes (.75 + .75^2 = 1.31) over two siblings (.75 + .25 = 1.0)
+    trace = tree_trace([[0, 0, 1, 0, 0, 1, 0, 0]], k=2)
+    policy = REGISTRY["tree-static"](Simulator(trace).context(), nodes=2, depth=2)
+    assert policy.tree == DraftTree((-1, 0), (0, 0))
+
+
+@pytest.mark.parametrize("policy, params", [("tree-static", {"shape": "2x2x1"}), ("tree-static", {}),
+                                            ("eagle2", {"depth": 3}), ("ags-tree", {"max_draft": 3})])
+def test_tree_policies_emit_exactly_the_target_tokens(policy, params):
+    trace = tree_trace([[0, 1, 0, 3, -1, 0, 2, 0, 0, 1, 0, -1]], k=4 if policy == "tree-static" else 2,
+                       expansion=eagle_example if policy != "tree-static" else None, depth=3)
+    if policy == "tree-static":
+        trace.manifest.tree_depth = 0
+    res = Simulator(trace).run(policy, params, keep_tokens=True, with_cost=False)
+    assert res.tokens[0] == trace.positions.sort_values("pos").target_token.tolist()[1:]
+    assert res.summary.tokens == 11
+
+
+def test_tree_tables_round_trip_and_are_checked_on_load(tmp_path):
+    from simlab.trace.io import write_trace
+
+    path = write_trace(eagle_trace(), tmp_path / "t")
+    back = read_trace(path)
+    assert back.manifest.topk == 2 and back.manifest.tree_depth == 3 and len(back.tree) == 12 * 10
+    assert Simulator(back).run("eagle2", {"depth": 3}).summary.accepted > 0
+    (path / "tree.parquet").unlink()
+    with pytest.raises(SimlabError, match="tree.parquet is missing.*--tree-depth"):
+        read_trace(path)
+
+
+def test_a_tree_whose_node_precedes_its_parent_is_refused(tmp_path):
+    from simlab.trace.io import write_trace
+
+    trace = eagle_trace()
+    trace.tree.loc[trace.tree.index[2], "parent"] = 5  # node 2 of position 0 under node 5
+    with pytest.raises(SimlabError, match="each after its parent"):
+        read_trace(write_trace(trace, tmp_path / "t"))
+
+
+def test_old_traces_load_without_tree_data():
+    trace = read_trace(SMOLLM2)
+    assert trace.topk is None and trace.tree is None and trace.manifest.topk == 0

@@ -125,7 +125,8 @@ class SimExecutor:
         while True:
             try:
                 req = send(answer)
-            except StopIteration:
+            except StopIteration as stop:
+                end = stop.value  # the tokens committed: the prompt's end unless the policy stopped first
                 break
             kind = type(req)
             if kind is DraftRun:
@@ -176,9 +177,9 @@ class SimExecutor:
         counts.accepted += accepted_total
         counts.drafted += drafted
         counts.draft_calls += drafted
-        counts.tokens += rp.n_tokens - 1
+        counts.tokens += end - 1
         counts.wall_time_s += env.now - t0
-        counts.ad_wall_time_s += ad_seconds(grid, pl, rp.n_tokens)
+        counts.ad_wall_time_s += ad_seconds(grid, pl, end)
         counts.draft_busy_s += draft_dev.busy_s
         counts.target_busy_s += target_dev.busy_s
         counts.rollout_overruns += rp.rollout_overruns - overruns_before

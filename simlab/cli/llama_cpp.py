@@ -21,6 +21,7 @@ import typer
 from simlab.cli.app import app
 from simlab.cli.output import Force, frame_output
 from simlab.errors import SimlabError
+from simlab.paths import portable_path
 
 llama_app = typer.Typer(help="llama.cpp as the engine: build it, record traces with it, predict its runs.",
                         no_args_is_help=True)
@@ -152,7 +153,7 @@ def run_command(
         measured = compare.measure(binary, pair, trace, n_predict, draft_max, p_min,
                                    progress=lambda n: bar.update(n - bar.n))
     table = compare.compare(predicted, measured)
-    summary = {"trace": str(trace_path), "n_predict": n_predict, "draft_max": draft_max, "p_min": p_min,
+    summary = {"trace": portable_path(trace_path), "n_predict": n_predict, "draft_max": draft_max, "p_min": p_min,
                "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
                "command": shlex.join(["simlab", *sys.argv[1:]]),
                "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), **compare.summary(table)}

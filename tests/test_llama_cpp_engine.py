@@ -82,3 +82,13 @@ def test_measured_and_predicted_are_matched_per_prompt_and_summed():
     s = compare.summary(table)
     assert (s["measured_n_accept"], s["predicted_n_accept"], s["prompts_matching_n_accept"]) == (11, 12, 1)
     assert s["error_tokens_per_s"] == pytest.approx((22 / 3.5) / (22 / 3.0) - 1, abs=1e-4)
+
+
+def test_the_prediction_counts_verified_drafts_as_llama_cpp_does_not_the_dropped_one():
+    from tests.helpers import hand_trace
+
+    # test_policies' p_min case: rounds (1, 2 tokens, 1 accepted) after a dropped second draft,
+    # (3, 4, 3), (7, 1, 0): five drafted, four verified (n_drafted), four accepted
+    trace = hand_trace(["1" * 8], conf=[[0.9, 0.9, 0.3, 0.9, 0.9, 0.9, 0.9, 0.9]])
+    row = compare.predict(trace, n_predict=0, draft_max=3, p_min=0.5).iloc[0]
+    assert (row.predicted_n_drafted, row.predicted_n_accept, row.predicted_n_predict) == (4, 4, 7)

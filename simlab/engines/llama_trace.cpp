@@ -32,6 +32,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -138,8 +139,11 @@ int main(int argc, char ** argv) {
     if (!common_params_parse((int) llama_argv.size(), llama_argv.data(), params, LLAMA_EXAMPLE_SPECULATIVE)) {
         return 2;
     }
+    // as speculative-simple sizes its output buffers, but large enough for the k-token probes
+    // (the buffers' size changes no computation)
+    const int max_k = ks.empty() ? 1 : *std::max_element(ks.begin(), ks.end());
     const auto output_limits = common_speculative_get_output_limits(
-            params.n_batch, params.n_parallel, common_speculative_n_max(&params.speculative));
+            params.n_batch, params.n_parallel, std::max(common_speculative_n_max(&params.speculative), max_k - 1));
     params.n_outputs_max = output_limits.total;
     params.n_outputs_max_per_seq = output_limits.per_seq;
     llama_backend_init();

@@ -47,7 +47,17 @@ struct Dist {
     std::vector<float> p;  // softmax over the vocabulary
 };
 
-Dist dist_of(const float * logits, int n_vocab) {
+// The logits a sampler of common/sampling.cpp starts from: the model's suppress tokens (a GGUF
+// key, absent from most models) get -inf there, as common_sampler_init's logit bias does.
+Dist dist_of(const float * raw, const llama_vocab * vocab) {
+    const int n_vocab = llama_vocab_n_tokens(vocab);
+    std::vector<float> biased(raw, raw + n_vocab);
+    int32_t n_suppress = 0;
+    const llama_token * suppress = llama_vocab_get_suppress_tokens(vocab, &n_suppress);
+    for (int32_t i = 0; i < n_suppress; ++i) {
+        biased[suppress[i]] = -INFINITY;
+    }
+    const float * logits = biased.data();
     Dist d;
     d.p.resize(n_vocab);
     // the first maximum, as llama.cpp's greedy (temperature 0) sampler keeps it
@@ -65,7 +75,7 @@ Dist dist_of(const float * logits, int n_vocab) {
     double ent = 0.0;
     for (int i = 0; i < n_vocab; ++i) {
         d.p[i] = (float) (d.p[i] / sum);
-        if (d.p[i] > 0.0f) {
+        if (d.p[i] > 0.0f) {  // 0 for suppressed tokens
             ent -= d.p[i] * std::log((double) d.p[i]);
         }
     }
@@ -159,7 +169,7 @@ int main(int argc, char ** argv) {
         return 1;
     }
     const llama_vocab * vocab = llama_model_get_vocab(model_tgt);
-    const int n_vocab = llama_vocab_n_tokens(vocab);
+    const llama_vocab * vocab_dft = llama_model_get_vocab(llama_get_model(ctx_dft));
 
     const std::vector<llama_token> inp = common_tokenize(ctx_tgt, params.prompt, true, true);
     const int prompt_len = (int) inp.size() - 1;
@@ -176,19 +186,20 @@ int main(int argc, char ** argv) {
         const int at = prompt_len + pos - 1;  // where `cur` goes in both caches
         forward(ctx_tgt, {cur}, at, true);
         forward(ctx_dft, {cur}, at, true);
-        const Dist t = dist_of(llama_get_logits_ith(ctx_tgt, 0), n_vocab);
-        const Dist d = dist_of(llama_get_logits_ith(ctx_dft, 0), n_vocab);
+        const Dist t = dist_of(llama_get_logits_ith(ctx_tgt, 0), vocab);
+        const Dist d = dist_of(llama_get_logits_ith(ctx_dft, 0), vocab_dft);
         double accept = 0.0;
-        for (int i = 0; i < n_vocab; ++i) {
+        for (size_t i = 0; i < std::min(t.p.size(), d.p.size()); ++i) {
             accept += std::min(t.p[i], d.p[i]);
         }
         fprintf(out, "P\t%d\t%d\t%d\t%.9g\t%.9g\t%.9g\t%.9g\t%.9g\t%.9g\n", pos, t.argmax, d.argmax, d.conf_top_k,
-                d.entropy, d.p[t.argmax], t.p[t.argmax], t.p[d.argmax], accept);
+                d.entropy, t.argmax < (int) d.p.size() ? d.p[t.argmax] : 0.0f, t.p[t.argmax],
+                d.argmax < (int) t.p.size() ? t.p[d.argmax] : 0.0f, accept);
         if (d.argmax != t.argmax && rollout_len > 0) {
             llama_token own = d.argmax;
             for (int step = 1; step <= rollout_len; ++step) {
                 forward(ctx_dft, {own}, at + step, true);
-                const Dist r = dist_of(llama_get_logits_ith(ctx_dft, 0), n_vocab);
+                const Dist r = dist_of(llama_get_logits_ith(ctx_dft, 0), vocab_dft);
                 fprintf(out, "R\t%d\t%d\t%d\t%.9g\t%.9g\n", pos, step, r.argmax, r.conf_top_k, r.entropy);
                 own = r.argmax;
             }

@@ -83,7 +83,7 @@ def record_command(
     if rollout < 0:
         raise SimlabError(f"--rollout must be >= 0, got {rollout}")
     pair = _pair(target, draft, threads)
-    texts = _prompt_texts(prompts, target, chat_template)
+    texts = _prompt_texts(prompts, target, pair.target, chat_template)
     _, tool = _tools(jobs)
     manifest = Manifest(
         kind="recorded", draft_model=draft, target_model=target, dataset=prompts, hardware=hardware_name("cpu"),
@@ -102,17 +102,19 @@ def record_command(
                f"draft agrees with target on {agree:.1%}")
 
 
-def _prompt_texts(spec: str, target: str, chat: bool):
-    """The prompts as llama.cpp is given them: the target's chat template applied, as ``simlab record`` does."""
+def _prompt_texts(spec: str, target: str, gguf: Path, chat: bool):
+    """The prompts as llama.cpp is given them: the target's chat template applied, as ``simlab
+    record`` does, from the installed tokenizer, else the GGUF file's (slower to load)."""
     from simlab.engines.llama_record import EnginePrompt
     from simlab.record.prompts import load_prompts, render
 
     prompts = load_prompts(spec)
     tokenizer = None
     if chat:
+        from simlab.models.install import installed_path
         from simlab.models.load import load_tokenizer, resolve
 
-        tokenizer = load_tokenizer(resolve(target))
+        tokenizer = load_tokenizer(resolve(target if installed_path(target) else str(gguf)))
     return [EnginePrompt(p.prompt_id, p.source, render(p, tokenizer, True).text if tokenizer else p.text)
             for p in prompts]
 

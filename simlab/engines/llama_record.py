@@ -15,8 +15,9 @@ once; its rows become the same tables ``simlab record`` writes, through the same
   ``llama-speculative-simple`` prefills all but the last prompt token and drafts from the last
   one, so its first generated token is already speculated (simlab's rounds start after
   position 0, which the prefill settles);
-- latencies are llama.cpp's forwards: the target over k tokens with every position's logits,
-  the draft's one-token step, at the given context lengths.
+- latencies are the steps llama-speculative-simple takes, sampling included: a draft step,
+  and a verification of k tokens (the target's forward with every position's logits, its
+  sampler on each, and the draft's forward of the same batch), at the given context lengths.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@
 //   H  prompt_len  n_tokens  stop                 the prompt (prompt_len = prompt tokens - 1)
 //   P  pos target draft conf entropy q_target p_target p_draft accept_prob
 //   R  pos step token conf entropy                the draft's own continuation after a miss
-//   L  op k context_len repeat seconds            forward latencies
+//   L  op k context_len repeat seconds            step latencies (see the end of main)
 //
 // Position 0 is the prompt's last token: llama-speculative-simple prefills all prompt tokens
 // but the last and drafts from the last one, so in simlab's terms (position 0 comes from the
@@ -24,6 +24,7 @@
 #include "arg.h"
 #include "common.h"
 #include "llama.h"
+#include "sampling.h"
 #include "speculative.h"
 
 #include <algorithm>
@@ -214,9 +215,20 @@ int main(int argc, char ** argv) {
     }
     fprintf(out, "H\t%d\t%d\t%s\n", prompt_len, n_tokens, stop.c_str());
 
-    // latencies: a target forward of k tokens (all logits, as verification reads them) and a
-    // one-token draft step, each at the given context lengths (the cache filled with the
-    // prompt's tokens, repeated)
+    // Latencies of the steps llama-speculative-simple takes, each with the sampling it does:
+    // - draft_step: the draft's one-token forward and its top-k 10 sampler (draft() in
+    //   common/speculative.cpp);
+    // - target_forward of k tokens: the target's forward of [id_last, drafts...] with every
+    //   position's logits, the target sampler run on each (common_sampler_sample_and_accept_n),
+    //   and the draft's forward of the same batch that keeps its cache in step
+    //   (common_speculative_process) -- speculative-simple runs all three for every verification.
+    // Each at the given context lengths, the caches filled with the prompt's tokens, repeated.
+    common_sampler_ptr smpl_tgt(common_sampler_init(model_tgt, params.sampling));
+    common_params_sampling draft_sampling;  // as common_speculative_impl_draft_simple builds it
+    draft_sampling.no_perf = false;
+    draft_sampling.top_k = 10;
+    draft_sampling.samplers.assign(1, COMMON_SAMPLER_TYPE_TOP_K);
+    common_sampler_ptr smpl_dft(common_sampler_init(llama_get_model(ctx_dft), draft_sampling));
     for (int ctx_len : contexts) {
         std::vector<llama_token> fill(ctx_len);
         for (int i = 0; i < ctx_len; ++i) {
@@ -230,11 +242,21 @@ int main(int argc, char ** argv) {
             for (int k : ks) {
                 std::vector<llama_token> toks(fill.begin(), fill.begin() + std::min(k, ctx_len));
                 toks.resize(k, inp.back());
-                const double s = forward(ctx_tgt, toks, ctx_len, true);
+                const auto t0 = std::chrono::steady_clock::now();
+                forward(ctx_tgt, toks, ctx_len, true);
+                for (int i = 0; i < k; ++i) {
+                    common_sampler_sample(smpl_tgt.get(), ctx_tgt, i);
+                }
+                forward(ctx_dft, toks, ctx_len, false);
+                const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
                 llama_memory_seq_rm(llama_get_memory(ctx_tgt), 0, ctx_len, -1);
+                llama_memory_seq_rm(llama_get_memory(ctx_dft), 0, ctx_len, -1);
                 fprintf(out, "L\ttarget_forward\t%d\t%d\t%d\t%.9g\n", k, ctx_len, rep, s);
             }
-            const double s = forward(ctx_dft, {inp.back()}, ctx_len, true);
+            const auto t0 = std::chrono::steady_clock::now();
+            forward(ctx_dft, {inp.back()}, ctx_len, true);
+            common_sampler_sample(smpl_dft.get(), ctx_dft, 0, true);
+            const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
             llama_memory_seq_rm(llama_get_memory(ctx_dft), 0, ctx_len, -1);
             fprintf(out, "L\tdraft_step\t1\t%d\t%d\t%.9g\n", ctx_len, rep, s);
         }

@@ -9,9 +9,8 @@ trace's prompts with the same arguments and its printed counters are read
 
 Compared per prompt: ``n_drafted`` (drafts the target verified), ``n_accept``, ``n_predict``
 (tokens generated) and the decode loop's tokens/s. Counts should agree exactly when the binary
-follows the trace's greedy path; tokens/s differs by what the simulator does not price, the
-largest part being the draft re-reading every verified batch (``common_speculative_process``
-runs the draft over ``[id_last, draft...]`` each round, docs/llama-cpp.md).
+follows the trace's greedy path; tokens/s differs by what the trace's step latencies leave out
+(docs/llama-cpp.md).
 """
 
 from __future__ import annotations

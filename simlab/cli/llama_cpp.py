@@ -122,7 +122,7 @@ def _prompt_texts(spec: str, target: str, gguf: Path, chat: bool):
 @llama_app.command("run")
 def run_command(
     trace_path: Path = typer.Option(..., "--trace", help="A trace from `simlab llama-cpp record` (its prompts, models)."),
-    n_predict: int = typer.Option(64, "-n", "--n-predict", help="llama.cpp's -n: tokens to generate per prompt."),
+    n_predict: int = typer.Option(64, "--n-predict", "-n", help="llama.cpp's -n: tokens to generate per prompt."),
     draft_max: int = typer.Option(3, "--draft-max", help="llama.cpp's --draft-max (the policy's draft_max)."),
     p_min: float = typer.Option(0.0, "--p-min", help="llama.cpp's --draft-p-min (the policy's p_min)."),
     out: Path | None = typer.Option(None, "--out", help="Per-prompt table, measured beside predicted (.csv)."),

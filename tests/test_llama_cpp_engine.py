@@ -92,3 +92,29 @@ def test_the_prediction_counts_verified_drafts_as_llama_cpp_does_not_the_dropped
     trace = hand_trace(["1" * 8], conf=[[0.9, 0.9, 0.3, 0.9, 0.9, 0.9, 0.9, 0.9]])
     row = compare.predict(trace, n_predict=0, draft_max=3, p_min=0.5).iloc[0]
     assert (row.predicted_n_drafted, row.predicted_n_accept, row.predicted_n_predict) == (4, 4, 7)
+
+
+def test_a_split_gguf_is_joined_once_under_its_full_name_and_checked(tmp_path, monkeypatch):
+    import hashlib
+    import importlib
+
+    from simlab.models.catalog import ModelSpec, PackagedFile
+
+    install = importlib.import_module("simlab.models.install")
+
+    parts = [tmp_path / "a.bin", tmp_path / "b.bin"]
+    parts[0].write_bytes(b"GGUF-first-")
+    parts[1].write_bytes(b"second")
+    spec = ModelSpec("tiny-0.5b", "two parts", (PackagedFile("p1==1", "p1", "a.bin"), PackagedFile("p2==1", "p2", "b.bin")),
+                     hashlib.sha256(b"GGUF-first-second").hexdigest(), (2,))
+    monkeypatch.setenv("SIMLAB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setitem(install.CATALOG, spec.name, spec)
+    monkeypatch.setattr(install, "_pip_install", lambda *a: None)
+    monkeypatch.setattr(install, "_locate", lambda part: tmp_path / part.pattern)
+    gguf = install.gguf_file("tiny-0.5b")
+    assert gguf == tmp_path / "cache" / "models" / "tiny-0.5b.gguf" and gguf.read_bytes() == b"GGUF-first-second"
+    parts[0].unlink()  # joined once: the parts are not read again
+    assert install.gguf_file("tiny-0.5b") == gguf
+    gguf.write_bytes(b"tampered")
+    with pytest.raises(SimlabError, match="sha256"):
+        install.gguf_file("tiny-0.5b")

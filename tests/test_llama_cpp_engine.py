@@ -36,7 +36,7 @@ def test_both_programs_get_the_same_model_arguments_and_only_the_binary_the_rule
     pair = ModelPair("t.gguf", "d.gguf", 2)
     args = pair.args("hi", 10)
     assert args[:4] == ["-m", "t.gguf", "-md", "d.gguf"] and "--temp" in args and args[args.index("-n") + 1] == "10"
-    assert drafting_args(4, 0, 0.5) == ["--draft-max", "4", "--draft-min", "0", "--draft-p-min", "0.5"]
+    assert drafting_args(4, 0, 0.5) == ["--spec-draft-n-max", "4", "--spec-draft-n-min", "0", "--spec-draft-p-min", "0.5"]
 
 
 ROWS = "\n".join([

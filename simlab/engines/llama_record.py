@@ -34,7 +34,7 @@ from simlab.errors import SimlabError
 from simlab.trace.io import Trace, write_trace
 from simlab.trace.schema import NO_LAYER, TABLES, Manifest
 
-from .llama_args import ModelPair
+from .llama_args import ModelPair, environment
 
 # What the draft_conf column means in a llama.cpp trace (kept in the manifest).
 DRAFT_CONF = "top-1 probability of llama.cpp's draft sampler: a softmax over the 10 largest logits"
@@ -80,7 +80,7 @@ def _one_prompt(tool: Path, pair: ModelPair, prompt: EnginePrompt, positions: in
         rows_file = Path(tmp) / "rows.tsv"
         cmd = [str(tool), str(rows_file), str(rollout_len), _ints(probe.ks), _ints(probe.contexts),
                str(probe.repeats), "--", *pair.args(prompt.text, positions - 1)]
-        done = subprocess.run(cmd, capture_output=True, text=True)
+        done = subprocess.run(cmd, capture_output=True, text=True, env=environment())
         if done.returncode != 0:
             tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
             raise SimlabError(f"llama.cpp trace tool failed on prompt {prompt.source} (exit {done.returncode}): {tail[0]}")

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from simlab.errors import SimlabError
 
-from .llama_args import ModelPair, drafting_args
+from .llama_args import ModelPair, drafting_args, environment
 
 _DECODED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s")
 _COUNTERS = {name: re.compile(rf"\b{name}\s*=\s*(\d+)") for name in ("n_predict", "n_drafted", "n_accept")}
@@ -41,7 +41,7 @@ class EngineRun:
 def run(binary: Path, pair: ModelPair, prompt: str, n_predict: int, draft_max: int, draft_min: int,
         p_min: float) -> EngineRun:
     cmd = [str(binary), *pair.args(prompt, n_predict), *drafting_args(draft_max, draft_min, p_min)]
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    done = subprocess.run(cmd, capture_output=True, text=True, env=environment())
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
         raise SimlabError(f"{binary.name} exited {done.returncode}: {tail[0]}")

@@ -127,6 +127,7 @@ def run_command(
     p_min: float = typer.Option(0.0, "--p-min", help="llama.cpp's --draft-p-min (the policy's p_min)."),
     out: Path | None = typer.Option(None, "--out", help="Per-prompt table, measured beside predicted (.csv)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    reprobe: bool = typer.Option(False, "--reprobe", help="Time the steps again before predicting (not the trace's)."),
     jobs: int = typer.Option(2, "--jobs", help="Parallel compile jobs, if llama.cpp must be built."),
     force: Force = False,
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
@@ -145,10 +146,17 @@ def run_command(
         raise SimlabError(f"{trace_path} was not recorded with llama.cpp; record one with `simlab llama-cpp record`")
     if n_predict < 1 or draft_max < 1 or not 0.0 <= p_min <= 1.0:
         raise SimlabError("-n and --draft-max must be >= 1 and --p-min within [0, 1]")
-    # the prediction is made (and kept) before anything is measured
-    predicted = compare.predict(trace, n_predict, draft_max, p_min)
-    binary, _ = _tools(jobs)
+    binary, tool = _tools(jobs)
     pair = _pair(m.target_model, m.draft_model, int(m.extra.get("threads", 2)))
+    latency = None
+    if reprobe:
+        from simlab.engines.llama_record import EnginePrompt
+        from simlab.engines.llama_record import reprobe as time_steps
+
+        first = trace.prompts.iloc[0]
+        latency = time_steps(tool, pair, EnginePrompt(int(first.prompt_id), first.source, first.prompt_text))
+    # the prediction is made (and kept) before anything is measured
+    predicted = compare.predict(trace, n_predict, draft_max, p_min, latency)
     load_before = os.getloadavg()[0]
     with tqdm(total=len(trace.prompts), desc="llama-speculative-simple", unit="prompt", disable=quiet,
               file=sys.stderr) as bar:
@@ -156,6 +164,7 @@ def run_command(
                                    progress=lambda n: bar.update(n - bar.n))
     table = compare.compare(predicted, measured)
     summary = {"trace": portable_path(trace_path), "n_predict": n_predict, "draft_max": draft_max, "p_min": p_min,
+               "latency": "re-probed before the run" if reprobe else "the trace's",
                "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
                "command": shlex.join(["simlab", *sys.argv[1:]]),
                "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), **compare.summary(table)}

@@ -74,6 +74,12 @@ def record(tool: Path, pair: ModelPair, prompts: Sequence[EnginePrompt], manifes
     return trace
 
 
+def reprobe(tool: Path, pair: ModelPair, prompt: EnginePrompt, probe: Probe = Probe()) -> pd.DataFrame:
+    """The step latencies timed again now (on ``prompt``, generating one token): a trace's own
+    were timed when it was recorded, and a shared machine drifts between then and a run."""
+    return _one_prompt(tool, pair, prompt, 2, 0, probe)["latency"]
+
+
 def _one_prompt(tool: Path, pair: ModelPair, prompt: EnginePrompt, positions: int, rollout_len: int,
                 probe: Probe) -> dict[str, pd.DataFrame]:
     with tempfile.TemporaryDirectory(prefix="simlab-llama-") as tmp:

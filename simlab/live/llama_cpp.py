@@ -16,6 +16,7 @@ follows the trace's greedy path; tokens/s differs by what the trace's step laten
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -31,9 +32,12 @@ from simlab.trace.io import Trace
 COUNTERS = ("n_drafted", "n_accept", "n_predict")
 
 
-def predict(trace: Trace, n_predict: int, draft_max: int, p_min: float) -> pd.DataFrame:
-    """Per prompt, what the llama-cpp policy predicts speculative-simple prints for this trace."""
-    sim = Simulator(trace)
+def predict(trace: Trace, n_predict: int, draft_max: int, p_min: float,
+            latency: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per prompt, what the llama-cpp policy predicts speculative-simple prints for this trace;
+    ``latency``: step latencies timed again (:func:`simlab.engines.llama_record.reprobe`) in
+    place of the trace's."""
+    sim = Simulator(trace if latency is None else replace(trace, latency=latency))
     policy = make_policy("llama-cpp", sim.context(), draft_max=draft_max, p_min=p_min, n_predict=n_predict)
     runs = SimExecutor(sim.latency, sim.topology).run(sim.replay, policy).prompts
     return pd.DataFrame([_predicted(r.prompt_id, r.counts) for r in runs])

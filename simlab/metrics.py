@@ -67,6 +67,7 @@ class Counts:
     draft_calls: int = 0
     num_drafts: int = 0
     drafted: int = 0
+    verified: int = 0  # drafted tokens the target checked (drafted less those dropped unverified)
     accepted: int = 0
     parallel_rounds: int = 0
     wall_time_s: float = 0.0
@@ -106,6 +107,7 @@ class Summary:
     draft_busy: float
     target_busy: float
     drafted: int = 0
+    verified: int = 0  # drafted tokens the target checked (drafted less those dropped unverified)
     accepted: int = 0
     parallel_rounds: int = 0
     rollout_overruns: int = 0

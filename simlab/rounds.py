@@ -39,6 +39,8 @@ Bookkeeping rules, defined here only:
   tokens and one draft forward per level over the nodes expanded there (the root, then the
   nodes with children); a width-one tree is a serial round of the same drafts, number for
   number. Tree rounds are not passed to ``observe`` (no tree policy adapts across rounds).
+- A policy that overrides ``Policy.done`` may end a prompt before its end (an engine's own
+  stopping rule); :func:`decode` returns the tokens committed, which executors count.
 - Nothing past the end is accepted, and the end token itself always counts as the target's:
   executors accept at most ``end - committed - 1`` drafts per verification, so decoding stops
   exactly at ``end`` whether the draft predicted the end token or not.
@@ -167,21 +169,25 @@ class PolicyError(RuntimeError):
     """A policy broke the protocol (a bug in the policy, not bad user input)."""
 
 
-def decode(policy: Policy, prompt: PromptInfo) -> Generator[Request, object, None]:
+def decode(policy: Policy, prompt: PromptInfo) -> Generator[Request, object, int]:
     """Drive ``policy`` through one prompt until ``prompt.n_tokens`` tokens are committed
-    (re-read every round: the live decoder lowers it when it meets an end token)."""
+    (re-read every round: the live decoder lowers it when it meets an end token), or until
+    the policy is done; return the tokens committed."""
     budget = prompt.budget
     committed = 1
     pending: tuple[TokenSignal, ...] = ()
     policy.reset(prompt)
     # Policies that keep the base class's no-op observe() are not sent outcomes of serial rounds.
     observes = type(policy).observe is not Policy.observe
+    ends_early = type(policy).done is not Policy.done
     plan_round, prompt_len = policy.plan, prompt.prompt_len
     stop_at_end = policy.stops_at_draft_end
     shadows = policy.needs_shadows
     if shadows:  # the prefill settled position 0
         policy.observe_shadows((yield Shadow(0, 1)))
     while committed < prompt.n_tokens:
+        if ends_early and policy.done(committed):
+            break
         plan = plan_round(RoundState(committed, budget - committed, len(pending), prompt_len + committed))
         if type(plan) is Parallel:
             m = len(pending)
@@ -234,6 +240,7 @@ def decode(policy: Policy, prompt: PromptInfo) -> Generator[Request, object, Non
             policy.observe(Outcome(False, k, signals[: accepted + 1], accepted, accepted + 1))
         if shadows:
             policy.observe_shadows((yield Shadow(start, accepted + 1)))
+    return committed
 
 
 def _tree_round(policy: Policy, plan: TreePlan, start: int, cap: int) -> Generator[Request, object, int]:

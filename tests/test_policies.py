@@ -332,6 +332,23 @@ def test_llama_cpp_drops_the_token_below_p_min_unverified():
     assert rounds(simulate(conf_trace([0.9, 0.2, 0.9, 0.9]), "llama-cpp", p_min=0.5))[0] == (1, 1, 0)
 
 
+def test_llama_cpp_n_predict_follows_speculative_simple_to_its_own_end():
+    # speculative-simple with -n 6 and --draft-max 3 (position 0 is the prompt's last token, so
+    # n_predict_so_far = committed - 1): cap min(3, 6-0-1) = 3 -> 4 tokens; cap 6-4-1 = 1 ->
+    # 2 tokens (6 so far); cap -1, clamped to 0, which draft() reads as no limit: 3 drafts -> 10
+    # tokens > 6, the loop ends.
+    result = simulate(conf_trace([0.9] * 20), "llama-cpp", n_predict=6)
+    assert rounds(result) == [(1, 4, 3), (5, 2, 1), (7, 4, 3)]
+    assert result.summary.tokens == 10
+    # -n 8: the budget cap never binds (8-0-1, then 8-4-1 = 3); the third round is uncapped
+    assert rounds(simulate(conf_trace([0.9] * 20), "llama-cpp", n_predict=8)) == [(1, 4, 3), (5, 4, 3), (9, 4, 3)]
+
+
+def test_llama_cpp_n_predict_needs_a_trace_long_enough_for_its_last_round():
+    with pytest.raises(SimlabError, match="at least 23 positions"):
+        simulate(conf_trace([0.9] * 20), "llama-cpp", n_predict=18)
+
+
 def test_llama_cpp_refuses_draft_min_it_does_not_model():
     with pytest.raises(SimlabError, match="draft_min"):
         REGISTRY["llama-cpp"](PolicyContext(latency=None), draft_min=2)

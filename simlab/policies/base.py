@@ -296,6 +296,11 @@ class Policy(ABC):
     def observe_shadows(self, shadows: ShadowTokens) -> None:
         """After the prefill and each serial verification, for policies with ``needs_shadows``."""
 
+    def done(self, committed: int) -> bool:
+        """Before each round: True when the engine the policy models stops decoding here, short of
+        the prompt's end (llama.cpp's ``-n`` rule). Policies that keep this never stop early."""
+        return False
+
     def describe(self) -> dict[str, Any]:
         return {"policy": self.name, **{p.name: getattr(self, p.name) for p in self.params}}
 

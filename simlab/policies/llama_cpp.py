@@ -16,6 +16,7 @@ from simlab.policies.base import (
     Param,
     Plan,
     Policy,
+    PromptInfo,
     RoundState,
     Serial,
     check_positive_int,
@@ -38,20 +39,44 @@ class LlamaCpp(Policy):
         Param("draft_max", 3, "--draft-max: most tokens drafted per round (common_params_speculative_draft.n_max)", COUNT),
         Param("draft_min", 0, "--draft-min: shorter drafts are discarded (only 0 is modelled)", NON_NEGATIVE),
         Param("p_min", 0.0, "--draft-p-min: a drafted token with top-1 probability below it ends the draft, unkept", PROBABILITY),
+        Param("n_predict", 0, "-n of the llama-speculative-simple run to predict, on a llama.cpp trace (0: the "
+              "protocol's budget rule)", NON_NEGATIVE),
     )
     choices = ("draft-min > 0 is refused: discarding a whole draft after drafting it is not a simlab "
-               "round shape yet")
+               "round shape yet; n-predict > 0 follows speculative-simple.cpp's own end of generation "
+               "(docs/policies/llama-cpp.md), which needs a trace recorded by `simlab llama-cpp record`")
 
     def __init__(self, context, **values):
         super().__init__(context, **values)
         if self.draft_min > 0:
             raise SimlabError("llama-cpp: draft_min > 0 is not modelled yet (only 0, llama.cpp's default)")
-        self._plan = Serial(self.draft_max, fixed=self.p_min == 0.0)
+        fixed = self.p_min == 0.0
+        self._plan = Serial(self.draft_max, fixed=fixed)
+        # speculative-simple.cpp's per-round cap n_predict - n_predict_so_far - 1, for the caps 1..draft_max - 1
+        self._capped = {cap: Serial(cap, fixed=fixed) for cap in range(1, self.draft_max)}
+
+    def reset(self, prompt: PromptInfo) -> None:
+        # The last round may start at committed = n_predict + 1 and draft draft_max tokens; the
+        # protocol must not cap it, so the trace must hold that many positions.
+        if self.n_predict and prompt.budget < self.n_predict + self.draft_max + 2:
+            raise SimlabError(
+                f"llama-cpp: n_predict={self.n_predict} with draft_max={self.draft_max} needs a trace of at "
+                f"least {self.n_predict + self.draft_max + 2} positions per prompt, this one has {prompt.budget}"
+            )
 
     def plan(self, state: RoundState) -> Plan:
-        # The round protocol caps the draft at remaining - 1 tokens, which is speculative-simple.cpp's
-        # n_draft_max = min(n_max, n_predict - n_predict_so_far - 1).
-        return self._plan
+        if not self.n_predict:
+            # The round protocol caps the draft at remaining - 1 tokens, which is speculative-simple.cpp's
+            # n_draft_max = min(n_max, n_predict - n_predict_so_far - 1).
+            return self._plan
+        # On a llama.cpp trace position 0 is the prompt's last token, so n_predict_so_far =
+        # committed - 1 and the cap is n_predict - committed. A cap of 0 or less is clamped to 0,
+        # which draft() reads as "no limit" (`dp.n_max > 0 && ...`): the round drafts draft_max.
+        return self._capped.get(self.n_predict - state.committed, self._plan)
+
+    def done(self, committed: int) -> bool:
+        # speculative-simple.cpp: `if (n_predict > params.n_predict || has_eos) break;`
+        return bool(self.n_predict) and committed - 1 > self.n_predict
 
     def on_draft(self, signal: TokenSignal) -> Decision:
         # speculative.cpp draft(): `if (cur_p->data[0].p < params.p_min) { stop; continue; }`

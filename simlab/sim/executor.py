@@ -124,7 +124,7 @@ class SimExecutor:
         answer = None
         unpaid = 0  # tokens drafted since the last target forward, not yet priced
         unpaid_start, unpaid_layer = 0, NO_LAYER
-        target_calls = accepted_total = drafted = 0
+        target_calls = accepted_total = drafted = verified = 0
         # hot-path locals: one target row per verify size, cumulative draft-step times, histograms
         rows = grid.target_rows(corun=False)
         cum = grid.draft_cumulative(NO_LAYER, False)
@@ -135,7 +135,8 @@ class SimExecutor:
         while True:
             try:
                 req = send(answer)
-            except StopIteration:
+            except StopIteration as stop:
+                end = stop.value  # the tokens committed: the prompt's end unless the policy stopped first
                 break
             kind = type(req)
             if kind is DraftRun:
@@ -174,6 +175,7 @@ class SimExecutor:
                 row = rows.get(k + 1) or grid.target_row(k + 1)
                 clock = target_dev.book(clock, row[pl + c], "verify", c, k + 1, accepted)
                 target_calls += 1
+                verified += k
                 accepted_total += accepted
                 checked_hist[accepted + 1 if accepted < k else k] += 1
                 accepted_hist[accepted] += 1
@@ -191,10 +193,11 @@ class SimExecutor:
         counts.target_calls += target_calls
         counts.accepted += accepted_total
         counts.drafted += drafted
+        counts.verified += verified
         counts.draft_calls += drafted
-        counts.tokens += rp.n_tokens - 1
+        counts.tokens += end - 1
         counts.wall_time_s += env.now - t0
-        counts.ad_wall_time_s += ad_seconds(grid, pl, rp.n_tokens)
+        counts.ad_wall_time_s += ad_seconds(grid, pl, end)
         counts.draft_busy_s += draft_dev.busy_s
         counts.target_busy_s += target_dev.busy_s
         counts.rollout_overruns += rp.rollout_overruns - overruns_before
@@ -219,6 +222,7 @@ def _parallel(clock: float, grid: LatencyGrid, rp: PromptReplay, req: ParallelRo
     counts.target_calls += 1
     counts.draft_calls += s
     counts.drafted += s
+    counts.verified += m + 1
     counts.accepted += n_accepted
     counts.parallel_rounds += 1
     positions.add(accepted_pending + 1 if accepted_pending < m else m + 1, n_accepted)

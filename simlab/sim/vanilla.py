@@ -120,7 +120,8 @@ class FixedGammaSD:
         for j, (prompt_id, n) in enumerate(zip(self.prompt_ids, self.lengths)):
             runs.append(PromptRun(prompt_id, Counts(
                 tokens=n - 1, target_calls=int(calls[j]), draft_calls=int(per_prompt["drafted"][j]),
-                drafted=int(per_prompt["drafted"][j]), accepted=int(per_prompt["accepted"][j]),
+                drafted=int(per_prompt["drafted"][j]), verified=int(per_prompt["drafted"][j]),
+                accepted=int(per_prompt["accepted"][j]),
                 num_drafts=int(per_prompt["num_drafts"][j]),
                 wall_time_s=float(wall[j]), ad_wall_time_s=float(self.ad_wall_time_s[j]),
                 draft_busy_s=float(per_prompt["draft_busy_s"][j]), target_busy_s=float(per_prompt["target_busy_s"][j]))))

@@ -1,0 +1,120 @@
+"""llama.cpp as an engine, without building it: reading its counters and the trace tool's rows."""
+
+import pandas as pd
+import pytest
+
+from simlab.engines import llama_record, llama_run
+from simlab.engines.llama_args import ModelPair, drafting_args
+from simlab.errors import SimlabError
+from simlab.live import llama_cpp as compare
+from simlab.trace.schema import TABLES
+
+# The tail of a llama-speculative-simple log, as speculative-simple.cpp's LOG_INF lines print it.
+LOG = """
+encoded   57 tokens in    0.212 seconds, speed:  268.868 t/s
+decoded   66 tokens in    1.734 seconds, speed:   38.062 t/s
+
+n_draft   = 3
+n_predict = 66
+n_drafted = 51
+n_accept  = 49
+accept    = 96.078%
+"""
+
+
+def test_the_counters_of_a_speculative_simple_log_are_read():
+    assert llama_run.parse(LOG) == llama_run.EngineRun(n_predict=66, n_drafted=51, n_accept=49,
+                                                       decode_seconds=1.734, tokens_per_s=38.062)
+
+
+def test_a_log_without_a_counter_is_one_clear_error():
+    with pytest.raises(SimlabError, match="printed no n_accept"):
+        llama_run.parse(LOG.replace("n_accept ", "n_acc "))
+
+
+def test_both_programs_get_the_same_model_arguments_and_only_the_binary_the_rules():
+    pair = ModelPair("t.gguf", "d.gguf", 2)
+    args = pair.args("hi", 10)
+    assert args[:4] == ["-m", "t.gguf", "-md", "d.gguf"] and "--temp" in args and args[args.index("-n") + 1] == "10"
+    assert drafting_args(4, 0, 0.5) == ["--spec-draft-n-max", "4", "--spec-draft-n-min", "0", "--spec-draft-p-min", "0.5"]
+
+
+ROWS = "\n".join([
+    "P\t0\t7\t7\t1\t0\t1\t1\t1\t1",
+    "P\t1\t5\t9\t0.625\t1.5\t0.25\t0.75\t0.125\t0.5",
+    "R\t1\t1\t11\t0.5\t2.25",
+    "H\t40\t2\tlength",
+    "L\ttarget_forward\t3\t128\t0\t0.0125",
+])
+
+
+def test_the_trace_tools_rows_become_trace_tables_with_the_schemas_columns():
+    tables = llama_record.parse_rows(ROWS, llama_record.EnginePrompt(3, "humaneval/HumanEval/0", "text"))
+    for name, df in tables.items():
+        assert list(df.columns) == list(TABLES[name])
+    pos = tables["positions"].iloc[1]
+    assert (pos.prompt_id, pos.pos, pos.target_token, pos.draft_token) == (3, 1, 5, 9)
+    assert (pos.draft_conf, pos.q_target, pos.p_draft) == pytest.approx((0.625, 0.25, 0.125))
+    assert tables["prompts"].iloc[0][["prompt_len", "n_tokens", "stop"]].tolist() == [40, 2, "length"]
+    assert tables["rollouts"].iloc[0][["pos", "step", "token"]].tolist() == [1, 1, 11]
+    lat = tables["latency"].iloc[0]
+    assert (lat.op, lat.k, lat.context_len, lat.layer, bool(lat.corun)) == ("target_forward", 3, 128, -1, False)
+
+
+def test_an_unknown_row_or_a_missing_prompt_row_is_refused():
+    prompt = llama_record.EnginePrompt(0, "x", "t")
+    with pytest.raises(SimlabError, match="unknown row"):
+        llama_record.parse_rows("Q\t1", prompt)
+    with pytest.raises(SimlabError, match="no prompt row"):
+        llama_record.parse_rows("P\t0\t7\t7\t1\t0\t1\t1\t1\t1", prompt)
+
+
+def test_measured_and_predicted_are_matched_per_prompt_and_summed():
+    measured = pd.DataFrame({"prompt_id": [0, 1], "source": ["a", "b"], "measured_n_drafted": [9, 6],
+                             "measured_n_accept": [9, 2], "measured_n_predict": [12, 10],
+                             "measured_decode_s": [1.0, 2.0], "measured_tokens_per_s": [12.0, 5.0]})
+    predicted = pd.DataFrame({"prompt_id": [1, 0], "predicted_n_drafted": [6, 9], "predicted_n_accept": [3, 9],
+                              "predicted_n_predict": [10, 12], "predicted_decode_s": [2.5, 1.0],
+                              "predicted_tokens_per_s": [4.0, 12.0]})
+    table = compare.compare(predicted, measured)
+    assert table["match_n_accept"].tolist() == [True, False]
+    assert table["error_tokens_per_s"].tolist() == pytest.approx([0.0, -0.2])
+    s = compare.summary(table)
+    assert (s["measured_n_accept"], s["predicted_n_accept"], s["prompts_matching_n_accept"]) == (11, 12, 1)
+    assert s["error_tokens_per_s"] == pytest.approx((22 / 3.5) / (22 / 3.0) - 1, abs=1e-4)
+
+
+def test_the_prediction_counts_verified_drafts_as_llama_cpp_does_not_the_dropped_one():
+    from tests.helpers import hand_trace
+
+    # test_policies' p_min case: rounds (1, 2 tokens, 1 accepted) after a dropped second draft,
+    # (3, 4, 3), (7, 1, 0): five drafted, four verified (n_drafted), four accepted
+    trace = hand_trace(["1" * 8], conf=[[0.9, 0.9, 0.3, 0.9, 0.9, 0.9, 0.9, 0.9]])
+    row = compare.predict(trace, n_predict=0, draft_max=3, p_min=0.5).iloc[0]
+    assert (row.predicted_n_drafted, row.predicted_n_accept, row.predicted_n_predict) == (4, 4, 7)
+
+
+def test_a_split_gguf_is_joined_once_under_its_full_name_and_checked(tmp_path, monkeypatch):
+    import hashlib
+    import importlib
+
+    from simlab.models.catalog import ModelSpec, PackagedFile
+
+    install = importlib.import_module("simlab.models.install")
+
+    parts = [tmp_path / "a.bin", tmp_path / "b.bin"]
+    parts[0].write_bytes(b"GGUF-first-")
+    parts[1].write_bytes(b"second")
+    spec = ModelSpec("tiny-0.5b", "two parts", (PackagedFile("p1==1", "p1", "a.bin"), PackagedFile("p2==1", "p2", "b.bin")),
+                     hashlib.sha256(b"GGUF-first-second").hexdigest(), (2,))
+    monkeypatch.setenv("SIMLAB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setitem(install.CATALOG, spec.name, spec)
+    monkeypatch.setattr(install, "_pip_install", lambda *a: None)
+    monkeypatch.setattr(install, "_locate", lambda part: tmp_path / part.pattern)
+    gguf = install.gguf_file("tiny-0.5b")
+    assert gguf == tmp_path / "cache" / "models" / "tiny-0.5b.gguf" and gguf.read_bytes() == b"GGUF-first-second"
+    parts[0].unlink()  # joined once: the parts are not read again
+    assert install.gguf_file("tiny-0.5b") == gguf
+    gguf.write_bytes(b"tampered")
+    with pytest.raises(SimlabError, match="sha256"):
+        install.gguf_file("tiny-0.5b")

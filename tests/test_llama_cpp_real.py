@@ -1,0 +1,48 @@
+"""llama.cpp built from the package index, predicted by simlab: a real speculative run's counters.
+
+Builds llama.cpp from the llama-cpp-python sdist (cached under the simlab cache: about 4
+minutes on a quiet 2-core machine the first time, nothing after), records a SmolLM2 trace with
+it, then runs the real llama-speculative-simple (SmolLM2 drafting for itself) and asserts that
+the drafts it verified and accepted are the llama-cpp policy's prediction, prompt by prompt.
+"""
+
+import pandas as pd
+import pytest
+
+pytest.importorskip("transformers", reason="the chat template of the prompts needs the models extra")
+
+from simlab.cli import main  # noqa: E402
+from simlab.models import install  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+N_PREDICT, DRAFT_MAX = 32, 4
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory):
+    install("smollm2")
+    out = tmp_path_factory.mktemp("llama-cpp") / "trace"
+    # N + D + 2 positions: the last round may start at N + 1 and draft D (docs/llama-cpp.md)
+    main(["llama-cpp", "record", "--out", str(out), "--prompts", "humaneval:2",
+          "--max-new-tokens", str(N_PREDICT + DRAFT_MAX + 2), "--rollout", str(DRAFT_MAX), "--quiet"])
+    return out
+
+
+def _run(trace, tmp_path, p_min: float) -> pd.DataFrame:
+    out = tmp_path / f"p{p_min}.csv"
+    main(["llama-cpp", "run", "--trace", str(trace), "-n", str(N_PREDICT), "--draft-max", str(DRAFT_MAX),
+          "--p-min", str(p_min), "--out", str(out), "--quiet"])
+    return pd.read_csv(out)
+
+
+@pytest.mark.parametrize("p_min", [0.0, 0.9])
+def test_llama_cpp_counts_equal_the_prediction(trace, tmp_path, p_min):
+    table = _run(trace, tmp_path, p_min)
+    assert len(table) == 2
+    for counter in ("n_drafted", "n_accept", "n_predict"):
+        assert table[f"measured_{counter}"].tolist() == table[f"predicted_{counter}"].tolist(), counter
+    assert (table["measured_n_predict"] > N_PREDICT).all()  # speculative-simple overshoots -n
+    if p_min:  # confidence stops shortened some drafts: fewer verified than D per round
+        rounds = table["measured_n_predict"] - table["measured_n_accept"]
+        assert (table["measured_n_drafted"] < DRAFT_MAX * rounds).any()

@@ -7,11 +7,16 @@
   the same draft model.
 """
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simlab.policies import REGISTRY
+from simlab.policies.base import Decision, Parallel, Policy, Serial
+from simlab.rounds import PolicyError
+from simlab.sim.executor import SimExecutor
 from simlab.sim.run import Simulator
+from simlab.trace.replay import TraceReplay
 from tests.helpers import hand_trace, latency_table
 
 EXIT_LAYERS = (2, 5)
@@ -85,3 +90,54 @@ def test_oracle_is_at_least_as_fast_as_every_serial_policy(case):
     best = sim.run("oracle", ORACLE, with_cost=False).summary.wall_time_s
     for name in SERIAL_SAME_DRAFT:
         assert best <= sim.run(name, with_cost=False).summary.wall_time_s + 1e-9, name
+
+
+# -- a policy that breaks the round protocol is stopped, and named -------------------------------
+
+class Planned(Policy):
+    """A test policy that plays back ``plans`` (one per round) and answers every drafted token
+    with ``decision``."""
+
+    name, summary, paper, parallel = "test-planned", "", "", True
+
+    def __init__(self, context, plans, decision=Decision.DRAFT, parallel=True):
+        super().__init__(context)
+        self.plans, self.decision, self.parallel = list(plans), decision, parallel
+
+    def plan(self, state):
+        return self.plans.pop(0) if len(self.plans) > 1 else self.plans[0]
+
+    def on_draft(self, signal):
+        return self.decision
+
+
+def decode_with(policy, pattern="1" * 8):
+    trace = hand_trace([pattern])
+    sim = Simulator(trace)
+    return SimExecutor(sim.latency, keep_tokens=True).run(TraceReplay(trace), policy(sim.context()))
+
+
+@pytest.mark.parametrize("plans, decision, parallel, message", [
+    ([Parallel(0)], Decision.DRAFT, True, "parallel window must be >= 1, got 0"),
+    (["two tokens"], Decision.DRAFT, True, "plan() must return Serial or Parallel, got 'two tokens'"),
+    # on_draft hands the first drafted token to a parallel round, but the next plan is serial again
+    ([Serial(2)], Decision.PARALLEL, True, "planned a serial round with 1 drafts pending"),
+    ([Serial(2)], Decision.PARALLEL, False, "returned PARALLEL but is not a parallel policy"),
+])
+def test_a_policy_breaking_the_protocol_is_stopped_and_named(plans, decision, parallel, message):
+    policy = lambda ctx: Planned(ctx, plans, decision, parallel)  # noqa: E731
+    with pytest.raises(PolicyError) as err:
+        decode_with(policy)
+    assert str(err.value).startswith("test-planned: ") and message in str(err.value)
+
+
+def test_a_parallel_window_of_one_is_allowed():
+    # Parallel(1) with nothing pending: the target checks the one new draft (position c) while
+    # the draft drafts it; nothing is left pending, so each round emits exactly one token.
+    # Positions 1..7 of an all-accepted prompt: 7 rounds, 7 draft steps, 6 drafts accepted (the
+    # last position, the budget's end, is always the target's).
+    run = decode_with(lambda ctx: Planned(ctx, [Parallel(1)]))
+    prompt = run.prompts[0]
+    assert prompt.tokens == [101, 102, 103, 104, 105, 106, 107]
+    c = prompt.counts
+    assert (c.parallel_rounds, c.target_calls, c.drafted, c.accepted) == (7, 7, 7, 6)

@@ -95,26 +95,61 @@ def test_oracle_is_at_least_as_fast_as_every_serial_policy(case):
 # -- a policy that breaks the round protocol is stopped, and named -------------------------------
 
 class Planned(Policy):
-    """A test policy that plays back ``plans`` (one per round) and answers every drafted token
-    with ``decision``."""
+    """A test policy that plays back ``plans`` (one per round, the last repeated), answers every
+    drafted token with ``decision``, and records what the protocol showed it."""
 
     name, summary, paper, parallel = "test-planned", "", "", True
 
     def __init__(self, context, plans, decision=Decision.DRAFT, parallel=True):
         super().__init__(context)
         self.plans, self.decision, self.parallel = list(plans), decision, parallel
+        self.states, self.outcomes, self.asked = [], [], 0
 
     def plan(self, state):
+        self.states.append(tuple(state))
         return self.plans.pop(0) if len(self.plans) > 1 else self.plans[0]
 
     def on_draft(self, signal):
+        self.asked += 1
         return self.decision
+
+    def observe(self, outcome):
+        self.outcomes.append((outcome.parallel, outcome.drafted, len(outcome.checked), outcome.accepted,
+                              outcome.emitted))
 
 
 def decode_with(policy, pattern="1" * 8):
     trace = hand_trace([pattern])
     sim = Simulator(trace)
     return SimExecutor(sim.latency, keep_tokens=True).run(TraceReplay(trace), policy(sim.context()))
+
+
+def test_serial_rounds_show_the_policy_its_state_and_what_the_target_checked():
+    # prompt of 10 tokens, positions 0..7, the draft wrong at 1 only. Serial(2): drafts 1, 2;
+    # 1 is rejected (1 checked, 0 accepted, the target's token emitted). Serial(2) from 2: both
+    # accepted, 3 emitted. Serial(1) from 5: accepted, 2 emitted. From 7, the budget's last
+    # position, nothing may be drafted: a plain target step (the policy is not asked).
+    played = []
+    decode_with(lambda ctx: played.append(Planned(ctx, [Serial(2), Serial(2), Serial(1)])) or played[-1],
+                pattern="10111111")
+    policy = played[0]
+    # (committed, remaining, pending, context length = prompt 10 + committed)
+    assert policy.states == [(1, 7, 0, 11), (2, 6, 0, 12), (5, 3, 0, 15), (7, 1, 0, 17)]
+    # (parallel, drafted, checked, accepted, emitted)
+    assert policy.outcomes == [(False, 2, 1, 0, 1), (False, 2, 2, 2, 3), (False, 1, 1, 1, 2), (False, 0, 0, 0, 1)]
+    assert policy.asked == 2 + 2 + 1  # after every drafted token of a plan that is not fixed
+
+
+def test_parallel_rounds_show_the_policy_what_they_emitted():
+    # Parallel(2), all accepted, positions 1..7. From 1 (nothing pending): the target settles 1
+    # (its check of the first new draft passes), the second new draft (2) stays pending: 1
+    # emitted. Then each round checks its pending draft and the first new one, emits both, and
+    # keeps one pending: from 2 and from 4. From 6 the window is capped at 1 (the budget's end
+    # is 8, one pending): 6 and the new 7 are checked; 7, the budget's last position, is the
+    # target's: 1 accepted, 2 emitted, nothing left pending.
+    played = []
+    decode_with(lambda ctx: played.append(Planned(ctx, [Parallel(2)])) or played[-1])
+    assert played[0].outcomes == [(True, 2, 1, 1, 1), (True, 2, 2, 2, 2), (True, 2, 2, 2, 2), (True, 1, 2, 1, 2)]
 
 
 @pytest.mark.parametrize("plans, decision, parallel, message", [

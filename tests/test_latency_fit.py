@@ -144,7 +144,7 @@ def test_three_measured_ks_can_be_fitted_per_k_but_not_as_a_hinge():
 
 
 def test_a_fit_without_samples_or_without_a_draft_step_is_refused_by_name():
-    with pytest.raises(SimlabError, match="the trace has no latency samples to fit"):
+    with pytest.raises(SimlabError, match="^the trace has no latency samples to fit$"):
         fit_latency(samples(lambda k, x: 0.1, ks=(1,)).iloc[:0])
-    with pytest.raises(SimlabError, match="latency model 'q' has no solo draft-step fit"):
+    with pytest.raises(SimlabError, match="^latency model 'q' has no solo draft-step fit$"):
         fit_latency(samples(lambda k, x: 0.1 + 0.01 * k), name="q")

@@ -107,46 +107,61 @@ def diff_of(name: str) -> str:
 
 
 def report(statuses: dict[str, str], notes: dict) -> str:
+    """The report. A mutant that no selected test runs ("no tests") counts as undetected, like a
+    survivor. ``killed_by`` notes name survivors that a test added since the run kills (checked
+    on the mutant by hand); the last column scores them as killed."""
     equivalent, killed_by = notes.get("equivalent", {}), notes.get("killed_by", {})
+    missed = ("survived", "no tests")
     counts = {m: Counter() for m in MODULES}
     for name, status in statuses.items():
         module = module_of(name)
         if module:
             counts[module]["killed" if status in KILLED else status] += 1
+            if status in missed:
+                counts[module]["equivalent"] += name in equivalent
+                counts[module]["killed since"] += name in killed_by
     lines = ["# Mutation report", "",
              f"`python tools/mutation.py` (mutmut, fast test subset of `[tool.mutmut]` in pyproject.toml), "
-             f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC. Score: killed / (killed + survived); "
-             "equivalent survivors are listed below and counted as survived.", "",
-             "| module | mutants | killed | survived | equivalent | not checked / other | score |",
-             "|---|---|---|---|---|---|---|"]
+             f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC. Score: killed / checked, where a "
+             "checked mutant was killed, survived, or had no test in the subset that runs its code "
+             "(\"no tests\"); equivalent survivors are listed below and count as not killed. \"killed "
+             "since\": survivors that tests added after the run kill (each checked on its mutant).", "",
+             "| module | mutants | checked | killed | survived | no tests | equivalent | killed since | "
+             "score | with tests since |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     totals = Counter()
-    for module, c in counts.items():
-        survivors = [n for n, s in statuses.items() if module_of(n) == module and s == "survived"]
-        n_equivalent = sum(n in equivalent for n in survivors)
-        other = sum(v for k, v in c.items() if k not in ("killed", "survived"))
-        tested = c["killed"] + c["survived"]
-        score = f"{c['killed'] / tested:.1%}" if tested else "–"
-        lines.append(f"| {module} | {sum(c.values())} | {c['killed']} | {c['survived']} | {n_equivalent} | "
-                     f"{other} | {score} |")
-        totals.update({"mutants": sum(c.values()), "killed": c["killed"], "survived": c["survived"],
-                       "equivalent": n_equivalent, "other": other})
-    tested = totals["killed"] + totals["survived"]
-    score = f"{totals['killed'] / tested:.1%}" if tested else "–"
-    lines.append(f"| **all** | {totals['mutants']} | {totals['killed']} | {totals['survived']} | "
-                 f"{totals['equivalent']} | {totals['other']} | {score} |")
-    lines += ["", "A module whose mutants are all \"not checked\" has not been run since `mutants/` was made: "
-              "run `python tools/mutation.py MODULE`.", "", "## Survivors", ""]
-    survivors = sorted(n for n, s in statuses.items() if s == "survived" and module_of(n))
+    for module, c in [*counts.items(), ("**all**", None)]:
+        c = c if c is not None else totals
+        checked = c["killed"] + c["survived"] + c["no tests"]
+        row = {"mutants": sum(v for k, v in c.items() if k not in ("equivalent", "killed since", "mutants")),
+               **{k: c[k] for k in ("killed", "survived", "no tests", "equivalent", "killed since")}}
+        if module != "**all**":
+            totals.update(row)
+        else:
+            row["mutants"] = c["mutants"]
+        score = f"{c['killed'] / checked:.1%}" if checked else "–"
+        since = f"{(c['killed'] + c['killed since']) / checked:.1%}" if checked else "–"
+        lines.append(f"| {module} | {row['mutants']} | {checked} | {c['killed']} | {c['survived']} | "
+                     f"{c['no tests']} | {c['equivalent']} | {c['killed since']} | {score} | {since} |")
+    lines += ["", "Where \"checked\" is below \"mutants\", the module was sampled (`--sample N`, a seeded "
+              "random draw) or stopped at `--stop-at`: its score estimates the module's from the checked "
+              "ones.", "", "## Survivors and mutants no test runs", ""]
+    survivors = sorted(n for n, s in statuses.items() if s in missed and module_of(n))
     if not survivors:
         lines.append("None.")
     for name in survivors:
-        verdict = f"equivalent: {equivalent[name]}" if name in equivalent else "open: no test tells it apart yet"
-        lines += [f"- `{name}` — {verdict}", "", "  ```diff",
+        if name in killed_by:
+            verdict = f"killed since by `{killed_by[name]}`"
+        elif name in equivalent:
+            verdict = f"equivalent: {equivalent[name]}"
+        else:
+            verdict = "open: no test tells it apart yet"
+        lines += [f"- `{name}` ({statuses[name]}) — {verdict}", "", "  ```diff",
                   *[f"  {line}" for line in diff_of(name).splitlines()], "  ```", ""]
+    earlier = {k: v for k, v in killed_by.items() if k not in statuses}
     lines += ["## Survivors of earlier campaigns, killed by new tests", ""]
-    for name, test in sorted(killed_by.items()):
-        now = f" (now: {statuses[name]})" if name in statuses else ""
-        lines.append(f"- {name} — killed by `{test}`{now}")
+    for name, test in sorted(earlier.items()):
+        lines.append(f"- {name} — killed by `{test}`")
     return "\n".join(lines) + "\n"
 
 

@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from simlab.errors import SimlabError
-from simlab.latency.fitted import FittedLatency, fit_latency, held_out
+from simlab.latency.fitted import FittedLatency, fit_latency, held_out, predict_samples
 from simlab.latency.model import load_profile, save_profile
 from simlab.latency.surface import fit_best, fit_surface
 from simlab.sim.run import Simulator
@@ -148,3 +148,11 @@ def test_a_fit_without_samples_or_without_a_draft_step_is_refused_by_name():
         fit_latency(samples(lambda k, x: 0.1, ks=(1,)).iloc[:0])
     with pytest.raises(SimlabError, match="^latency model 'q' has no solo draft-step fit$"):
         fit_latency(samples(lambda k, x: 0.1 + 0.01 * k), name="q")
+
+
+def test_co_running_samples_are_predicted_by_the_co_running_fit():
+    solo = with_draft(samples(lambda k, x: 0.1 + 0.01 * k, contexts=(128, 256)), contexts=(128, 256))
+    corun = samples(lambda k, x: 0.2 + 0.02 * k, contexts=(128, 256), corun=True, seed=1)
+    model = fit_latency(pd.concat([solo, corun], ignore_index=True))
+    # twice the solo cost beside the draft model: 0.2 + 0.02 k, not 0.1 + 0.01 k
+    assert predict_samples(model, corun) == pytest.approx(0.2 + 0.02 * corun["k"].to_numpy(), rel=0.03)

@@ -238,6 +238,7 @@ def test_serve_records_the_timeline_of_the_served_policy_and_names_its_latency_r
     assert {s.device for s in slices} == {"draft", "target"}
     verifies = [s for s in slices if s.device == "target" and "accepted" in s.args]
     assert len(verifies) == sum(r.counts.target_calls for r in res.run.requests)
+    assert res.run.stats.prefill_steps == 2  # alone, each request is prefilled in a step of its own
     assert res.baseline.slices == [] and serve(shipped_sim, alone(2), ServeConfig()).run.slices == []
     # the shipped trace's latency is a measured table, not a roofline: batches beyond one sequence
     # are priced by the token-count rule, and the result says so

@@ -3,12 +3,22 @@ as a user runs them: real subprocesses, real files, one-line errors."""
 
 import json
 
+import matplotlib.image as mpimg
+import numpy as np
 import pandas as pd
 import pytest
 
+from simlab.latency.model import load_profile
+from simlab.latency.plot import plot_fit
 from simlab.trace.io import read_trace, write_trace
 from tests.helpers import noisy_latency
 from tests.test_cli import simlab
+
+
+def draws_the_same(path, expected) -> bool:
+    """Whether two PNGs have the same pixels and are not blank."""
+    pixels, want = mpimg.imread(path), mpimg.imread(expected)
+    return pixels.shape == want.shape and np.array_equal(pixels, want) and pixels[..., :3].std() > 0.05
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +61,13 @@ def test_calibrate_prints_fit_quality_and_draws_the_fit(trace, tmp_path):
         assert label in text
     held = json.loads((tmp_path / "p.json").read_text())["held_out"]
     assert 0.008 < held["fitted_median"] < 0.02
-    assert (tmp_path / "fit.png").read_bytes()[:4] == b"\x89PNG"
+    # the picture is the library's drawing of the saved fit over the trace's samples, not merely a PNG
+    expected = plot_fit(load_profile(tmp_path / "p.json"), read_trace(trace).latency, tmp_path / "expected.png")
+    assert draws_the_same(tmp_path / "fit.png", expected)
+    # and it shows the data: another trace's samples draw another picture
+    other = read_trace(trace).latency.assign(seconds=lambda d: d["seconds"] * 2)
+    assert not draws_the_same(tmp_path / "fit.png", plot_fit(load_profile(tmp_path / "p.json"), other,
+                                                            tmp_path / "other.png"))
 
 
 def test_roofline_check_states_the_error_against_pacer():

@@ -80,3 +80,13 @@ def test_beyond_the_largest_k_a_falling_last_segment_is_not_extended_downwards()
     # a rising last segment is extended: +1 s per token from k=2 (1.0 s) to k=3 (2.0 s)
     lat = TableLatency.from_samples(latency_table(verify={1: 1.0, 2: 1.0, 3: 2.0}, ctx=(0,)))
     assert lat.target_forward(5, 0) == pytest.approx(4.0)
+
+
+def test_a_table_profile_that_does_not_say_corun_is_solo():
+    # profiles written before co-running samples existed name no "corun": they are solo tables
+    profile = TableLatency.from_samples(latency_table(draft=0.1, verify={1: 1.0, 2: 1.5})).to_profile()
+    for entry in profile["draft_step"] + profile["target_forward"]:
+        entry.pop("corun", None)
+    model = TableLatency.from_profile(profile)
+    assert not model.has_corun
+    assert (model.target_forward(2, 100), model.draft_step(100)) == (1.5, 0.1)

@@ -4,7 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from simlab.latency.fitted import FittedLatency, fit_latency, held_out
+from simlab.errors import SimlabError
+from simlab.latency.fitted import FittedLatency, fit_latency, held_out, predict_samples
 from simlab.latency.model import load_profile, save_profile
 from simlab.latency.surface import fit_best, fit_surface
 from simlab.sim.run import Simulator
@@ -124,3 +125,34 @@ def test_self_speculative_fit_prices_draft_steps_at_the_draft_layer(tmp_path):
     assert ("draft", False) not in model.surfaces
     assert model.draft_step(300) == model.draft_step(300, layer=8) == pytest.approx(0.016 + 3e-4, rel=0.05)
     assert load_profile(save_profile(model, tmp_path / "self.json")).draft_step(300) == model.draft_step(300)
+
+
+def test_the_chosen_form_has_the_smallest_bic_and_the_worst_point_its_relative_error():
+    model = fit_latency(with_draft(samples(lambda k, x: 0.03 + 0.004 * max(0, k - 6) + 1e-5 * x, seed=7)))
+    surface = model.surfaces[("target", False)]
+    bics = surface.quality["bic_by_form"]
+    assert set(bics) == {"affine", "per-x", "hinge"} and bics[surface.form] == min(bics.values())
+    w = surface.quality["worst_point"]
+    assert w["rel_err"] == pytest.approx(w["fitted_s"] / w["measured_s"] - 1)
+
+
+def test_three_measured_ks_can_be_fitted_per_k_but_not_as_a_hinge():
+    # a table in k needs three points (two would define the line); a hinge four
+    three = samples(lambda k, x: CPU_VERIFY_MS[k] / 1e3, ks=(1, 2, 3), seed=8)
+    _, bics = fit_best(*columns(three))
+    assert set(bics) == {"affine", "per-x"}
+
+
+def test_a_fit_without_samples_or_without_a_draft_step_is_refused_by_name():
+    with pytest.raises(SimlabError, match="^the trace has no latency samples to fit$"):
+        fit_latency(samples(lambda k, x: 0.1, ks=(1,)).iloc[:0])
+    with pytest.raises(SimlabError, match="^latency model 'q' has no solo draft-step fit$"):
+        fit_latency(samples(lambda k, x: 0.1 + 0.01 * k), name="q")
+
+
+def test_co_running_samples_are_predicted_by_the_co_running_fit():
+    solo = with_draft(samples(lambda k, x: 0.1 + 0.01 * k, contexts=(128, 256)), contexts=(128, 256))
+    corun = samples(lambda k, x: 0.2 + 0.02 * k, contexts=(128, 256), corun=True, seed=1)
+    model = fit_latency(pd.concat([solo, corun], ignore_index=True))
+    # twice the solo cost beside the draft model: 0.2 + 0.02 k, not 0.1 + 0.01 k
+    assert predict_samples(model, corun) == pytest.approx(0.2 + 0.02 * corun["k"].to_numpy(), rel=0.03)

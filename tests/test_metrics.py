@@ -196,3 +196,14 @@ def test_position_stats_expand_round_histograms():
     assert stats.accepted == [3, 2, 1]
     assert stats.rates() == [0.75, 2 / 3, 0.5]
     assert PositionStats().checked == [] and PositionStats().rates() == []
+
+
+def test_position_stats_of_two_runs_add_up():
+    # the rounds above, split between two runs (as the live report sums its prompts' runs)
+    first, second = PositionStats(), PositionStats()
+    first.add(3, 3)
+    first.add(3, 1)
+    second.add(1, 0)
+    second.add(2, 2)
+    first += second
+    assert (first.checked, first.accepted) == ([4, 3, 2], [3, 2, 1])

@@ -65,6 +65,12 @@ MUTANTS = [
     Mutant("simlab/latency/grid.py", "return cum[context_len + k] - cum[context_len]",
            "return cum[context_len + k] - cum[context_len + 1]", "k draft steps priced as k - 1"),
     Mutant("simlab/policies/timing.py", "best = s\n", "best = s - 1\n", "eq. 6 window one short"),
+    Mutant("simlab/rounds.py", "RoundState(committed, budget - committed,", "RoundState(committed, budget + committed,",
+           "policies told the wrong number of tokens left"),
+    Mutant("simlab/rounds.py", "Outcome(True, window, checked, accepted, emitted, res.first_new_accepted)",
+           "Outcome(True, window, checked, accepted, res.first_new_accepted)", "a parallel round's emitted count lost"),
+    Mutant("simlab/sim/timeline.py", 'e.get("ph") == "M" and e["name"] == "process_name"',
+           'e.get("ph") == "M" or e["name"] == "process_name"', "a timeline's title read from any metadata event"),
 ]
 
 

@@ -7,11 +7,16 @@
   the same draft model.
 """
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simlab.policies import REGISTRY
+from simlab.policies.base import Decision, Parallel, Policy, Serial
+from simlab.rounds import PolicyError
+from simlab.sim.executor import SimExecutor
 from simlab.sim.run import Simulator
+from simlab.trace.replay import TraceReplay
 from tests.helpers import hand_trace, latency_table
 
 EXIT_LAYERS = (2, 5)
@@ -89,3 +94,89 @@ def test_oracle_is_at_least_as_fast_as_every_serial_policy(case):
     best = sim.run("oracle", ORACLE, with_cost=False).summary.wall_time_s
     for name in SERIAL_SAME_DRAFT:
         assert best <= sim.run(name, with_cost=False).summary.wall_time_s + 1e-9, name
+
+
+# -- a policy that breaks the round protocol is stopped, and named -------------------------------
+
+class Planned(Policy):
+    """A test policy that plays back ``plans`` (one per round, the last repeated), answers every
+    drafted token with ``decision``, and records what the protocol showed it."""
+
+    name, summary, paper, parallel = "test-planned", "", "", True
+
+    def __init__(self, context, plans, decision=Decision.DRAFT, parallel=True):
+        super().__init__(context)
+        self.plans, self.decision, self.parallel = list(plans), decision, parallel
+        self.states, self.outcomes, self.asked = [], [], 0
+
+    def plan(self, state):
+        self.states.append(tuple(state))
+        return self.plans.pop(0) if len(self.plans) > 1 else self.plans[0]
+
+    def on_draft(self, signal):
+        self.asked += 1
+        return self.decision
+
+    def observe(self, outcome):
+        self.outcomes.append((outcome.parallel, outcome.drafted, len(outcome.checked), outcome.accepted,
+                              outcome.emitted))
+
+
+def decode_with(policy, pattern="1" * 8):
+    trace = hand_trace([pattern])
+    sim = Simulator(trace)
+    return SimExecutor(sim.latency, keep_tokens=True).run(TraceReplay(trace), policy(sim.context()))
+
+
+def test_serial_rounds_show_the_policy_its_state_and_what_the_target_checked():
+    # prompt of 10 tokens, positions 0..7, the draft wrong at 1 only. Serial(2): drafts 1, 2;
+    # 1 is rejected (1 checked, 0 accepted, the target's token emitted). Serial(2) from 2: both
+    # accepted, 3 emitted. Serial(1) from 5: accepted, 2 emitted. From 7, the budget's last
+    # position, nothing may be drafted: a plain target step (the policy is not asked).
+    played = []
+    decode_with(lambda ctx: played.append(Planned(ctx, [Serial(2), Serial(2), Serial(1)])) or played[-1],
+                pattern="10111111")
+    policy = played[0]
+    # (committed, remaining, pending, context length = prompt 10 + committed)
+    assert policy.states == [(1, 7, 0, 11), (2, 6, 0, 12), (5, 3, 0, 15), (7, 1, 0, 17)]
+    # (parallel, drafted, checked, accepted, emitted)
+    assert policy.outcomes == [(False, 2, 1, 0, 1), (False, 2, 2, 2, 3), (False, 1, 1, 1, 2), (False, 0, 0, 0, 1)]
+    assert policy.asked == 2 + 2 + 1  # after every drafted token of a plan that is not fixed
+
+
+def test_parallel_rounds_show_the_policy_what_they_emitted():
+    # Parallel(2), all accepted, positions 1..7. From 1 (nothing pending): the target settles 1
+    # (its check of the first new draft passes), the second new draft (2) stays pending: 1
+    # emitted. Then each round checks its pending draft and the first new one, emits both, and
+    # keeps one pending: from 2 and from 4. From 6 the window is capped at 1 (the budget's end
+    # is 8, one pending): 6 and the new 7 are checked; 7, the budget's last position, is the
+    # target's: 1 accepted, 2 emitted, nothing left pending.
+    played = []
+    decode_with(lambda ctx: played.append(Planned(ctx, [Parallel(2)])) or played[-1])
+    assert played[0].outcomes == [(True, 2, 1, 1, 1), (True, 2, 2, 2, 2), (True, 2, 2, 2, 2), (True, 1, 2, 1, 2)]
+
+
+@pytest.mark.parametrize("plans, decision, parallel, message", [
+    ([Parallel(0)], Decision.DRAFT, True, "parallel window must be >= 1, got 0"),
+    (["two tokens"], Decision.DRAFT, True, "plan() must return Serial or Parallel, got 'two tokens'"),
+    # on_draft hands the first drafted token to a parallel round, but the next plan is serial again
+    ([Serial(2)], Decision.PARALLEL, True, "planned a serial round with 1 drafts pending"),
+    ([Serial(2)], Decision.PARALLEL, False, "returned PARALLEL but is not a parallel policy"),
+])
+def test_a_policy_breaking_the_protocol_is_stopped_and_named(plans, decision, parallel, message):
+    policy = lambda ctx: Planned(ctx, plans, decision, parallel)  # noqa: E731
+    with pytest.raises(PolicyError) as err:
+        decode_with(policy)
+    assert str(err.value).startswith("test-planned: ") and message in str(err.value)
+
+
+def test_a_parallel_window_of_one_is_allowed():
+    # Parallel(1) with nothing pending: the target checks the one new draft (position c) while
+    # the draft drafts it; nothing is left pending, so each round emits exactly one token.
+    # Positions 1..7 of an all-accepted prompt: 7 rounds, 7 draft steps, 6 drafts accepted (the
+    # last position, the budget's end, is always the target's).
+    run = decode_with(lambda ctx: Planned(ctx, [Parallel(1)]))
+    prompt = run.prompts[0]
+    assert prompt.tokens == [101, 102, 103, 104, 105, 106, 107]
+    c = prompt.counts
+    assert (c.parallel_rounds, c.target_calls, c.drafted, c.accepted) == (7, 7, 7, 6)

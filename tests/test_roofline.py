@@ -82,3 +82,21 @@ def test_a_hugging_face_config_gives_the_same_shape(tmp_path):
     shape = rf.model_shape(path)
     assert shape.name == "deepseek-coder-33b"
     assert shape.total_params == rf.model_shape("deepseek-coder-33b").total_params
+
+
+def test_a_hugging_face_config_with_tied_embeddings_counts_the_embedding_once(tmp_path):
+    config = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "vocab_size": 1000,
+              "num_attention_heads": 4}
+    untied = rf.ModelShape.from_dict(config)
+    tied = rf.ModelShape.from_dict({**config, "tie_word_embeddings": True})
+    assert not untied.tied_embeddings and tied.tied_embeddings
+    # the input embedding (vocab x hidden = 64,000 weights) is the LM head's matrix when tied
+    assert untied.total_params - tied.total_params == 1000 * 64
+
+
+def test_published_figures_are_read_from_the_file_given(tmp_path):
+    rows = rf.published_latencies()
+    table = tmp_path / "mine.csv"
+    rows.head(1).drop(columns="seconds").assign(unit="ms", value=40.0).to_csv(table, index=False)
+    mine = rf.published_latencies(table)
+    assert len(mine) == 1 and mine["seconds"].tolist() == [0.04]  # 40 ms per forward

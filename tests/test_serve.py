@@ -228,3 +228,18 @@ def test_serve_prints_latency_percentiles_slo_attainment_and_the_speedup_at_that
     for label in ("TTFT (ms)", "TPOT (ms)", "end-to-end (s)", "p99", "SLO attainment 0.000", "batch policy smartspec",
                   "acceptance rate", "speedup at this load"):
         assert label in text
+
+
+def test_serve_records_the_timeline_of_the_served_policy_and_names_its_latency_rule(shipped_sim):
+    # two requests alone, sd with γ=4: a prefill, then rounds of a draft phase and a verification
+    # each, per request: the recorded slices are the run's forwards, the baseline keeps none
+    res = serve(shipped_sim, alone(2), ServeConfig("sd", {"gamma": 4}), record=True)
+    slices = res.run.slices
+    assert {s.device for s in slices} == {"draft", "target"}
+    verifies = [s for s in slices if s.device == "target" and "accepted" in s.args]
+    assert len(verifies) == sum(r.counts.target_calls for r in res.run.requests)
+    assert res.run.stats.prefill_steps == 2  # alone, each request is prefilled in a step of its own
+    assert res.baseline.slices == [] and serve(shipped_sim, alone(2), ServeConfig()).run.slices == []
+    # the shipped trace's latency is a measured table, not a roofline: batches beyond one sequence
+    # are priced by the token-count rule, and the result says so
+    assert res.extrapolated and res.latency_rule.startswith("batched forwards priced by the token-count rule")

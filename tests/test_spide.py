@@ -186,3 +186,10 @@ def test_reliability_exactly_at_tau_stops_drafting(cls, decision):
     policy = cls(Simulator(fig2_trace()).context(), tau=0.7, prior=0.71)
     policy.plan(RoundState(committed=1, remaining=20, pending=0, context_len=11))
     assert policy.on_draft(TokenSignal(1, 1.0, 0.0)) is Decision.DRAFT
+
+
+def test_the_balanced_window_is_one_when_a_draft_step_outlasts_a_verification():
+    # eq. 6 takes the largest s whose s draft steps fit in one verification of s tokens; with a
+    # 2 s draft step and a 1 s verification none fits, and the window falls back to 1
+    sim = Simulator(hand_trace(["1" * 8], latency=latency_table(draft=2.0)))
+    assert balanced_window(sim.context()) == 1

@@ -3,12 +3,16 @@
     python tools/mutation.py                      # every core module, then the report
     python tools/mutation.py metrics rounds       # some modules (names below)
     python tools/mutation.py --report-only        # rewrite the report from mutmut's last results
+    python tools/mutation.py sim --sample 150     # a seeded random sample of a module's mutants
 
 mutmut (configured in pyproject.toml, ``[tool.mutmut]``) copies the package to ``mutants/``,
 plants one small change at a time (an operator, a constant, a comparison...) and runs the fast
 test subset against it: the tests that cover the mutated function, from that list. A mutant
 that no test notices *survived*. Each run adds to mutmut's cache in ``mutants/``, so modules
-can be run one at a time, and a re-run only tests what changed.
+can be run one at a time, and a re-run only tests what changed. On a slow machine a large
+module can be *sampled*: ``--sample N`` checks N of its mutants drawn at random (seeded, so a
+re-run draws the same ones); the report then scores the checked mutants and counts the rest as
+not checked, so a sampled score is an estimate with the sample size beside it.
 
 The report (``docs/mutation-report.md``) gives per module killed / survived / score and lists
 every survivor with its diff, annotated from ``tools/mutation_notes.toml``: ``equivalent``
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import random
 import re
 import subprocess
 import sys
@@ -53,18 +58,36 @@ def mutmut(*args: str, timeout: float | None = None) -> subprocess.CompletedProc
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
-def run_module(module: str, max_children: int, stop_at: dt.datetime | None) -> None:
+def targets(modules: list[str], sample: int | None, seed: int) -> list[str]:
+    """What to hand mutmut: the modules' name patterns, or (``sample``) the not yet checked
+    mutants of a seeded random draw of ``sample`` mutants per module."""
+    if sample is None:
+        return [MODULES[m] for m in modules]
+    statuses = results()
+    chosen = []
+    for module in modules:
+        names = sorted(n for n in statuses if module_of(n) == module)
+        drawn = random.Random(f"{seed}:{module}").sample(names, min(sample, len(names)))
+        chosen += [n for n in drawn if statuses[n] == "not checked"]  # named mutants are re-run
+    return chosen
+
+
+def run(names: list[str], max_children: int, stop_at: dt.datetime | None) -> None:
+    """One mutmut run over all of ``names`` (each run starts by running the selected tests clean)."""
+    if not names:
+        print("nothing to run")
+        return
     timeout = None
     if stop_at is not None:
         timeout = (stop_at - dt.datetime.now(dt.timezone.utc)).total_seconds()
         if timeout <= 0:
-            print(f"{module}: skipped, past --stop-at")
+            print("skipped, past --stop-at")
             return
     try:
-        proc = mutmut("run", "--max-children", str(max_children), MODULES[module], timeout=timeout)
-        print(f"{module}: mutmut exited {proc.returncode}")
+        proc = mutmut("run", "--max-children", str(max_children), *names, timeout=timeout)
+        print(f"mutmut exited {proc.returncode}")
     except subprocess.TimeoutExpired:
-        print(f"{module}: stopped at --stop-at; its remaining mutants stay unchecked")
+        print("stopped at --stop-at; the remaining mutants stay unchecked")
 
 
 def results() -> dict[str, str]:
@@ -84,46 +107,61 @@ def diff_of(name: str) -> str:
 
 
 def report(statuses: dict[str, str], notes: dict) -> str:
+    """The report. A mutant that no selected test runs ("no tests") counts as undetected, like a
+    survivor. ``killed_by`` notes name survivors that a test added since the run kills (checked
+    on the mutant by hand); the last column scores them as killed."""
     equivalent, killed_by = notes.get("equivalent", {}), notes.get("killed_by", {})
+    missed = ("survived", "no tests")
     counts = {m: Counter() for m in MODULES}
     for name, status in statuses.items():
         module = module_of(name)
         if module:
             counts[module]["killed" if status in KILLED else status] += 1
+            if status in missed:
+                counts[module]["equivalent"] += name in equivalent
+                counts[module]["killed since"] += name in killed_by
     lines = ["# Mutation report", "",
              f"`python tools/mutation.py` (mutmut, fast test subset of `[tool.mutmut]` in pyproject.toml), "
-             f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC. Score: killed / (killed + survived); "
-             "equivalent survivors are listed below and counted as survived.", "",
-             "| module | mutants | killed | survived | equivalent | not checked / other | score |",
-             "|---|---|---|---|---|---|---|"]
+             f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC. Score: killed / checked, where a "
+             "checked mutant was killed, survived, or had no test in the subset that runs its code "
+             "(\"no tests\"); equivalent survivors are listed below and count as not killed. \"killed "
+             "since\": survivors that tests added after the run kill (each checked on its mutant).", "",
+             "| module | mutants | checked | killed | survived | no tests | equivalent | killed since | "
+             "score | with tests since |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     totals = Counter()
-    for module, c in counts.items():
-        survivors = [n for n, s in statuses.items() if module_of(n) == module and s == "survived"]
-        n_equivalent = sum(n in equivalent for n in survivors)
-        other = sum(v for k, v in c.items() if k not in ("killed", "survived"))
-        tested = c["killed"] + c["survived"]
-        score = f"{c['killed'] / tested:.1%}" if tested else "–"
-        lines.append(f"| {module} | {sum(c.values())} | {c['killed']} | {c['survived']} | {n_equivalent} | "
-                     f"{other} | {score} |")
-        totals.update({"mutants": sum(c.values()), "killed": c["killed"], "survived": c["survived"],
-                       "equivalent": n_equivalent, "other": other})
-    tested = totals["killed"] + totals["survived"]
-    score = f"{totals['killed'] / tested:.1%}" if tested else "–"
-    lines.append(f"| **all** | {totals['mutants']} | {totals['killed']} | {totals['survived']} | "
-                 f"{totals['equivalent']} | {totals['other']} | {score} |")
-    lines += ["", "A module whose mutants are all \"not checked\" has not been run since `mutants/` was made: "
-              "run `python tools/mutation.py MODULE`.", "", "## Survivors", ""]
-    survivors = sorted(n for n, s in statuses.items() if s == "survived" and module_of(n))
+    for module, c in [*counts.items(), ("**all**", None)]:
+        c = c if c is not None else totals
+        checked = c["killed"] + c["survived"] + c["no tests"]
+        row = {"mutants": sum(v for k, v in c.items() if k not in ("equivalent", "killed since", "mutants")),
+               **{k: c[k] for k in ("killed", "survived", "no tests", "equivalent", "killed since")}}
+        if module != "**all**":
+            totals.update(row)
+        else:
+            row["mutants"] = c["mutants"]
+        score = f"{c['killed'] / checked:.1%}" if checked else "–"
+        since = f"{(c['killed'] + c['killed since']) / checked:.1%}" if checked else "–"
+        lines.append(f"| {module} | {row['mutants']} | {checked} | {c['killed']} | {c['survived']} | "
+                     f"{c['no tests']} | {c['equivalent']} | {c['killed since']} | {score} | {since} |")
+    lines += ["", "Where \"checked\" is below \"mutants\", the module was sampled (`--sample N`, a seeded "
+              "random draw) or stopped at `--stop-at`: its score estimates the module's from the checked "
+              "ones.", "", "## Survivors and mutants no test runs", ""]
+    survivors = sorted(n for n, s in statuses.items() if s in missed and module_of(n))
     if not survivors:
         lines.append("None.")
     for name in survivors:
-        verdict = f"equivalent: {equivalent[name]}" if name in equivalent else "open: no test tells it apart yet"
-        lines += [f"- `{name}` — {verdict}", "", "  ```diff",
+        if name in killed_by:
+            verdict = f"killed since by `{killed_by[name]}`"
+        elif name in equivalent:
+            verdict = f"equivalent: {equivalent[name]}"
+        else:
+            verdict = "open: no test tells it apart yet"
+        lines += [f"- `{name}` ({statuses[name]}) — {verdict}", "", "  ```diff",
                   *[f"  {line}" for line in diff_of(name).splitlines()], "  ```", ""]
+    earlier = {k: v for k, v in killed_by.items() if k not in statuses}
     lines += ["## Survivors of earlier campaigns, killed by new tests", ""]
-    for name, test in sorted(killed_by.items()):
-        now = f" (now: {statuses[name]})" if name in statuses else ""
-        lines.append(f"- {name} — killed by `{test}`{now}")
+    for name, test in sorted(earlier.items()):
+        lines.append(f"- {name} — killed by `{test}`")
     return "\n".join(lines) + "\n"
 
 
@@ -131,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("modules", nargs="*", help=f"modules to run, of {', '.join(MODULES)} (default: all)")
     parser.add_argument("--max-children", type=int, default=2, help="parallel mutant runs (default 2)")
+    parser.add_argument("--sample", type=int, help="check only this many mutants per module, drawn at random")
+    parser.add_argument("--seed", type=int, default=0, help="seed of --sample's draw (default 0)")
     parser.add_argument("--stop-at", help="UTC time HH:MM after which no mutant is started (partial results kept)")
     parser.add_argument("--report-only", action="store_true", help="only rewrite the report from cached results")
     parser.add_argument("--report", type=Path, default=REPORT, help=f"report path (default {REPORT.relative_to(ROOT)})")
@@ -143,8 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         hour, minute = map(int, args.stop_at.split(":"))
         stop_at = dt.datetime.now(dt.timezone.utc).replace(hour=hour, minute=minute, second=0, microsecond=0)
     if not args.report_only:
-        for module in args.modules or MODULES:
-            run_module(module, args.max_children, stop_at)
+        run(targets(args.modules or list(MODULES), args.sample, args.seed), args.max_children, stop_at)
     notes = tomllib.loads(NOTES.read_text()) if NOTES.exists() else {}
     args.report.parent.mkdir(parents=True, exist_ok=True)
     args.report.write_text(report(results(), notes))

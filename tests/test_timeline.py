@@ -1,0 +1,32 @@
+"""Timelines as Chrome trace JSON: what is written reads back the same, and a file written by
+another tool (a live decode log) reads by its metadata events, in whatever order they come."""
+
+import json
+
+import pytest
+
+from simlab.sim.devices import Slice
+from simlab.sim.timeline import read_chrome_trace, write_chrome_trace
+
+SLICES = [Slice("target", "verify", 0.25, 1.25, {"tokens": 3, "accepted": 2}),
+          Slice("draft", "draft", 0.0, 0.25, {"k": 2})]
+
+
+def test_a_timeline_reads_back_as_written(tmp_path):
+    title, back = read_chrome_trace(write_chrome_trace(SLICES, tmp_path / "tl.json", title="sd γ=2"))
+    assert title == "sd γ=2"
+    # in time order, each on its own device row, times kept to the microsecond
+    assert [(s.device, s.name, s.args) for s in back] == [("draft", "draft", {"k": 2}),
+                                                        ("target", "verify", {"tokens": 3, "accepted": 2})]
+    assert [(s.start, s.end) for s in back] == [pytest.approx((0.0, 0.25)), pytest.approx((0.25, 1.25))]
+
+
+def test_metadata_events_are_read_by_name_not_by_order(tmp_path):
+    events = [{"name": "thread_name", "ph": "M", "pid": 0, "tid": 1, "args": {"name": "gpu"}},
+              {"name": "process_name", "ph": "M", "pid": 0, "args": {"name": "live decode"}},
+              {"name": "step", "ph": "X", "pid": 0, "tid": 1, "ts": 1e6, "dur": 5e5},
+              {"name": "step", "ph": "X", "pid": 0, "tid": 2, "ts": 2e6, "dur": 5e5}]
+    (tmp_path / "log.json").write_text(json.dumps({"traceEvents": events}))
+    title, back = read_chrome_trace(tmp_path / "log.json")
+    assert title == "live decode"
+    assert [(s.device, s.start, s.end) for s in back] == [("gpu", 1.0, 1.5), ("tid 2", 2.0, 2.5)]

@@ -64,6 +64,7 @@ class LiveRun:
     forwards: list[Forward] = field(default_factory=list)
     rounds: list[dict] = field(default_factory=list)
     positions: PositionStats = field(default_factory=PositionStats)  # tallied as the simulator does
+    other_cpu: float | None = None  # share of the machine's CPU others took during the decode
 
 
 def crop_to(cache, length: int) -> None:

@@ -60,3 +60,21 @@ def test_traces_must_hold_the_same_prompts():
     fewer = first.select_prompts([int(first.prompts["prompt_id"].min())])
     with pytest.raises(SimlabError, match="lacks"):
         sampling_spread([first, fewer], "sd", seeds=1)
+
+
+def test_simulate_prints_the_interval_at_temperature():
+    import json
+    import subprocess
+
+    from simlab.paths import ROOT, TRACES
+    from tests.helpers import simlab_cmd
+
+    traces = ROOT / "results/live/smollm2-t07-traces"
+    proc = subprocess.run(simlab_cmd("simulate", "--trace", traces / "seed0", "--spread-trace", traces / "seed1",
+                                     "--spread-seeds", 3, "--gamma", 3, "--json"), capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    spread = json.loads(proc.stdout)["spread"]
+    assert (spread["continuations"], spread["seeds"]) == (2, 3)
+    bad = subprocess.run(simlab_cmd("simulate", "--trace", TRACES / "synthetic-iid", "--spread-trace",
+                                    traces / "seed1"), capture_output=True, text=True)
+    assert bad.returncode == 2 and "temperature > 0" in bad.stderr

@@ -251,7 +251,7 @@ def test_hf_assisted_generation_runs_the_same_fixed_gamma(session, greedy):
 
 def test_live_protocol_at_temperature(tmp_path):
     """At T > 0 with --repeats 2: no token-by-token verdict, a predicted interval over the
-    recorded continuations (results/live/smollm2-t07-traces, record --seed 0 and 1), and the
+    recorded continuations (results/live/smollm2-t07/traces, record --seed 0 and 1), and the
     protocol's columns: repeats, their speedup spread, the CPU others took, the disturbed flag
     and the baseline's drift against the probe."""
     import json
@@ -261,7 +261,7 @@ def test_live_protocol_at_temperature(tmp_path):
     from simlab.live.decoding import DISTURBED
     from simlab.paths import ROOT
 
-    traces = ROOT / "results/live/smollm2-t07-traces"
+    traces = ROOT / "results/live/smollm2-t07/traces"
     out = tmp_path / "live.csv"
     proc = subprocess.run(simlab("live", "--target", "smollm2", "--draft-layer", LAYER, "--prompts", "humaneval:1",
                                  "--max-new-tokens", 64, "--temperature", 0.7, "--seed", 3, "--policy", "sd",

@@ -43,7 +43,7 @@ def test_recorded_continuations_widen_the_seed_only_interval():
     from simlab.paths import ROOT
     from simlab.trace.io import read_trace
 
-    traces = [read_trace(ROOT / "results/live/smollm2-t07-traces" / f"seed{s}") for s in range(4)]
+    traces = [read_trace(ROOT / "results/live/smollm2-t07/traces" / f"seed{s}") for s in range(4)]
     one = sampling_spread(traces[:1], "sd", {"gamma": 3}, seeds=10, draws=2000).intervals["mean_acceptance_length"]
     four = sampling_spread(traces, "sd", {"gamma": 3}, seeds=10, draws=2000).intervals["mean_acceptance_length"]
     assert four.high - four.low > 1.2 * (one.high - one.low)
@@ -54,7 +54,7 @@ def test_traces_must_hold_the_same_prompts():
     from simlab.paths import ROOT
     from simlab.trace.io import read_trace
 
-    first = read_trace(ROOT / "results/live/smollm2-t07-traces/seed0")
+    first = read_trace(ROOT / "results/live/smollm2-t07/traces/seed0")
     fewer = first.select_prompts([int(first.prompts["prompt_id"].min())])
     with pytest.raises(SimlabError, match="lacks"):
         sampling_spread([first, fewer], "sd", seeds=1)
@@ -67,7 +67,7 @@ def test_simulate_prints_the_interval_at_temperature():
     from simlab.paths import ROOT, TRACES
     from tests.helpers import simlab_cmd
 
-    traces = ROOT / "results/live/smollm2-t07-traces"
+    traces = ROOT / "results/live/smollm2-t07/traces"
     proc = subprocess.run(simlab_cmd("simulate", "--trace", traces / "seed0", "--spread-trace", traces / "seed1",
                                      "--spread-seeds", 3, "--gamma", 3, "--json"), capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr

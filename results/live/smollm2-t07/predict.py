@@ -2,7 +2,7 @@
 import json, sys, datetime, os
 from simlab.trace.io import read_trace
 from simlab.sim.spread import sampling_spread
-D = "results/live/smollm2-t07-traces/seed"
+D = "results/live/smollm2-t07/traces/seed"
 trs = [read_trace(D + str(s)) for s in range(4)]
 trs = [t.select_prompts(t.prompts[t.prompts["source"].isin(sorted(t.prompts["source"])[:0] or list(trs[0].prompts.sort_values("prompt_id")["source"][:2]))]["prompt_id"]) for t in trs]
 out = {"made": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "load": os.getloadavg(),

@@ -247,3 +247,41 @@ def test_hf_assisted_generation_runs_the_same_fixed_gamma(session, greedy):
         assert hf.tokens == greedy[pid] == run.tokens
         assert hf.target_calls == run.counts.target_calls
     assert ex.draft_model.generation_config.to_dict() == before
+
+
+def test_live_protocol_at_temperature(tmp_path):
+    """At T > 0 with --repeats 2: no token-by-token verdict, a predicted interval over the
+    recorded continuations (results/live/smollm2-t07/traces, record --seed 0 and 1), and the
+    protocol's columns: repeats, their speedup spread, the CPU others took, the disturbed flag
+    and the baseline's drift against the probe."""
+    import json
+
+    import pandas as pd
+
+    from simlab.live.decoding import DISTURBED
+    from simlab.paths import ROOT
+
+    traces = ROOT / "results/live/smollm2-t07/traces"
+    out = tmp_path / "live.csv"
+    proc = subprocess.run(simlab("live", "--target", "smollm2", "--draft-layer", LAYER, "--prompts", "humaneval:1",
+                                 "--max-new-tokens", 64, "--temperature", 0.7, "--seed", 3, "--policy", "sd",
+                                 "--gamma", "3", "--trace", traces / "seed0", "--spread-trace", traces / "seed1",
+                                 "--spread-seeds", 5, "--repeats", 2, "--out", out, "--json", "--quiet"),
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert "NOT lossless" not in proc.stderr and "target_calls_equal" not in summary
+    assert summary["lossless"].startswith("in distribution")
+    spread = summary["spread"]
+    assert spread["continuations"] == 2 and spread["seeds"] == 5
+    for key in ("mean_acceptance_length", "target_calls", "speedup"):
+        iv = spread[key]
+        assert iv["low"] <= iv["mean"] <= iv["high"] and iv["inside"] == (iv["low"] <= iv["measured"] <= iv["high"])
+    df = pd.read_csv(out)
+    assert "lossless" not in df.columns
+    row = df.iloc[0]
+    assert row["repeats"] == 2 and row["measured_speedup_spread"] >= 0
+    assert 0 <= row["other_cpu_max"] <= 1  # decodes of 64 tokens last over a second: measurable
+    assert row["disturbed"] == (row["other_cpu_max"] > DISTURBED)
+    assert row["ad_drift"] == pytest.approx(row["measured_ad_wall_time_s"] / row["predicted_ad_wall_time_s"] - 1)
+    assert summary["repeats"] == 2 and summary["disturbed"] == int(row["disturbed"])

@@ -24,7 +24,7 @@ def outcome(source, seconds=1.0):
                                         ad_wall_time_s=2 * seconds))
     ad = SimpleNamespace(counts=Counts(wall_time_s=2 * seconds))
     return SimpleNamespace(prompt_id=int(source[-1]), source=source, policy=run, ad=ad, ad_after=ad, lossless=True,
-                           ad_spread=0.0)
+                           ad_spread=0.0, speedups=[2.0], speedup_spread=0.0, other_cpu_max=0.02, disturbed=False)
 
 
 def test_live_policies_get_the_simulators_context():
@@ -57,3 +57,25 @@ def test_the_prediction_is_simulated_once_however_often_the_table_is_written():
     assert len(runs) == 1
     assert list(both.table["predicted_target_calls"]) == list(prediction.simulated().per_prompt["target_calls"])
     assert first.table.loc[0, "predicted_target_calls"] == both.table.loc[0, "predicted_target_calls"]
+
+
+def test_other_processes_cpu_share_is_busy_time_less_our_own():
+    """/proc/stat's busy seconds of all processes less this process's, over the machine's capacity."""
+    from simlab.record.machine import other_share
+
+    assert other_share(busy=3.0, own=2.0, seconds=2.0, cpus=2) == 0.25  # others: 1 of 4 CPU-seconds
+    assert other_share(busy=2.0, own=2.0, seconds=2.0, cpus=2) == 0.0  # we were alone
+    assert other_share(busy=1.9, own=2.0, seconds=2.0, cpus=2) == 0.0  # the counters tick apart: clipped
+    assert other_share(busy=9.0, own=0.5, seconds=2.0, cpus=2) == 1.0
+
+
+def test_a_prompt_is_disturbed_when_others_took_more_than_the_threshold_in_any_decode():
+    from simlab.live.decoding import DISTURBED, PromptOutcome
+
+    def prompt(shares, speedups=(1.0,)):
+        return PromptOutcome(0, "s", None, None, None, True, list(speedups), list(shares))
+
+    assert not prompt([0.0, DISTURBED, None]).disturbed
+    assert prompt([0.0, DISTURBED + 0.01, 0.0]).disturbed
+    assert prompt([None, None]).other_cpu_max is None and not prompt([None]).disturbed
+    assert prompt([0.0], speedups=[1.0, 1.2, 0.9]).speedup_spread == (1.2 - 0.9) / 1.0

@@ -33,6 +33,9 @@ def live(
     compare: Annotated[bool, typer.Option("--compare/--no-compare", help="Simulate the policy on a trace of the same prompts and compare.")] = True,
     trace: Annotated[Optional[Path], typer.Option("--trace", help="Comparison trace.", show_default="a matching shipped or cached one, else recorded")] = None,
     reprobe: Annotated[bool, typer.Option("--reprobe", help="Measure the trace's latencies again now (a cached copy).")] = False,
+    spread_trace: Annotated[Optional[list[Path]], typer.Option("--spread-trace", help="At temperature > 0: another trace of the same prompts recorded with another record --seed (repeatable); the predicted interval then covers the sampled continuation.")] = None,
+    spread_seeds: Annotated[int, typer.Option("--spread-seeds", help="At temperature > 0: replay seeds per trace for the predicted interval.")] = 20,
+    repeats: Annotated[int, typer.Option("--repeats", help="Decode each prompt's policy N times between N + 1 autoregressive baselines (A B A B ... A); report the median.")] = 1,
     latency: Annotated[Optional[Path], typer.Option("--latency", help="Latency profile for policies that need one.")] = None,
     against_hf: Annotated[bool, typer.Option("--against-hf", help="Also run HF assisted generation with the same fixed γ.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
@@ -59,7 +62,8 @@ def live(
     cfg = LiveConfig(policy=policy, params=params, target=target, draft=draft, draft_layer=draft_layer,
                      prompts=prompts, max_new_tokens=max_new_tokens, device=device, draft_device=draft_device,
                      target_device=target_device, dtype=dtype, temperature=temperature, seed=seed, compare=compare,
-                     trace=trace, reprobe=reprobe, latency=latency, chat_template=chat_template, progress=not quiet)
+                     trace=trace, reprobe=reprobe, spread_traces=list(spread_trace or []), spread_seeds=spread_seeds,
+                     repeats=repeats, latency=latency, chat_template=chat_template, progress=not quiet)
     session = LiveSession(cfg, log=say)
     report = LiveReport(session, out=out, log_dir=log, against_hf=against_hf, say=say)
     try:

@@ -52,6 +52,8 @@ def simulate(
     predictor: Annotated[Optional[Path], typer.Option("--predictor", help="Acceptance predictor JSON (simlab calibrate predictor) for the policies that use one.", show_default="the draft's confidence")] = None,
     topology: TopologyOption = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed for stochastic replay (temperature > 0 traces).")] = 0,
+    spread_trace: Annotated[Optional[list[Path]], typer.Option("--spread-trace", help="Temperature > 0: another trace of the same prompts recorded with another record --seed (repeatable); the interval then covers the sampled continuation.")] = None,
+    spread_seeds: Annotated[int, typer.Option("--spread-seeds", help="Temperature > 0: replay seeds per trace for the interval one run may land in (0: none).")] = 20,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")] = False,
     out: Annotated[Optional[Path], typer.Option("--out", help="Write per-prompt results (.csv or .parquet).")] = None,
     timeline: Annotated[Optional[Path], typer.Option("--timeline", help="Write one prompt's per-device timeline (Chrome trace JSON).")] = None,
@@ -84,6 +86,15 @@ def simulate(
     if timeline:
         write_chrome_trace(res.timeline, timeline, title=f"{policy} on prompt {timeline_prompt}, {sim.topology.value}")
     summary = res.summary.to_dict()
+    spread = None
+    if not tr.manifest.greedy and spread_seeds > 0:
+        from simlab.sim.spread import sampling_spread
+        from simlab.trace.io import read_trace
+
+        spread = sampling_spread([tr, *(read_trace(p) for p in spread_trace or [])], policy, params,
+                                 seeds=spread_seeds, seed=seed, latency=lat, topology=sim.topology)
+    elif spread_trace:
+        raise SimlabError("--spread-trace needs a trace recorded at temperature > 0")
     if json_out:
         print_json({
             "policy": policy,
@@ -96,6 +107,7 @@ def simulate(
             "topology_from": "--topology" if topology is not None else "trace manifest",
             "seed": seed,
             **summary,
+            **({"spread": {"method": spread.describe(), **spread.to_dict()}} if spread is not None else {}),
         })
         return
     ref = summary.get("reference_gamma")
@@ -110,6 +122,10 @@ def simulate(
     if summary.get("corun_latency", "measured") != "measured" and res.summary.parallel_rounds:
         console.print("[yellow]note:[/] one-device topology without co-running latency samples: parallel rounds "
                       "use solo latencies (optimistic)")
+    if spread is not None:
+        console.print(f"one run at temperature {tr.manifest.temperature}: {spread.describe()}")
+        for key, iv in spread.intervals.items():
+            console.print(f"  {key}: {iv.mean:.3f} [{iv.low:.3f}, {iv.high:.3f}]")
     if res.summary.rollout_overruns:
         console.print(f"[yellow]note:[/] drafts ran past the recorded rollouts {res.summary.rollout_overruns} times "
                       "(their signals repeat the last rollout step)")

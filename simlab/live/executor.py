@@ -64,6 +64,7 @@ class LiveRun:
     forwards: list[Forward] = field(default_factory=list)
     rounds: list[dict] = field(default_factory=list)
     positions: PositionStats = field(default_factory=PositionStats)  # tallied as the simulator does
+    other_cpu: float | None = None  # share of the machine's CPU others took during the decode
 
 
 def crop_to(cache, length: int) -> None:
@@ -139,13 +140,25 @@ class LiveExecutor:
     def _pick(self, dist: torch.Tensor) -> int:
         if self.temperature == 0:
             return int(dist.argmax())
-        return int(torch.multinomial(dist.cpu(), 1, generator=self.generator))
+        return self._draw(dist)
 
     def _accepts(self, p: torch.Tensor, q: torch.Tensor | None, token: int) -> bool:
         if self.temperature == 0:
             return int(p.argmax()) == token
-        u = float(torch.rand((), generator=self.generator))
-        return u <= float(p[token]) / max(float(q[token]), 1e-30)
+        return self._coin(min(1.0, float(p[token]) / max(float(q[token]), 1e-30)))
+
+    # The only two random draws of speculative sampling. Everything else is a deterministic
+    # function of their outcomes, so a test that replaces these two with an enumeration of all
+    # outcomes (tests/test_live_sampling.py) obtains the exact distribution of what the
+    # executor emits, and checks that it is the target's.
+
+    def _draw(self, dist: torch.Tensor) -> int:
+        """A token drawn from the distribution ``dist``."""
+        return int(torch.multinomial(dist.cpu(), 1, generator=self.generator))
+
+    def _coin(self, prob: float) -> bool:
+        """True with probability ``prob``."""
+        return float(torch.rand((), generator=self.generator)) <= prob
 
     def _correction(self, p: torch.Tensor, q: torch.Tensor | None) -> int:
         """The target's own token: after a rejection from norm(max(0, p - q)), else from p."""

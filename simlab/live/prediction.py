@@ -25,6 +25,7 @@ from simlab.policies import PolicyContext
 from simlab.sim.context import policy_context, tabulated, typical_context_len
 from simlab.sim.devices import Slice
 from simlab.sim.run import SimResult, Simulator
+from simlab.sim.spread import SamplingSpread, sampling_spread
 from simlab.trace.io import Trace
 
 
@@ -53,6 +54,7 @@ class Prediction:
         self.simulator = Simulator(trace, latency, seed=cfg.seed, topology=setup.topology) if trace is not None \
             else None
         self._simulated: SimResult | None = None
+        self._spread: SamplingSpread | None = None
         self._prompt_ids = dict(zip(trace.prompts["source"], trace.prompts["prompt_id"])) if trace is not None else {}
 
     def context(self) -> PolicyContext:
@@ -70,6 +72,21 @@ class Prediction:
             cfg = self.setup.cfg
             self._simulated = self.simulator.run(cfg.policy, cfg.params, with_cost=False)
         return self._simulated
+
+    def spread(self) -> SamplingSpread | None:
+        """At temperature > 0, the interval one run may land in (:mod:`simlab.sim.spread`): the
+        comparison trace and ``--spread-trace`` traces (other ``record --seed``) of the run's
+        prompts, each under ``--spread-seeds`` replay seeds."""
+        cfg = self.setup.cfg
+        if self.trace is None or cfg.temperature == 0:
+            return None
+        if self._spread is None:
+            from simlab.trace.io import read_trace
+
+            traces = [self.trace, *(read_trace(p) for p in cfg.spread_traces)]
+            self._spread = sampling_spread(traces, cfg.policy, cfg.params, seeds=cfg.spread_seeds, seed=cfg.seed,
+                                           latency=self.latency, topology=self.setup.topology)
+        return self._spread
 
     def prompt_id(self, source: str) -> int | None:
         """The trace's prompt_id of a prompt of the run, matched by source (None: not in it)."""
@@ -89,11 +106,13 @@ class Prediction:
         rows = []
         for o in outcomes:
             m = Summary.from_counts(o.policy.counts)
-            row = {"prompt_id": o.prompt_id, "source": o.source, "lossless": o.lossless,
+            row = {"prompt_id": o.prompt_id, "source": o.source, **({} if o.lossless is None else {"lossless": o.lossless}),
                    "measured_tokens": m.tokens, "measured_tokens_per_s": m.tokens_per_s,
                    "measured_speedup": m.speedup, "measured_target_calls": m.target_calls, "measured_mat": m.mat,
                    "measured_wall_time_s": m.wall_time_s, "measured_ad_wall_time_s": m.ad_wall_time_s,
-                   "measured_ad_spread": o.ad_spread}
+                   "measured_ad_spread": o.ad_spread, "repeats": len(o.speedups),
+                   "measured_speedup_spread": o.speedup_spread, "other_cpu_max": o.other_cpu_max,
+                   "disturbed": o.disturbed}
             pid = self.prompt_id(o.source) if predicted is not None else None
             if pid is not None:
                 pr = predicted.loc[pid]
@@ -103,5 +122,7 @@ class Prediction:
                             "predicted_ad_wall_time_s": pr["ad_wall_time_s"]})
                 for key in ("tokens_per_s", "speedup"):
                     row[f"error_{key}"] = relative_error(row[f"predicted_{key}"], row[f"measured_{key}"])
+                # how far the machine's autoregressive speed has moved from the trace's probe
+                row["ad_drift"] = relative_error(m.ad_wall_time_s, row["predicted_ad_wall_time_s"])
             rows.append(row)
         return Comparison(pd.DataFrame(rows), self.trace.path if self.trace is not None else None, sim)

@@ -13,7 +13,7 @@ import pandas as pd
 from rich.table import Table
 
 from simlab.atomic import replace_file
-from simlab.live.decoding import PromptOutcome
+from simlab.live.decoding import DISTURBED, PromptOutcome
 from simlab.live.prediction import Comparison
 from simlab.live.session import LiveSession
 from simlab.metrics import PositionStats, Summary, total
@@ -56,7 +56,7 @@ class LiveReport:
                 c = outcome.policy.counts
                 self.say(f"[{i}/{len(s.prompts)}] {outcome.source}: {c.tokens} tokens, "
                          f"{c.tokens / c.wall_time_s:.2f} tok/s, speedup {c.ad_wall_time_s / c.wall_time_s:.3f}x, "
-                         f"{c.target_calls} target calls{'' if outcome.lossless else ', NOT lossless'} "
+                         f"{c.target_calls} target calls{', NOT lossless' if outcome.lossless is False else ''} "
                          f"({time.perf_counter() - started:.0f}s elapsed)")
         except KeyboardInterrupt:
             self.interrupted = True
@@ -131,8 +131,14 @@ class LiveReport:
         wall, ad = df["measured_wall_time_s"].sum(), df["measured_ad_wall_time_s"].sum()
         tokens = df["measured_tokens"].sum()
         out.update(measured_tokens=int(tokens), measured_tokens_per_s=tokens / wall, measured_speedup=ad / wall,
-                   measured_target_calls=int(df["measured_target_calls"].sum()), lossless=int(df["lossless"].sum()),
-                   median_ad_spread=float(df["measured_ad_spread"].median()))
+                   measured_target_calls=int(df["measured_target_calls"].sum()),
+                   median_ad_spread=float(df["measured_ad_spread"].median()), repeats=s.cfg.repeats,
+                   median_speedup_spread=float(df["measured_speedup_spread"].median()),
+                   disturbed=int(df["disturbed"].sum()), disturbed_threshold=DISTURBED)
+        if s.cfg.temperature == 0:
+            out["lossless"] = int(df["lossless"].sum())
+        else:  # two samples agree only by chance: no token-by-token verdict
+            out["lossless"] = "in distribution (speculative sampling; checked exactly in tests/test_live_sampling.py)"
         if "predicted_wall_time_s" in df:
             pw, pad = df["predicted_wall_time_s"].sum(), df["predicted_ad_wall_time_s"].sum()
             ptok = df["predicted_tokens"].sum()
@@ -141,10 +147,21 @@ class LiveReport:
                        predicted_speedup=pad / pw, predicted_target_calls=int(df["predicted_target_calls"].sum()),
                        median_abs_error_speedup=float(df["error_speedup"].abs().median()),
                        median_abs_error_tokens_per_s=float(df["error_tokens_per_s"].abs().median()),
-                       target_calls_equal=int((df["measured_target_calls"] == df["predicted_target_calls"]).sum()),
-                       tokens_equal=int((df["measured_tokens"] == df["predicted_tokens"]).sum()))
+                       median_ad_drift=float(df["ad_drift"].median()))
+            if s.cfg.temperature == 0:  # at T > 0 the trace's continuation is another sample
+                out.update(target_calls_equal=int((df["measured_target_calls"] == df["predicted_target_calls"]).sum()),
+                           tokens_equal=int((df["measured_tokens"] == df["predicted_tokens"]).sum()))
             out["error_speedup"] = out["predicted_speedup"] / out["measured_speedup"] - 1
         out.update(self._drafts())
+        spread = s.prediction.spread() if "predicted_speedup" in out else None
+        if spread is not None:
+            measured = {"speedup": out["measured_speedup"], "tokens_per_s": out["measured_tokens_per_s"],
+                        "mean_acceptance_length": out["measured_mean_acceptance_length"],
+                        "tokens_per_target_call": tokens / out["measured_target_calls"],
+                        "target_calls": out["measured_target_calls"], "tokens": out["measured_tokens"]}
+            out["spread"] = {"method": spread.describe(), **spread.to_dict()}
+            for key, value in measured.items():
+                out["spread"][key].update(measured=value, inside=spread.intervals[key].holds(value))
         if self.hf_rows:
             hf = pd.DataFrame(self.hf_rows)
             out.update(hf_gamma=int(hf["hf_gamma"].iloc[0]),
@@ -186,7 +203,9 @@ class LiveReport:
                 ("speedup meas", "measured_speedup", "{:.3f}"), ("speedup pred", "predicted_speedup", "{:.3f}"),
                 ("err", "error_speedup", "{:+.1%}"), ("calls meas", "measured_target_calls", "{}"),
                 ("calls pred", "predicted_target_calls", "{}"), ("MAT meas", "measured_mat", "{:.2f}"),
-                ("MAT pred", "predicted_mat", "{:.2f}"), ("lossless", "lossless", "{}")]
+                ("MAT pred", "predicted_mat", "{:.2f}"), ("lossless", "lossless", "{}"),
+                ("spread", "measured_speedup_spread", "{:.1%}"), ("AD drift", "ad_drift", "{:+.1%}"),
+                ("others", "other_cpu_max", "{:.0%}"), ("disturbed", "disturbed", "{}")]
         cols = [c for c in cols if c[1] in df]
         for name, _, _ in cols:
             t.add_column(name, justify="right")
@@ -194,16 +213,35 @@ class LiveReport:
             t.add_row(*[_fmt(spec, row[key]) for _, key, spec in cols])
         console.print(t)
         lines = [f"overall: {summ['measured_tokens']} tokens, measured {summ['measured_tokens_per_s']:.2f} tok/s, "
-                 f"speedup {summ['measured_speedup']:.3f}x; lossless on {summ['lossless']}/{summ['prompts']} prompts; "
+                 f"speedup {summ['measured_speedup']:.3f}x; "
+                 + (f"lossless on {summ['lossless']}/{summ['prompts']} prompts; " if isinstance(summ["lossless"], int)
+                    else f"lossless {summ['lossless']}; ")
+                 +
                  f"the autoregressive baselines before and after the policy differed by {summ['median_ad_spread']:.1%} "
-                 "(median over prompts)"]
+                 "(median over prompts)",
+                 f"protocol: {summ['repeats']} repeat(s) per prompt (speedup spread over repeats, median "
+                 f"{summ['median_speedup_spread']:.1%}); {summ['disturbed']}/{summ['prompts']} prompts disturbed "
+                 f"(others took > {summ['disturbed_threshold']:.0%} of the CPU during a decode)"]
         if "predicted_speedup" in summ:
             lines.append(f"predicted: {summ['predicted_tokens_per_s']:.2f} tok/s, speedup "
                          f"{summ['predicted_speedup']:.3f}x ({summ['error_speedup']:+.1%}); median |error| per prompt: "
                          f"speedup {summ['median_abs_error_speedup']:.1%}, tok/s {summ['median_abs_error_tokens_per_s']:.1%}")
-            lines.append(f"target calls equal on {summ['target_calls_equal']}/{summ['prompts']} prompts "
-                         f"(measured {summ['measured_target_calls']}, predicted {summ['predicted_target_calls']}); "
-                         f"trace {summ['trace']}")
+            drift = summ["median_ad_drift"]
+            lines.append(f"autoregressive decoding ran {drift:+.1%} against the trace's probed latencies (median)"
+                         + (" — the machine has drifted since the probe: consider --reprobe" if abs(drift) > 0.1 else ""))
+            if "target_calls_equal" in summ:
+                lines.append(f"target calls equal on {summ['target_calls_equal']}/{summ['prompts']} prompts "
+                             f"(measured {summ['measured_target_calls']}, predicted {summ['predicted_target_calls']}); "
+                             f"trace {summ['trace']}")
+            else:
+                lines.append(f"trace {summ['trace']}")
+        if "spread" in summ:
+            sp = summ["spread"]
+            lines.append(f"at temperature {self.session.cfg.temperature}, one run's prediction ({sp['method']}):")
+            for key in ("mean_acceptance_length", "target_calls", "tokens_per_target_call", "speedup", "tokens_per_s"):
+                iv = sp[key]
+                lines.append(f"  {key}: {iv['mean']:.3f} [{iv['low']:.3f}, {iv['high']:.3f}], measured "
+                             f"{iv['measured']:.3f} ({'inside' if iv['inside'] else 'OUTSIDE'})")
         lines.append(f"drafts (vLLM): {summ['measured_num_drafts']}, mean acceptance length "
                      f"{summ['measured_mean_acceptance_length']:.3f}"
                      + (f"; predicted {summ['predicted_num_drafts']}, {summ['predicted_mean_acceptance_length']:.3f}"

@@ -4,7 +4,7 @@ session read: the comparison trace, the model pair, the decoder and the predicti
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,9 @@ class LiveConfig:
     compare: bool = True
     trace: Path | None = None
     reprobe: bool = False
+    spread_traces: list[Path] = field(default_factory=list)  # other record --seed traces (T > 0)
+    spread_seeds: int = 20
+    repeats: int = 1
     latency: Path | None = None
     chat_template: bool = True
     progress: bool = True
@@ -52,6 +55,10 @@ class LiveSetup:
             raise SimlabError(f"--max-new-tokens must be at least 2, got {cfg.max_new_tokens}")
         if (cfg.draft is None) == (cfg.draft_layer is None):
             raise SimlabError("pass either --draft, or --draft-layer to draft with the target's first layers")
+        if cfg.repeats < 1:
+            raise SimlabError(f"--repeats must be at least 1, got {cfg.repeats}")
+        if cfg.spread_seeds < 1:
+            raise SimlabError(f"--spread-seeds must be at least 1, got {cfg.spread_seeds}")
         if cfg.temperature < 0:
             raise SimlabError(f"--temperature must be >= 0, got {cfg.temperature}")
         if cfg.policy not in REGISTRY:

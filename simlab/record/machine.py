@@ -71,8 +71,14 @@ class OtherLoad:
         busy1, own1, t1 = _busy_seconds(), _own_cpu_seconds(), time.perf_counter()
         if busy0 is None or busy1 is None or t1 - t0 < _MIN_SPAN:
             return None  # /proc/stat counts in clock ticks: too coarse for a short span
-        other = (busy1 - busy0) - (own1 - own0)
-        return round(min(1.0, max(0.0, other) / ((t1 - t0) * (os.cpu_count() or 1))), 3)
+        return other_share(busy1 - busy0, own1 - own0, t1 - t0, os.cpu_count() or 1)
+
+
+def other_share(busy: float, own: float, seconds: float, cpus: int) -> float:
+    """The share of ``cpus`` cores over ``seconds`` that others used: every process's busy CPU
+    seconds (``/proc/stat``) less this process's own (all its threads), clipped to [0, 1]
+    because the two counters tick at different moments."""
+    return round(min(1.0, max(0.0, busy - own) / (seconds * cpus)), 3)
 
 
 def _busy_seconds() -> float | None:

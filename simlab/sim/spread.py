@@ -1,0 +1,138 @@
+"""How far one decode at temperature > 0 may land from the prediction: the spread over sampled
+continuations and accept/reject draws.
+
+A trace recorded at T > 0 holds one sampled continuation per prompt. Replaying it under another
+``--seed`` redraws accept/reject along that one continuation (:mod:`simlab.trace.replay`); a
+live run samples a new continuation as well, so the replay seeds alone understate its spread
+(on SmolLM2 at T = 0.7 about half of it, and a second trace recorded with another
+``record --seed`` moved the prediction by 7%). Traces of the same prompts recorded with other
+``record --seed`` hold other continuations. The method:
+
+1. simulate the policy on each of the K traces under S replay seeds (``seed`` … ``seed + S − 1``),
+   every run priced by one latency model (the first trace's, unless one is given), so that
+   the spread is the decoding's and not the probes';
+2. a run decodes every prompt once and independently of the others, so its outcome on a prompt
+   is one draw from that prompt's distribution over (continuation, acceptances), of which the
+   K × S simulated outcomes are a sample. Pick one of them per prompt, uniformly and
+   independently across prompts, add up counts and wall times and compute the run's metrics;
+   repeat ``draws`` times (a fixed generator, so the figures are reproducible);
+3. the prediction is the mean of the draws and its interval their central ``level`` range
+   (2.5th to 97.5th percentile by default).
+
+Resampling per prompt makes K^n × S^n whole runs out of K × S simulations: the interval of a
+run over n prompts is estimated from n·K continuations, not K. With K = 1 it is the spread of
+the replay seeds only, and says so (:attr:`SamplingSpread.continuations`). What it leaves out:
+the machine's own noise in wall times (see ``simlab live --repeats``) and how well the K
+continuations sample each prompt's distribution (K = 4 in the shipped check).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from simlab.errors import SimlabError
+from simlab.latency.model import LatencyModel
+from simlab.sim.devices import Topology
+from simlab.sim.run import Simulator, latency_of
+from simlab.trace.io import Trace
+
+# the per-prompt counts a run's metrics are made of
+_COUNTS = ("tokens", "target_calls", "accepted", "num_drafts", "wall_time_s", "ad_wall_time_s")
+METRICS = ("speedup", "tokens_per_s", "mean_acceptance_length", "tokens_per_target_call", "target_calls", "tokens")
+
+
+@dataclass(frozen=True)
+class Interval:
+    mean: float
+    low: float
+    high: float
+
+    def holds(self, value: float) -> bool:
+        return self.low <= value <= self.high
+
+
+@dataclass(frozen=True)
+class SamplingSpread:
+    """Mean and interval of each metric of one run (module docstring)."""
+
+    continuations: int  # K: traces, each one sampled continuation per prompt
+    seeds: int  # S: replay seeds per trace
+    draws: int
+    level: float
+    intervals: dict[str, Interval]
+
+    def to_dict(self) -> dict:
+        return {"continuations": self.continuations, "seeds": self.seeds, "draws": self.draws, "level": self.level,
+                **{k: asdict(v) for k, v in self.intervals.items()}}
+
+    def describe(self) -> str:
+        what = (f"{self.continuations} recorded continuations × {self.seeds} replay seeds" if self.continuations > 1
+                else f"{self.seeds} replay seeds of one recorded continuation (acceptance draws only: too narrow)")
+        return f"{self.level:.0%} interval over {what}"
+
+
+def run_metrics(totals: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A run's metrics from its summed counts (as :class:`simlab.metrics.Summary` defines them)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return {
+            "speedup": totals["ad_wall_time_s"] / totals["wall_time_s"],
+            "tokens_per_s": totals["tokens"] / totals["wall_time_s"],
+            "mean_acceptance_length": 1 + totals["accepted"] / totals["num_drafts"],
+            "tokens_per_target_call": totals["tokens"] / totals["target_calls"],
+            "target_calls": totals["target_calls"],
+            "tokens": totals["tokens"],
+        }
+
+
+def combine(outcomes: np.ndarray, draws: int, level: float, rng: np.random.Generator) -> dict[str, Interval]:
+    """``outcomes[prompt, sample, count]`` (counts in :data:`_COUNTS` order) resampled per prompt."""
+    n, samples, _ = outcomes.shape
+    pick = rng.integers(0, samples, size=(draws, n))
+    totals = outcomes[np.arange(n)[None, :], pick].sum(axis=1)  # (draws, counts)
+    metrics = run_metrics({name: totals[:, i] for i, name in enumerate(_COUNTS)})
+    tail = (1 - level) / 2 * 100
+    return {k: Interval(float(np.mean(v)), float(np.percentile(v, tail)), float(np.percentile(v, 100 - tail)))
+            for k, v in metrics.items()}
+
+
+def sampling_spread(traces: list[Trace], policy: str, params: dict | None = None, *, seeds: int = 20,
+                    seed: int = 0, latency: LatencyModel | None = None, topology: Topology | str | None = None,
+                    draws: int = 4000, level: float = 0.95) -> SamplingSpread:
+    """The spread of one run of ``policy`` over the prompts of ``traces[0]`` (module docstring).
+
+    Every trace must be recorded at the same temperature > 0 with the same models and budget,
+    and hold every prompt of the first (matched by source)."""
+    if seeds < 1:
+        raise SimlabError(f"the spread needs at least one replay seed, got {seeds}")
+    first = traces[0]
+    if first.manifest.greedy:
+        raise SimlabError(f"{first.path}: a greedy trace has no sampling spread (temperature 0)")
+    key = ("draft_model", "target_model", "temperature", "max_new_tokens")
+    sources = list(first.prompts.sort_values("prompt_id")["source"])
+    selected = []
+    for tr in traces:
+        if any(getattr(tr.manifest, k) != getattr(first.manifest, k) for k in key):
+            raise SimlabError(f"{tr.path}: recorded with other models or settings than {first.path} ({', '.join(key)})")
+        missing = set(sources) - set(tr.prompts["source"])
+        if missing:
+            raise SimlabError(f"{tr.path} lacks {len(missing)} prompt(s) of {first.path}, e.g. {sorted(missing)[0]}")
+        selected.append(tr.select_prompts(tr.prompts[tr.prompts["source"].isin(sources)]["prompt_id"]))
+    latency = latency or latency_of(first)
+    topology = topology if topology is not None else first.manifest.recorded_topology()
+    outcomes = np.zeros((len(sources), len(selected) * seeds, len(_COUNTS)))
+    column = 0
+    for tr in selected:
+        row_of = dict(zip(tr.prompts["prompt_id"], tr.prompts["source"]))
+        order = {s: i for i, s in enumerate(sources)}
+        for s in range(seed, seed + seeds):
+            per_prompt = Simulator(tr, latency, seed=s, topology=topology).run(policy, params, with_cost=False).per_prompt
+            for _, r in per_prompt.iterrows():
+                outcomes[order[row_of[r["prompt_id"]]], column] = [r[c] for c in _COUNTS]
+            column += 1
+    intervals = combine(outcomes, draws, level, np.random.default_rng(seed))
+    return SamplingSpread(len(selected), seeds, draws, level, intervals)
+
+
+__all__ = ["Interval", "SamplingSpread", "sampling_spread", "combine", "run_metrics", "METRICS"]

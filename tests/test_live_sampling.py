@@ -1,0 +1,147 @@
+"""Speculative sampling in the live executor is lossless in distribution, computed exactly.
+
+At temperature > 0 two decodes of a prompt agree only by chance, so losslessness is a property
+of distributions: the sequence the executor emits must be distributed exactly as the target's
+own sampling (Leviathan et al. 2023, "Fast Inference from Transformers via Speculative
+Decoding", arXiv:2211.17192, Theorem 1 / Appendix A.1). The executor draws randomness in two
+places only (``_draw``: a token from a distribution; ``_coin``: accept a draft). Replacing them
+with an enumeration of every outcome and its probability turns a decode into a tree whose leaves
+are the emitted sequences; summing the leaves' probabilities per sequence gives the executor's
+exact output distribution, which is compared with the product of the target's sampling
+probabilities for every sequence of the budget's length. A tiny randomly initialised model over
+a 3-token vocabulary keeps the tree small (mechanics only; the real-model tests are in
+tests/test_live.py).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="live decoding needs the models extra (torch)")
+transformers = pytest.importorskip("transformers", reason="live decoding needs the models extra (transformers)")
+
+from simlab.live.executor import LiveExecutor  # noqa: E402
+from simlab.policies import make_policy  # noqa: E402
+from tests.helpers import EveryRoundParallel, SerialThenParallel  # noqa: E402
+
+VOCAB = 3
+BUDGET = 3
+PROMPT = [1, 2, 0]
+TEMPERATURE = 0.7
+
+
+def tiny_model(seed: int):
+    """A random Llama over VOCAB tokens whose next-token distributions are far from uniform."""
+    torch.manual_seed(seed)
+    config = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=32,
+                                      initializer_range=0.6, tie_word_embeddings=False)
+    return transformers.LlamaForCausalLM(config).eval()
+
+
+class Enumerating(LiveExecutor):
+    """An executor whose two random draws follow a script of choices and record the probability
+    of each choice; :func:`exact_distribution` walks every script."""
+
+    def start(self, script: list[int]) -> None:
+        self.script, self.at, self.prob, self.options = list(script), 0, 1.0, []
+
+    def _choose(self, weights: list[float]) -> int:
+        live = [i for i, w in enumerate(weights) if w > 0]
+        if self.at == len(self.script):
+            self.script.append(0)
+        choice = live[self.script[self.at]]
+        self.options.append(len(live))
+        self.at += 1
+        self.prob *= weights[choice]
+        return choice
+
+    def _draw(self, dist):
+        return self._choose(dist.double().tolist())
+
+    def _coin(self, prob):
+        return self._choose([prob, 1.0 - prob]) == 0
+
+
+def exact_distribution(executor: Enumerating, policy) -> dict[tuple[int, ...], float]:
+    """Probability of every sequence the executor can emit (depth-first over all outcomes)."""
+    dist: dict[tuple[int, ...], float] = {}
+    script: list[int] | None = []
+    while script is not None:
+        executor.start(script)
+        run = executor.run(policy, 0, PROMPT, BUDGET)
+        key = tuple(run.tokens)
+        dist[key] = dist.get(key, 0.0) + executor.prob
+        script = _next_script(executor.script, executor.options)
+    return dist
+
+
+def _next_script(script: list[int], options: list[int]) -> list[int] | None:
+    """The next leaf in depth-first order: bump the deepest choice that has an untried option."""
+    for i in range(len(script) - 1, -1, -1):
+        if script[i] + 1 < options[i]:
+            return script[:i] + [script[i] + 1]
+    return None
+
+
+def target_distribution(target) -> dict[tuple[int, ...], float]:
+    """The target's own sampling: the product of softmax(logits / T) along every sequence."""
+    out = {}
+    for seq in itertools.product(range(VOCAB), repeat=BUDGET):
+        with torch.inference_mode():
+            logits = target(input_ids=torch.tensor([PROMPT + list(seq)])).logits[0].double()
+        probs = torch.softmax(logits / TEMPERATURE, dim=-1)
+        rows = range(len(PROMPT) - 1, len(PROMPT) + BUDGET - 1)
+        out[seq] = float(torch.prod(torch.stack([probs[r, y] for r, y in zip(rows, seq)])))
+    return out
+
+
+@pytest.fixture(scope="module")
+def pair():
+    """Draft, target and the target's distribution; one intra-op thread (the enumeration runs
+    hundreds of tiny forwards, where thread hand-offs cost more than the arithmetic)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    target, draft = tiny_model(0), tiny_model(1)
+    yield draft, target, target_distribution(target)
+    torch.set_num_threads(threads)
+
+
+POLICIES = {"sd gamma=2": lambda: make_policy("sd", None, gamma=2),
+            "parallel rounds": lambda: EveryRoundParallel(None),
+            "serial then parallel": lambda: SerialThenParallel(None)}
+
+
+def max_gap(a: dict, b: dict) -> float:
+    return max(abs(a.get(k, 0.0) - b.get(k, 0.0)) for k in set(a) | set(b))
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_the_speculative_sampler_emits_the_targets_distribution(pair, policy):
+    draft, target, want = pair
+    executor = Enumerating(draft, target, [], temperature=TEMPERATURE)
+    got = exact_distribution(executor, POLICIES[policy]())
+    executor.close()
+    assert sum(got.values()) == pytest.approx(1.0, abs=1e-6)
+    assert set(got) <= set(want)
+    assert max_gap(got, want) < 1e-5  # float32 logits: the two sides differ by rounding only
+
+
+class ResidualFromTarget(Enumerating):
+    """A planted bug: after a rejection, draw from p instead of norm(max(0, p - q))."""
+
+    def _correction(self, p, q):
+        return super()._correction(p, None)
+
+
+def test_the_check_is_sharp_enough_to_catch_a_wrong_residual(pair):
+    """The tiny pair's draft differs enough from its target that a sampler drawing the
+    correction from the wrong distribution misses by far more than the tolerance above."""
+    draft, target, want = pair
+    executor = ResidualFromTarget(draft, target, [], temperature=TEMPERATURE)
+    got = exact_distribution(executor, make_policy("sd", None, gamma=2))
+    executor.close()
+    assert sum(got.values()) == pytest.approx(1.0, abs=1e-6)
+    assert max_gap(got, want) > 1e-3

@@ -1,0 +1,78 @@
+"""The T > 0 prediction interval (simlab/sim/spread.py): per-prompt resampling over recorded
+continuations and replay seeds."""
+
+import numpy as np
+import pytest
+
+from simlab.errors import SimlabError
+from simlab.sim.spread import combine, sampling_spread
+from tests.helpers import hand_trace
+
+# counts per outcome: tokens, target_calls, accepted, num_drafts, wall_time_s, ad_wall_time_s
+
+
+def test_one_outcome_per_prompt_gives_a_point():
+    outcomes = np.array([[[10, 5, 5, 5, 2.0, 4.0]], [[10, 5, 5, 5, 2.0, 4.0]]])
+    iv = combine(outcomes, 100, 0.95, np.random.default_rng(0))
+    assert iv["speedup"].low == iv["speedup"].high == iv["speedup"].mean == 2.0
+    assert iv["target_calls"].mean == 10 and iv["mean_acceptance_length"].mean == 2.0
+
+
+def test_prompts_are_resampled_independently():
+    """Two prompts, each with two equally likely outcomes of 4 or 6 target calls: a run's total
+    is 8, 10 or 12 with probabilities 1/4, 1/2, 1/4; resampling whole runs from two columns
+    could only give 8 and 12."""
+    a = [10, 4, 0, 1, 1.0, 1.0]
+    b = [10, 6, 0, 1, 1.0, 1.0]
+    outcomes = np.array([[a, b], [a, b]], dtype=float)
+    iv = combine(outcomes, 20000, 0.95, np.random.default_rng(1))
+    assert iv["target_calls"].mean == pytest.approx(10, abs=0.05)
+    assert (iv["target_calls"].low, iv["target_calls"].high) == (8, 12)
+    middle = combine(outcomes, 20000, 0.4, np.random.default_rng(1))["target_calls"]  # 30th-70th percentile
+    assert (middle.low, middle.high) == (10, 10)
+
+
+def test_a_greedy_trace_has_no_spread():
+    with pytest.raises(SimlabError, match="greedy"):
+        sampling_spread([hand_trace(["1101"])], "sd")
+
+
+def test_recorded_continuations_widen_the_seed_only_interval():
+    """On the SmolLM2 T = 0.7 traces recorded with record --seed 0-3 (results/live/), the
+    interval over four continuations is wider than the replay seeds' of one."""
+    from simlab.paths import ROOT
+    from simlab.trace.io import read_trace
+
+    traces = [read_trace(ROOT / "results/live/smollm2-t07/traces" / f"seed{s}") for s in range(4)]
+    one = sampling_spread(traces[:1], "sd", {"gamma": 3}, seeds=10, draws=2000).intervals["mean_acceptance_length"]
+    four = sampling_spread(traces, "sd", {"gamma": 3}, seeds=10, draws=2000).intervals["mean_acceptance_length"]
+    assert four.high - four.low > 1.2 * (one.high - one.low)
+    assert one.low < one.mean < one.high
+
+
+def test_traces_must_hold_the_same_prompts():
+    from simlab.paths import ROOT
+    from simlab.trace.io import read_trace
+
+    first = read_trace(ROOT / "results/live/smollm2-t07/traces/seed0")
+    fewer = first.select_prompts([int(first.prompts["prompt_id"].min())])
+    with pytest.raises(SimlabError, match="lacks"):
+        sampling_spread([first, fewer], "sd", seeds=1)
+
+
+def test_simulate_prints_the_interval_at_temperature():
+    import json
+    import subprocess
+
+    from simlab.paths import ROOT, TRACES
+    from tests.helpers import simlab_cmd
+
+    traces = ROOT / "results/live/smollm2-t07/traces"
+    proc = subprocess.run(simlab_cmd("simulate", "--trace", traces / "seed0", "--spread-trace", traces / "seed1",
+                                     "--spread-seeds", 3, "--gamma", 3, "--json"), capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    spread = json.loads(proc.stdout)["spread"]
+    assert (spread["continuations"], spread["seeds"]) == (2, 3)
+    bad = subprocess.run(simlab_cmd("simulate", "--trace", TRACES / "synthetic-iid", "--spread-trace",
+                                    traces / "seed1"), capture_output=True, text=True)
+    assert bad.returncode == 2 and "temperature > 0" in bad.stderr

@@ -91,8 +91,8 @@ def serve(
     mean_batch = stats.batch_sizes / stats.decode_steps if stats.decode_steps else 0.0
     acceptance = run.positions.rates()
     if res.extrapolated and max_batch > 1:
-        err_console.print(f"[yellow]warning:[/] {res.latency_rule}; pass a roofline profile with --latency for "
-                          "batch costs from shapes")
+        err_console.print(f"[yellow]warning:[/] {res.latency_rule}; probe the trace's batch axis (simlab record "
+                          "--resume --reprobe --latency-probe 'batch=2,4,8') or pass a roofline profile with --latency")
     if json_out:
         print_json({
             "policy": policy, "params": run.params, "trace": str(tr.path), "latency": sim.latency.name,

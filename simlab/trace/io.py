@@ -27,8 +27,8 @@ from simlab.errors import SimlabError
 from simlab.jsonfile import read_json
 from simlab.trace.checks import check_manifest_types, validate
 from simlab.trace.schema import (
-    MANIFEST,
     DEFAULTED_COLUMNS,
+    MANIFEST,
     OPTIONAL_TABLES,
     SCHEMA_VERSION,
     TABLES,

@@ -82,17 +82,23 @@ class DraftLoop(NamedTuple):
         """Draft with ``draft_one(start, index, layer)`` (the ``index``-th token, 1-based, of the
         run that began at ``start``) until the policy decides or ``cap`` tokens are drafted.
         Returns the drafted signals and the last decision (DRAFT when the cap ended the run)."""
-        start, cap, layer, on_draft, stop_at_end = self
+        start, cap, layer = self.start, self.cap, self.layer
+        decide = self.decide
         drafted: list[TokenSignal] = []
         decision = DRAFT
         while decision is DRAFT and len(drafted) < cap:
             signal = draft_one(start, len(drafted) + 1, layer)
             drafted.append(signal)
-            if stop_at_end and signal.end:
-                decision = VERIFY
-            elif on_draft is not None:
-                decision = on_draft(signal)
+            decision = decide(signal)
         return drafted, decision
+
+    def decide(self, signal: TokenSignal) -> Decision:
+        """The decision after a drafted token's ``signal`` (DRAFT: go on, if the cap allows). An
+        executor that cannot hand :meth:`run` a callback (the batched decoder drafts every row
+        in one forward) calls this after each token instead, then answers ``(drafted, decision)``."""
+        if self.stop_at_end and signal.end:
+            return VERIFY
+        return self.on_draft(signal) if self.on_draft is not None else DRAFT
 
 
 class DraftRun(NamedTuple):

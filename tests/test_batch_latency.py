@@ -1,13 +1,16 @@
 """Batch-aware latency: a batch of one is the single-request model's own figure; larger batches
-follow the roofline (weights once, KV per sequence) or the documented token-count rule."""
+follow the roofline (weights once, KV per sequence), measured batches (the probe's batch axis)
+or the documented token-count rule."""
 
+import pandas as pd
 import pytest
 
 from simlab.latency import roofline as rf
 from simlab.latency.batch import BatchLatency
 from simlab.latency.grid import LatencyGrid
-from simlab.latency.model import TableLatency, load_profile
+from simlab.latency.model import TableLatency, load_profile, save_profile
 from simlab.paths import CALIBRATE
+from simlab.trace.schema import NO_LAYER
 from tests.helpers import latency_table
 
 H100_PROFILE = CALIBRATE / "roofline" / "qwen2.5-coder-0.5b-1.5b-h100.json"
@@ -85,3 +88,100 @@ def test_ragged_drafts_run_a_draft_step_while_any_request_still_drafts():
     assert steps == 3
     assert seconds == pytest.approx(0.05 * 2 + 0.05 + 0.05)
     assert lat.draft_phase([0, 0], [1, 2]) == (0.0, 0)
+
+
+# -- measured batches (the probe's batch axis) ------------------------------------------------
+
+def measured_samples() -> pd.DataFrame:
+    """Batch 1 as ``latency_table``; batch b: verify k at context c costs (0.1 + 0.02 k) * b**0.5
+    + 1e-4 c, a draft step 0.05 * b**0.5 (numbers chosen so that no two rules agree)."""
+    single = latency_table(draft=0.05, verify={k: 0.1 + 0.02 * k for k in range(1, 10)}, ctx=(0, 1000))
+    rows = []
+    for b in (2, 4, 8):
+        for c in (0, 1000):
+            rows.append(("draft_step", 1, c, NO_LAYER, False, 0, 0.05 * b ** 0.5, b))
+            rows += [("target_forward", k, c, NO_LAYER, False, 0, (0.1 + 0.02 * k) * b ** 0.5 + 1e-4 * c, b)
+                     for k in range(1, 10)]
+    batched = pd.DataFrame(rows, columns=[*single.columns, "batch"])
+    return pd.concat([single.assign(batch=1), batched], ignore_index=True)
+
+
+def measured_batch() -> BatchLatency:
+    return BatchLatency(LatencyGrid(TableLatency.from_samples(measured_samples()), 2000))
+
+
+def test_measured_batches_price_a_padded_forward_at_the_longest_k_and_context():
+    lat = measured_batch()
+    assert lat.measured and not lat.extrapolated and "measured batches B=1,2,4,8" in lat.rule
+    assert lat.target([3, 5], [100, 600]) == pytest.approx((0.1 + 0.02 * 5) * 2 ** 0.5 + 1e-4 * 600)
+    assert lat.target([1] * 8, [500] * 8) == pytest.approx(0.12 * 8 ** 0.5 + 0.05)
+    assert lat.draft([1] * 4, [0, 900, 10, 10]) == pytest.approx(0.05 * 4 ** 0.5)
+    # a batch of one is still the single-request grid's own cell
+    assert lat.target([4], [300]) == lat.grid.target_forward(4, 300)
+
+
+def test_between_measured_batch_sizes_the_price_is_linear_in_b_and_beyond_it_is_flagged():
+    lat = measured_batch()
+    two, four = lat.target([2, 2], [0, 0]), lat.target([2] * 4, [0] * 4)
+    assert lat.target([2] * 3, [0] * 3) == pytest.approx((two + four) / 2)
+    eight = lat.target([2] * 8, [0] * 8)
+    assert lat.target([2] * 12, [0] * 12) == pytest.approx(eight + 4 * (eight - four) / 4)
+    assert not lat.extrapolated  # 12 is within twice the largest measured batch
+    lat.target([2] * 17, [0] * 17)
+    assert lat.extrapolated and "extrapolated linearly" in lat.rule
+
+
+def test_an_old_trace_without_a_batch_column_reads_as_batch_one(tmp_path):
+    import pyarrow.parquet as pq
+
+    from simlab.trace import read_trace, write_trace
+    from simlab.trace.synth import SynthSpec, synth_trace
+
+    path = write_trace(synth_trace(SynthSpec(prompts=2, tokens=20, seed=1)), tmp_path / "t")
+    table = pq.read_table(path / "latency.parquet")
+    pq.write_table(table.drop_columns(["batch"]), path / "latency.parquet")
+    lat = read_trace(path).latency
+    assert (lat["batch"] == 1).all()
+    assert not TableLatency.from_samples(lat).batches
+
+
+@pytest.mark.parametrize("kind", ["table", "fitted"])
+def test_profiles_keep_their_measured_batches(kind, tmp_path):
+    from simlab.latency.fitted import fit_latency
+
+    samples = measured_samples()
+    model = TableLatency.from_samples(samples) if kind == "table" else fit_latency(samples, form="per-x")
+    back = load_profile(save_profile(model, tmp_path / "p.json"))
+    assert set(back.batches) == {2, 4, 8}
+    for b in (2, 8):
+        assert back.batches[b].target_forward(5, 1000) == pytest.approx((0.2) * b ** 0.5 + 0.1, rel=1e-6)
+        assert back.batches[b].draft_step(500) == pytest.approx(0.05 * b ** 0.5, rel=1e-6)
+
+
+def test_probe_plan_reads_the_batch_axis():
+    from simlab.errors import SimlabError
+    from simlab.record.latency import ProbePlan
+
+    plan = ProbePlan.parse("batch=1,2,4,8;batch_k=1-3")
+    assert (plan.batches, plan.batch_ks, plan.single) == ((1, 2, 4, 8), (1, 2, 3), True)
+    assert not ProbePlan.parse("batch=2,4").single
+    with pytest.raises(SimlabError, match="at least 1"):
+        ProbePlan.parse("batch=0,2")
+
+
+def test_serve_prices_its_verifications_from_the_measured_batches():
+    from simlab.serve.run import ServeConfig, serve
+    from simlab.serve.scheduler import Scheduler
+    from simlab.sim.run import Simulator
+    from tests.helpers import hand_trace
+
+    trace = hand_trace(["1" * 30] * 4, latency=measured_samples())
+    res = serve(Simulator(trace), [0.0] * 4, ServeConfig("sd", {"gamma": 3}, scheduler=Scheduler(4, 10_000)),
+                record=True)
+    assert not res.extrapolated and "measured batches" in res.latency_rule
+    verify = [s for s in res.run.slices if s.name == "verify"]
+    lat = measured_batch()
+    assert len(verify) > 2
+    for s in verify:  # contexts stay below 50 tokens: within 0.005 s of context 0
+        b, k = s.args["batch"], s.args["tokens"] // s.args["batch"]
+        assert s.end - s.start == pytest.approx(lat.target([k] * b, [0] * b), abs=0.005)

@@ -22,7 +22,7 @@ LAYERS = (
     ("rounds",),  # the protocol between a policy and an executor
     ("sim",),  # the SimPy executor
     ("live", "serve", "predictor", "analytic_trace", "frontier", "result_table", "bench"),
-    ("sweep", "plots"),
+    ("sweep", "plots", "serve_live"),  # serve_live: live batched decoding beside serve's prediction
     ("cli",),
     ("__main__",),
 )

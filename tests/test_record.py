@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 # As `simlab record` does (simlab/cli/record.py): on a shared CPU, spinning OpenMP threads slow
@@ -44,7 +45,7 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKENS = 16
-PROBE = "k=1,2;ctx=32;repeats=1"
+PROBE = "k=1,2;ctx=32;repeats=1;batch=1,2;batch_k=1,2"
 SELFSPEC = {"target": "smollm2", "exit_layers": "22-29", "draft_layer": 24, "rollout": 4}
 
 
@@ -193,10 +194,37 @@ def test_trace_manifest_and_latency_samples(selfspec, sampled):
     assert sorted(lat[lat.op == "target_forward"].k.unique()) == [1, 2]
     assert TableLatency.from_samples(lat).has_corun
 
+    pairs = lat[lat.batch == 2]  # the batch axis: two sequences per forward, solo and co-running
+    assert sorted(pairs[pairs.op == "target_forward"].k.unique()) == [1, 2] and set(pairs.corun) == {False, True}
+    assert set(TableLatency.from_samples(lat).batches) == {2}
+
     s = selfspec.manifest
     assert (s.draft_model, s.draft_layer, s.n_layers, s.exit_layers) == ("smollm2[:24]", 24, 30, list(range(22, 30)))
     steps = selfspec.latency[selfspec.latency.op == "draft_step"]
     assert sorted(steps.layer.unique()) == list(range(22, 30)) and not selfspec.latency.corun.any()
+    assert set(steps[steps.batch == 2].layer) == {24}  # batched draft steps: the drafting exit layer
+
+
+def test_a_batch_axis_reprobe_keeps_the_single_sequence_samples(selfspec, tmp_path):
+    """``--resume --reprobe`` with a probe that leaves batch 1 out measures only the batch axis."""
+    import shutil
+
+    out = tmp_path / "t"
+    shutil.copytree(selfspec.path, out)
+    record(_config(out, **SELFSPEC, resume=True, reprobe=True, latency_probe="batch=4;batch_k=3;ctx=32;repeats=1"))
+    after = read_trace(out)
+    pd.testing.assert_frame_equal(after.latency[after.latency.batch < 4].reset_index(drop=True),
+                                  selfspec.latency[selfspec.latency.batch < 4].reset_index(drop=True), check_dtype=False)
+    new = after.latency[after.latency.batch == 4]
+    assert sorted(zip(new.op, new.k)) == [("draft_step", 1), ("target_forward", 3)]
+    assert after.manifest.extra["batch_probe"]["batches"] == [4]
+    assert after.manifest.extra["latency_probe"] == selfspec.manifest.extra["latency_probe"]
+    assert after.positions.equals(selfspec.positions)
+
+
+def test_a_new_trace_needs_the_single_sequence_probe(smollm2, tmp_path):
+    with pytest.raises(SimlabError, match="batch=1"):
+        record(_config(tmp_path / "t", **SELFSPEC, latency_probe="batch=2"))
 
 
 def test_different_vocabularies_are_refused_before_any_model_runs(smollm2, tmp_path, monkeypatch):

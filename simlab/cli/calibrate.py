@@ -57,8 +57,8 @@ def fit(
 ) -> None:
     """Fit T_d(ctx) and T_v(k, ctx) to a trace's latency samples by least squares.
 
-    Each series (draft step, early-exit step, target forward; solo and co-running) gets the
-    form with the smallest BIC: affine in k, piecewise-linear in k (hinge) or one intercept
+    Each series (draft step, early-exit step, target forward; solo and co-running; per batch
+    size where the trace was probed with a batch axis) gets the form with the smallest BIC: affine in k, piecewise-linear in k (hinge) or one intercept
     per measured k (per-x), each with a context term. Prints R², the worst point and the
     median error on samples left out of the fit (one repeat at a time).
     """
@@ -93,10 +93,12 @@ def fit(
     for col in ("series", "form", "samples", "R² (medians)", "median |err|", "worst point", "measured ms", "fit ms",
                 "err"):
         table.add_column(col)
-    for (series, corun), s in sorted(model.surfaces.items()):
+    fits = [(1, model), *sorted(model.batches.items())]  # batch sizes of the probe's batch axis
+    for b, series, corun, s in ((b, sr, c, s) for b, m in fits for (sr, c), s in sorted(m.surfaces.items())):
         q, w = s.quality, s.quality["worst_point"]
         size = "" if series == "draft" else f"{'k' if series == 'target' else 'layer'}={w['x']} "
-        table.add_row(f"{series}{' (co-run)' if corun else ''}", s.form, str(q["samples"]),
+        batch = f" x{b} sequences" if b > 1 else ""
+        table.add_row(f"{series}{' (co-run)' if corun else ''}{batch}", s.form, str(q["samples"]),
                       "-" if q["r2"] != q["r2"] else f"{q['r2']:.3f}", f"{100 * q['median_abs_rel_err']:.1f}%",
                       f"{size}ctx={w['context_len']}", f"{1e3 * w['measured_s']:.1f}", f"{1e3 * w['fitted_s']:.1f}",
                       _pct(w["rel_err"]))

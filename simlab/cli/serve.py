@@ -43,6 +43,9 @@ def serve(
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")] = False,
     out: Annotated[Optional[Path], typer.Option("--out", help="Write per-request results (.csv or .parquet).")] = None,
     timeline: Annotated[Optional[Path], typer.Option("--timeline", help="Write the engine's draft/target forwards (Chrome trace JSON).")] = None,
+    live: Annotated[bool, typer.Option("--live", help="Decode the trace's first --max-batch prompts for real as one batch (all at t=0), under the policy and without speculation, and print measured against serve's prediction.")] = False,
+    live_tokens: Annotated[Optional[int], typer.Option("--live-tokens", help="With --live: tokens per request (the trace is cut to this budget).", show_default="the trace's max_new_tokens")] = None,
+    repeats: Annotated[int, typer.Option("--repeats", help="With --live: live decodes of each of policy and ad, alternating.")] = 1,
     force: Force = False,
 ) -> None:
     """Serve a trace's prompts under load: continuous batching, batched drafting and verification.
@@ -79,6 +82,8 @@ def serve(
         times = times[:requests]
     config = ServeConfig(policy, params, scheduler, batch, slo)
 
+    if live:
+        return _serve_live(trace, latency, policy, params, max_batch, live_tokens, repeats, arrivals, out, force)
     tr, lat = load_inputs(trace, latency)
     sim = Simulator(tr, lat, seed=seed)
     res = serve_run(sim, times, config, baseline=baseline, record=timeline is not None)
@@ -91,8 +96,8 @@ def serve(
     mean_batch = stats.batch_sizes / stats.decode_steps if stats.decode_steps else 0.0
     acceptance = run.positions.rates()
     if res.extrapolated and max_batch > 1:
-        err_console.print(f"[yellow]warning:[/] {res.latency_rule}; pass a roofline profile with --latency for "
-                          "batch costs from shapes")
+        err_console.print(f"[yellow]warning:[/] {res.latency_rule}; probe the trace's batch axis (simlab record "
+                          "--resume --reprobe --latency-probe 'batch=2,4,8') or pass a roofline profile with --latency")
     if json_out:
         print_json({
             "policy": policy, "params": run.params, "trace": str(tr.path), "latency": sim.latency.name,
@@ -124,3 +129,34 @@ def serve(
         console.print(f"without speculation (ad): TPOT mean {b['tpot_mean_s'] * 1e3:.2f} ms, end-to-end mean "
                       f"{b['e2e_mean_s']:.2f} s -> speedup at this load: end-to-end {sp['e2e_speedup']:.3f}x, "
                       f"TPOT {sp['tpot_speedup']:.3f}x, throughput {sp['throughput_ratio']:.3f}x")
+
+
+def _serve_live(trace, latency, policy, params, batch, tokens, repeats, arrivals, out, force) -> None:
+    """``serve --live``: simlab.serve_live decodes the batch; print measured beside predicted."""
+    from rich.table import Table
+
+    from simlab.serve_live import check, load_executor
+
+    if arrivals is not None:
+        raise SimlabError("--live serves one batch arriving at t=0; drop --arrivals")
+    if repeats < 1:
+        raise SimlabError(f"--repeats must be at least 1, got {repeats}")
+    if tokens is not None and tokens < 2:
+        raise SimlabError(f"--live-tokens must be at least 2, got {tokens}")
+    tr, lat = load_inputs(trace, latency)
+    budget = min(tokens or tr.manifest.max_new_tokens, tr.manifest.max_new_tokens)
+    executor = load_executor(tr)
+    frame = check(tr, executor, policy, params, batch, budget, repeats, lat,
+                  log=lambda m: err_console.print(m))
+    if out:
+        write_frame(frame, out)
+    console.print(f"trace: {trace_label(tr)}; batch {batch}, {budget} tokens per request")
+    table = Table(header_style="bold")
+    for col in ("policy", "tok/s measured", "predicted", "TPOT ms measured", "predicted", "lossless", "target calls = sim"):
+        table.add_column(col)
+    for name, g in frame.groupby("policy", sort=False):
+        tps, tpot = g["measured_tokens_per_s"], 1e3 * g["measured_tpot_s"]
+        table.add_row(name, f"{tps.median():.2f} ({tps.min():.2f}-{tps.max():.2f})", f"{g['predicted_tokens_per_s'].iat[0]:.2f}",
+                      f"{tpot.median():.0f} ({tpot.min():.0f}-{tpot.max():.0f})", f"{1e3 * g['predicted_tpot_s'].iat[0]:.0f}",
+                      f"{g['lossless'].sum()}/{len(g)}", f"{g['target_calls_equal'].sum()}/{len(g)}")
+    console.print(table)

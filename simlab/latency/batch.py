@@ -1,14 +1,23 @@
 """Forwards of a batch: B sequences at once, sequence i bringing k_i new tokens at context c_i.
 
 A serving engine runs one forward for every request in its batch; what that forward costs is
-the whole question of speculative decoding under load. Two sources:
+the whole question of speculative decoding under load. Three sources, in this order:
 
 - **Roofline profiles** (``kind: roofline``) price the batch from first principles: the weights
   are read once per forward, each sequence's KV cache is read, and compute scales with the
   batch's tokens (:func:`~simlab.latency.roofline.batch_ideal_seconds`); the framework's fixed
   overhead is paid once per forward. Not extrapolated.
-- **Measured tables** (a trace's samples, fitted profiles) hold B = 1 only: the recording's
-  latency probe has no batch axis yet. For B > 1 they use the *token-count rule*: a target
+- **Measured batches** (a trace probed with a batch axis, or a table/fitted profile made from
+  one: the model's ``batches``): the forward of B sequences x k tokens at context c was timed
+  for a few B (1, 2, 4, 8 by default). A batch is priced as a *padded* forward, the way a
+  batched decoder without paged attention runs it (``simlab.live.batched``): every sequence
+  brings as many tokens as the longest, ``k = max k_i``, at the longest context,
+  ``c = max c_i``. Between measured batch sizes the price is linear in B; beyond the largest
+  it extends the last segment's slope (never downwards), at most 2x the largest measured B
+  before the result is flagged as extrapolated. A draft step of B sequences is the measured
+  batched step of the drafting model (the draft, or the trace's drafting exit layer); another
+  exit layer takes that layer's single-sequence step times the measured batch growth.
+- **Measured tables without a batch axis** (older traces) use the *token-count rule*: a target
   forward over the batch costs the single-sequence forward over the batch's total tokens
   K = Σ k_i at the batch's mean context, ``T(K, mean c)``; a draft step of B sequences costs
   the measured draft step scaled by the target's measured growth from 1 to B tokens,
@@ -16,8 +25,9 @@ the whole question of speculative decoding under load. Two sources:
   batch's tokens are what costs; the KV reads of separate sequences and the draft's own
   scaling are not measured, so results on such models are flagged as extrapolated.
 
-At B = 1 every price is the single-request model's own figure (the same grid cells the
-SimPy executor reads), so a batch of one reproduces ``simulate`` exactly.
+Prefills (prompts of hundreds of tokens, beyond any probed k) use the token-count rule unless
+the profile is a roofline. At B = 1 every price is the single-request model's own figure (the
+same grid cells the SimPy executor reads), so a batch of one reproduces ``simulate`` exactly.
 """
 
 from __future__ import annotations
@@ -25,6 +35,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from simlab.latency.grid import LatencyGrid
+from simlab.latency.model import _interp_k
 from simlab.latency.roofline import RooflineLatency
 from simlab.trace.schema import NO_LAYER
 
@@ -32,6 +43,9 @@ TOKEN_COUNT_RULE = ("batched forwards priced by the token-count rule (B sequence
                     "B*k tokens at the mean context; draft steps scaled by the target's k-growth): extrapolated "
                     "from batch-1 measurements")
 ROOFLINE_RULE = "batched forwards priced by the roofline (weights read once per forward, KV per sequence)"
+MEASURED_RULE = ("batched forwards priced from measured batches B={sizes} (padded: the longest k at the longest "
+                 "context; linear in B between them)")
+BEYOND_MEASURED = 2  # batches up to this many times the largest measured one count as measured
 
 
 class BatchLatency:
@@ -42,15 +56,40 @@ class BatchLatency:
         model = grid.model
         self.roofline = model if isinstance(model, RooflineLatency) else None
         self.name = grid.name
+        measured = (getattr(model, "batches", None) or {}) if self.roofline is None else {}
+        # batch size -> the grid of B-sequence forwards (1: the single-request grid)
+        self.grids = {1: grid, **{b: LatencyGrid(m, grid.max_context) for b, m in sorted(measured.items())}}
+        self.sizes = tuple(self.grids)
+        self.beyond = False  # set when a batch above BEYOND_MEASURED x the largest measured one was priced
+
+    @property
+    def measured(self) -> bool:
+        """True when the model holds forwards of more than one sequence, timed."""
+        return len(self.sizes) > 1
 
     @property
     def extrapolated(self) -> bool:
-        """True when batches of more than one sequence are priced by the token-count rule."""
-        return self.roofline is None
+        """True when batches of more than one sequence are priced by the token-count rule, or
+        far beyond the measured batch sizes."""
+        return self.roofline is None and (not self.measured or self.beyond)
 
     @property
     def rule(self) -> str:
-        return TOKEN_COUNT_RULE if self.extrapolated else ROOFLINE_RULE
+        if self.roofline is not None:
+            return ROOFLINE_RULE
+        if not self.measured:
+            return TOKEN_COUNT_RULE
+        rule = MEASURED_RULE.format(sizes=",".join(map(str, self.sizes)))
+        return rule + ("; batches beyond the measured ones extrapolated linearly" if self.beyond else "")
+
+    def _in_batch(self, b: int, price) -> float:
+        """``price(grid)`` at batch size ``b``: linear in B between measured sizes, the last
+        segment's slope (not downwards) beyond the largest."""
+        if b in self.grids:
+            return price(self.grids[b])
+        if b > BEYOND_MEASURED * self.sizes[-1]:
+            self.beyond = True
+        return float(_interp_k(b, self.sizes, [price(self.grids[x]) for x in self.sizes]))
 
     def target(self, ks: Sequence[int], ctxs: Sequence[int]) -> float:
         """One target forward: sequence i brings ``ks[i]`` tokens at context ``ctxs[i]``."""
@@ -58,6 +97,9 @@ class BatchLatency:
             return self.grid.target_forward(ks[0], ctxs[0])
         if self.roofline is not None:
             return self.roofline.batch_forward(ks, ctxs, draft=False)
+        if self.measured:
+            k, c = max(ks), max(ctxs)
+            return self._in_batch(len(ks), lambda g: g.target_forward(k, c))
         return self.grid.target_forward(sum(ks), _mean(ctxs))
 
     def draft(self, ks: Sequence[int], ctxs: Sequence[int], layer: int = NO_LAYER) -> float:
@@ -66,6 +108,10 @@ class BatchLatency:
             return self.grid.draft_step(ctxs[0], layer)
         if self.roofline is not None:
             return self.roofline.batch_forward(ks, ctxs, draft=True, layer=layer)
+        if self.measured and max(ks) == 1:
+            c = max(ctxs)
+            growth = self._in_batch(len(ks), lambda g: g.draft_step(c)) / self.grid.draft_step(c)
+            return self.grid.draft_step(c, layer) * growth
         c = _mean(ctxs)
         return self.grid.draft_step(c, layer) * self.grid.target_forward(sum(ks), c) / self.grid.target_forward(1, c)
 

@@ -7,6 +7,9 @@ Series (each solo and, where the trace has them, co-running):
 - ``exit``:   self-speculative draft steps through the target's first ℓ layers, ``x`` = ℓ;
 - ``target``: a target forward of k new tokens, ``x`` = k.
 
+Samples of batched forwards (the probe's batch axis: B sequences x k tokens) are fitted the
+same way, one set of surfaces per batch size (``batches``).
+
 A series without co-running samples answers co-running questions with its solo surface (the
 :class:`~simlab.latency.model.LatencyModel` contract). :func:`held_out` measures how well the
 fit predicts samples it did not see, beside the median table the simulator uses by default.
@@ -22,7 +25,7 @@ import pandas as pd
 from simlab.errors import SimlabError
 from simlab.latency.model import PROFILE_KINDS, TableLatency, check_k, profile_header
 from simlab.latency.surface import FORMS, Surface, available_forms, fit_best
-from simlab.trace.schema import NO_LAYER
+from simlab.trace.schema import NO_LAYER, with_defaults
 
 SERIES = ("draft", "exit", "target")
 
@@ -51,6 +54,8 @@ class FittedLatency:
     held_out: dict = field(default_factory=dict)
     # Self-speculative traces have no separate draft model: its step is that of this exit layer.
     draft_layer: int = NO_LAYER
+    # Forwards of B > 1 sequences, fitted per batch size from the probe's batch axis.
+    batches: dict[int, "FittedLatency"] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if ("target", False) not in self.surfaces:
@@ -81,25 +86,39 @@ class FittedLatency:
         return self._surface("target", corun)(k, context_len)
 
     def to_profile(self) -> dict:
-        return {
+        profile = {
             **profile_header("fitted", self),
             "draft_layer": self.draft_layer,
-            "surfaces": [{"series": s, "corun": c, **surf.to_dict()} for (s, c), surf in sorted(self.surfaces.items())],
+            "surfaces": _surface_list(self.surfaces),
             "held_out": self.held_out,
         }
+        if self.batches:
+            profile["batches"] = [{"batch": b, "surfaces": _surface_list(f.surfaces)} for b, f in sorted(self.batches.items())]
+        return profile
 
     @classmethod
     def from_profile(cls, data: dict) -> "FittedLatency":
+        name = str(data.get("name", "fitted"))
         try:
-            surfaces = {(str(d["series"]), bool(d["corun"])): Surface.from_dict(d) for d in data["surfaces"]}
+            surfaces = _surfaces(data["surfaces"], name)
+            batches = {int(d["batch"]): _surfaces(d["surfaces"], name) for d in data.get("batches", [])}
         except (KeyError, TypeError, ValueError) as exc:
             raise SimlabError(f"latency profile {data.get('name', '?')!r} is malformed ({exc!r})") from exc
-        unknown = {s for s, _ in surfaces} - set(SERIES)
-        if unknown:
-            raise SimlabError(f"latency profile {data.get('name', '?')!r} has unknown series {sorted(unknown)}")
-        return cls(str(data.get("name", "fitted")), surfaces, str(data.get("hardware", "")),
-                   str(data.get("source", "")), dict(data.get("held_out", {})),
-                   int(data.get("draft_layer", NO_LAYER)))
+        hardware, source, layer = str(data.get("hardware", "")), str(data.get("source", "")), int(data.get("draft_layer", NO_LAYER))
+        return cls(name, surfaces, hardware, source, dict(data.get("held_out", {})), layer,
+                   {b: cls(f"{name} (batch {b})", surf, hardware, source, draft_layer=layer) for b, surf in batches.items()})
+
+
+def _surface_list(surfaces: dict[tuple[str, bool], Surface]) -> list[dict]:
+    return [{"series": s, "corun": c, **surf.to_dict()} for (s, c), surf in sorted(surfaces.items())]
+
+
+def _surfaces(items: list[dict], name: str) -> dict[tuple[str, bool], Surface]:
+    surfaces = {(str(d["series"]), bool(d["corun"])): Surface.from_dict(d) for d in items}
+    unknown = {s for s, _ in surfaces} - set(SERIES)
+    if unknown:
+        raise SimlabError(f"latency profile {name!r} has unknown series {sorted(unknown)}")
+    return surfaces
 
 
 PROFILE_KINDS["fitted"] = FittedLatency.from_profile
@@ -114,6 +133,17 @@ def fit_latency(samples: pd.DataFrame, name: str = "fitted", hardware: str = "",
         raise SimlabError(f"unknown form {form!r}; choose auto or one of {', '.join(FORMS)}")
     if samples.empty:
         raise SimlabError("the trace has no latency samples to fit")
+    by_batch = dict(tuple(with_defaults("latency", samples).groupby("batch")))
+    single = by_batch.pop(1, samples.iloc[:0])
+    fitted = _fit_single(single, name, hardware, form, source, draft_layer)
+    fitted.batches = {int(b): _fit_single(g, f"{name} (batch {b})", hardware, form, source, draft_layer)
+                      for b, g in sorted(by_batch.items())}
+    return fitted
+
+
+def _fit_single(samples: pd.DataFrame, name: str, hardware: str, form: str, source: str,
+                draft_layer: int) -> FittedLatency:
+    """The surfaces of one batch size's samples."""
     series, size = series_of(samples), size_of(samples)
     surfaces: dict[tuple[str, bool], Surface] = {}
     for (s, corun), idx in samples.groupby([series, samples["corun"].astype(bool)]).groups.items():
@@ -130,11 +160,12 @@ def fit_latency(samples: pd.DataFrame, name: str = "fitted", hardware: str = "",
 def predict_samples(model, samples: pd.DataFrame) -> np.ndarray:
     """The model's seconds for every row of a latency table."""
     out = np.empty(len(samples))
-    for i, row in enumerate(samples.itertuples(index=False)):
+    for i, row in enumerate(with_defaults("latency", samples).itertuples(index=False)):
+        m = model if row.batch == 1 else model.batches[int(row.batch)]
         if row.op == "target_forward":
-            out[i] = model.target_forward(int(row.k), int(row.context_len), bool(row.corun))
+            out[i] = m.target_forward(int(row.k), int(row.context_len), bool(row.corun))
         else:
-            out[i] = model.draft_step(int(row.context_len), int(row.layer), bool(row.corun))
+            out[i] = m.draft_step(int(row.context_len), int(row.layer), bool(row.corun))
     return out
 
 
@@ -169,9 +200,12 @@ def held_out(samples: pd.DataFrame, form: str = "auto") -> HeldOut:
         fitted_err[folds == f] = np.abs(predict_samples(fit_latency(train, form=form), test) / y - 1.0)
         table_err[folds == f] = np.abs(predict_samples(TableLatency.from_samples(train), test) / y - 1.0)
     series = series_of(samples).to_numpy()
+    corun = samples["corun"].astype(bool).to_numpy()
+    batch = with_defaults("latency", samples)["batch"].to_numpy()
     by_series = {
-        f"{s}{' (co-run)' if c else ''}": float(np.median(fitted_err[(series == s) & (samples['corun'].to_numpy() == c)]))
-        for s, c in sorted(set(zip(series, samples["corun"].astype(bool))))
+        f"{s}{' (co-run)' if c else ''}{f' x{b}' if b > 1 else ''}":
+            float(np.median(fitted_err[(series == s) & (corun == c) & (batch == b)]))
+        for s, c, b in sorted(set(zip(series, corun, batch)))
     }
     return HeldOut(
         folds=len(np.unique(folds)),

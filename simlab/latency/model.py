@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -32,7 +32,7 @@ import pandas as pd
 
 from simlab.errors import SimlabError
 from simlab.jsonfile import read_versioned, write_json
-from simlab.trace.schema import NO_LAYER
+from simlab.trace.schema import NO_LAYER, with_defaults
 
 PROFILE_FORMAT = "simlab-latency"
 PROFILE_VERSION = 1
@@ -117,6 +117,9 @@ class TableLatency:
     source: str = ""
     # Self-speculative traces have no separate draft model: its step is that of this exit layer.
     draft_layer: int = NO_LAYER
+    # Forwards of B > 1 sequences (probed with a batch axis): one table per batch size, whose
+    # k-token forward is B sequences x k tokens each (simlab.latency.batch prices batches with them).
+    batches: dict[int, "TableLatency"] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.draft:
@@ -163,7 +166,17 @@ class TableLatency:
     @classmethod
     def from_samples(cls, samples: pd.DataFrame, name: str = "trace", hardware: str = "",
                      draft_layer: int = NO_LAYER) -> "TableLatency":
-        """Medians per (op, k, context_len, layer, corun) of a trace's latency table."""
+        """Medians per (op, k, context_len, layer, corun) of a trace's latency table, one table
+        per batch size (batch 1 is this one, the others its ``batches``)."""
+        by_batch = dict(tuple(with_defaults("latency", samples).groupby("batch")))
+        single = by_batch.pop(1, samples.iloc[:0])
+        table = cls._from_single(single, name, hardware, draft_layer)
+        table.batches = {int(b): cls._from_single(g, f"{name} (batch {b})", hardware, draft_layer)
+                         for b, g in sorted(by_batch.items())}
+        return table
+
+    @classmethod
+    def _from_single(cls, samples: pd.DataFrame, name: str, hardware: str, draft_layer: int) -> "TableLatency":
         med = (
             samples.groupby(["op", "k", "context_len", "layer", "corun"], as_index=False)["seconds"]
             .median()
@@ -178,8 +191,13 @@ class TableLatency:
                    draft_layer=draft_layer)
 
     def to_profile(self) -> dict:
+        profile = self._curves()
+        if self.batches:
+            profile["batches"] = [{"batch": b, **t._curves()} for b, t in sorted(self.batches.items())]
+        return {**profile_header("table", self), **profile}
+
+    def _curves(self) -> dict:
         return {
-            **profile_header("table", self),
             "draft_layer": self.draft_layer,
             "draft_step": [
                 {"layer": layer, "corun": corun, **curve.to_dict()}
@@ -194,6 +212,15 @@ class TableLatency:
 
     @classmethod
     def from_profile(cls, data: dict) -> "TableLatency":
+        table = cls._from_curves(data)
+        try:
+            table.batches = {int(d["batch"]): cls._from_curves({**data, **d}) for d in data.get("batches", [])}
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SimlabError(f"latency profile {data.get('name', '?')!r} is malformed ({exc!r})") from exc
+        return table
+
+    @classmethod
+    def _from_curves(cls, data: dict) -> "TableLatency":
         try:
             draft = {
                 (int(d.get("layer", NO_LAYER)), bool(d.get("corun", False))): Curve.from_points(
@@ -242,6 +269,6 @@ def tabulate(model: LatencyModel, ks, contexts, corun: bool = False) -> pd.DataF
     rows = []
     for c in (False, True) if corun else (False,):
         for ctx in contexts:
-            rows.append(("draft_step", 1, ctx, NO_LAYER, c, 0, float(model.draft_step(ctx, NO_LAYER, c))))
-            rows += [("target_forward", k, ctx, NO_LAYER, c, 0, float(model.target_forward(k, ctx, c))) for k in ks]
-    return pd.DataFrame(rows, columns=["op", "k", "context_len", "layer", "corun", "repeat", "seconds"])
+            rows.append(("draft_step", 1, ctx, NO_LAYER, c, 0, float(model.draft_step(ctx, NO_LAYER, c)), 1))
+            rows += [("target_forward", k, ctx, NO_LAYER, c, 0, float(model.target_forward(k, ctx, c)), 1) for k in ks]
+    return pd.DataFrame(rows, columns=["op", "k", "context_len", "layer", "corun", "repeat", "seconds", "batch"])

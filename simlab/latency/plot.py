@@ -15,6 +15,7 @@ import pandas as pd
 from simlab.atomic import replace_file
 from simlab.errors import SimlabError
 from simlab.latency.fitted import FittedLatency, series_of, size_of
+from simlab.trace.schema import with_defaults
 
 FORMATS = (".png", ".svg", ".pdf")
 PANELS_PER_ROW = 3
@@ -38,6 +39,8 @@ def plot_fit(model: FittedLatency, samples: pd.DataFrame, path: str | Path) -> P
     fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.8 * rows), squeeze=False)
     for ax in axes.flat[len(keys):]:
         ax.set_visible(False)
+    samples = with_defaults("latency", samples)
+    samples = samples[samples["batch"] == 1]  # the single-sequence fits; batched ones are in the table
     series, size = series_of(samples), size_of(samples)
     for ax, (name, corun) in zip(axes.flat, keys):
         surface = model.surfaces[(name, corun)]

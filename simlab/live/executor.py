@@ -249,17 +249,7 @@ class LiveExecutor:
         return LazySignal(logits, index, token in self.eos)
 
     def _settle(self, state: "_PromptState", info: PromptInfo, c: int, emitted: list[int], accepted: int) -> int:
-        """Commit ``emitted`` from position c; stop at the end — an end token or the budget's last
-        position — which is counted as the target's token, as in the simulator (rounds.py): a
-        parallel round's first new draft that lands there is not accepted."""
-        for j, tok in enumerate(emitted):
-            if tok in self.eos or c + j == info.budget - 1:
-                emitted = emitted[: j + 1]
-                accepted = min(accepted, j)
-                info.n_tokens = c + j + 1
-                break
-        state.out.extend(emitted)
-        return accepted
+        return settle(state.out, self.eos, info, c, emitted, accepted)
 
     def _draft_model(self, state: "_PromptState", layer: int | None) -> _Model:
         """The draft of a serial round: the session's draft, or an early exit at ``layer``."""
@@ -371,6 +361,21 @@ class LiveExecutor:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
+
+
+def settle(out: list[int], eos: set[int], info: PromptInfo, c: int, emitted: list[int], accepted: int) -> int:
+    """Commit ``emitted`` from position c to ``out``; stop at the end — an end token or the
+    budget's last position — which is counted as the target's token, as in the simulator
+    (rounds.py): a parallel round's first new draft that lands there is not accepted. Returns
+    the drafts accepted."""
+    for j, tok in enumerate(emitted):
+        if tok in eos or c + j == info.budget - 1:
+            emitted = emitted[: j + 1]
+            accepted = min(accepted, j)
+            info.n_tokens = c + j + 1
+            break
+    out.extend(emitted)
+    return accepted
 
 
 class LazySignal:

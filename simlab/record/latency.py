@@ -20,6 +20,17 @@ segment of a table that stopped at 17). Two context lengths, because on these ma
 is close to linear in the context (k = 1: 0.334 s at 128, 0.318 at 256, 0.336 at 512 in a
 three-context probe of the Qwen pair there), and a third one cost a third more probe time.
 
+Batches (``batch=1,2,4,8``, k from ``batch_k``): a serving engine runs one forward for B
+sequences, each bringing k new tokens at context c, and what that costs is not B times the
+single-sequence figure (the weights are read once; on a CPU the B·k rows share one GEMM). So
+for each B > 1 the probe times the target's forward of B sequences × k tokens for every k in
+``batch_k`` (1-9 by default: fixed-γ verification up to γ = 8) and the draft's batched one-token
+step (the draft model's, or the drafting exit layer's in a self-speculative trace), at every
+context length, solo and (with a draft model) co-running, stored with a ``batch`` column.
+``batch=1`` is the single-sequence series above; leaving it out of a re-probe
+(``record --resume --reprobe --latency-probe 'batch=2,4,8'``) keeps the trace's batch-1 samples
+and measures only the batch axis.
+
 Clocks: ``time.perf_counter`` on CPU; CUDA events on GPU, after a warm-up call per point.
 
 Co-running figures (``corun=True``): parallel policies (PEARL, SPIDE) run the draft while the
@@ -47,18 +58,21 @@ from simlab.record.forward import truncated
 from simlab.record.ranges import int_ranges
 from simlab.trace.schema import NO_LAYER
 
-DEFAULT_PROBE = "k=1-17,24,32,64,128;ctx=128,512;repeats=5"
+DEFAULT_PROBE = "k=1-17,24,32,64,128;ctx=128,512;repeats=5;batch=1,2,4,8;batch_k=1-9"
+FIELDS = ("k", "ctx", "repeats", "corun", "batch", "batch_k")
 CORUN_VERIFY_K = 4
 
 
 @dataclass(frozen=True)
 class ProbePlan:
-    """Which points to time: ``k=1-17,24,32,64,128;ctx=128,512;repeats=5;corun=yes``."""
+    """Which points to time: ``k=1-17,24,32,64,128;ctx=128,512;repeats=5;corun=yes;batch=1,2,4,8;batch_k=1-9``."""
 
     ks: tuple[int, ...]
     contexts: tuple[int, ...]
     repeats: int
     corun: bool = True  # only when there is a separate draft model
+    batches: tuple[int, ...] = (1,)  # 1: the single-sequence series; B > 1: B sequences x batch_ks
+    batch_ks: tuple[int, ...] = ()
 
     @classmethod
     def parse(cls, spec: str) -> ProbePlan:
@@ -71,10 +85,17 @@ class ProbePlan:
             contexts=_int_list(fields["ctx"], "ctx", spec),
             repeats=_int_list(fields["repeats"], "repeats", spec)[0],
             corun=_flag(fields.get("corun", "yes"), spec),
+            batches=_int_list(fields["batch"], "batch", spec),
+            batch_ks=_int_list(fields["batch_k"], "batch_k", spec),
         )
-        if plan.repeats < 1 or min(plan.ks) < 1 or min(plan.contexts) < 1:
-            raise SimlabError(f"--latency-probe {spec!r}: k, ctx and repeats must be at least 1")
+        if plan.repeats < 1 or min(plan.ks + plan.contexts + plan.batches + plan.batch_ks) < 1:
+            raise SimlabError(f"--latency-probe {spec!r}: k, ctx, repeats, batch and batch_k must be at least 1")
         return plan
+
+    @property
+    def single(self) -> bool:
+        """Whether the single-sequence (batch 1) series is probed."""
+        return 1 in self.batches
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -83,8 +104,9 @@ class ProbePlan:
 def _parse_field(item: str, spec: str) -> tuple[str, str]:
     key, sep, value = item.partition("=")
     key = key.strip()
-    if not sep or key not in ("k", "ctx", "repeats", "corun"):
-        raise SimlabError(f"--latency-probe {spec!r}: expected fields k=..., ctx=..., repeats=N, corun=yes|no")
+    if not sep or key not in FIELDS:
+        raise SimlabError(f"--latency-probe {spec!r}: expected fields k=..., ctx=..., repeats=N, corun=yes|no, "
+                          "batch=..., batch_k=...")
     return key, value.strip()
 
 
@@ -104,18 +126,20 @@ def _flag(text: str, spec: str) -> bool:
 
 
 class _Stepper:
-    """A model with a KV cache of ``ctx`` tokens that runs k-token forwards and rolls back;
-    each forward returns the logits of all k positions, as a decoder's does."""
+    """A model with a KV cache of ``batch`` sequences of ``ctx`` tokens that runs forwards of k
+    new tokens per sequence and rolls back; each forward returns the logits of all k positions,
+    as a decoder's does."""
 
-    def __init__(self, model, ctx: int, vocab: int, gen: torch.Generator):
+    def __init__(self, model, ctx: int, vocab: int, gen: torch.Generator, batch: int = 1):
         self.model = model
         self.vocab = vocab
         self.gen = gen
+        self.batch = batch
         out = model(input_ids=self._tokens(ctx), use_cache=True, logits_to_keep=1)
         self.cache = out.past_key_values
 
     def _tokens(self, k: int) -> torch.Tensor:
-        return torch.randint(0, self.vocab, (1, k), generator=self.gen).to(self.model.device)
+        return torch.randint(0, self.vocab, (self.batch, k), generator=self.gen).to(self.model.device)
 
     def __call__(self, k: int) -> torch.Tensor:
         logits = self.model(input_ids=self._tokens(k), past_key_values=self.cache, use_cache=True,
@@ -146,6 +170,7 @@ class _Op:
     ctx: int
     layer: int
     run: Callable[[], object]
+    batch: int = 1
     load: Callable[[], None] | None = None  # the other model's loop, for corun figures
     scope: Callable[[], AbstractContextManager] = nullcontext  # e.g. the target cut at an exit layer
 
@@ -185,8 +210,36 @@ def _corun(fn: Callable[[], None], load: Callable[[], None], device: torch.devic
     return result[0]
 
 
-def _ops(target, draft, exit_layers: list[int], plan: ProbePlan, ctx: int, vocab: int, gen) -> list[_Op]:
+def _ops(target, draft, exit_layers: list[int], plan: ProbePlan, ctx: int, vocab: int, gen,
+         draft_layer: int = NO_LAYER) -> list[_Op]:
     """The points to time at one context length, each model holding a cache of ``ctx`` tokens."""
+    ops = _single_ops(target, draft, exit_layers, plan, ctx, vocab, gen) if plan.single else []
+    for b in plan.batches:
+        if b > 1:
+            ops += _batch_ops(target, draft, draft_layer, plan, ctx, vocab, gen, b)
+    return ops
+
+
+def _batch_ops(target, draft, draft_layer: int, plan: ProbePlan, ctx: int, vocab: int, gen, b: int) -> list[_Op]:
+    """Forwards of ``b`` sequences: the target over k tokens each, one draft step each."""
+    tgt = _Stepper(target, ctx, vocab, gen, b)
+    ops = [_Op("target_forward", k, ctx, NO_LAYER, lambda k=k: tgt(k), batch=b) for k in plan.batch_ks]
+    if draft is None:
+        scope = partial(truncated, target, draft_layer)
+        with scope():
+            early = _Stepper(target, ctx, vocab, gen, b)
+        return ops + [_Op("draft_step", 1, ctx, draft_layer, lambda: early(1), scope=scope, batch=b)]
+    drf = _Stepper(draft, ctx, vocab, gen, b)
+    ops.append(_Op("draft_step", 1, ctx, NO_LAYER, lambda: drf(1), batch=b))
+    if plan.corun:
+        ops.append(_Op("draft_step", 1, ctx, NO_LAYER, lambda: drf(1), load=lambda: tgt(CORUN_VERIFY_K), batch=b))
+        ops += [_Op("target_forward", k, ctx, NO_LAYER, lambda k=k: tgt(k), load=lambda: drf(1), batch=b)
+                for k in plan.batch_ks]
+    return ops
+
+
+def _single_ops(target, draft, exit_layers: list[int], plan: ProbePlan, ctx: int, vocab: int, gen) -> list[_Op]:
+    """The single-sequence points (batch 1)."""
     tgt = _Stepper(target, ctx, vocab, gen)
     ops = [_Op("target_forward", k, ctx, NO_LAYER, lambda k=k: tgt(k)) for k in plan.ks]
     for layer in exit_layers:
@@ -211,8 +264,10 @@ def probe_latency(
     plan: ProbePlan,
     vocab: int,
     log: Callable[[str], None] = lambda _: None,
+    draft_layer: int = NO_LAYER,
 ) -> pd.DataFrame:
-    """Latency samples (rows of latency.parquet) for the points of ``plan``.
+    """Latency samples (rows of latency.parquet) for the points of ``plan``; ``draft_layer``
+    is the exit layer that drafts batched steps when there is no draft model.
 
     Repeats are interleaved (round r times every point, at every context length, once) so that
     a burst of load from elsewhere spreads over all points instead of biasing a few: timing
@@ -222,7 +277,10 @@ def probe_latency(
     """
     device = target.device
     gen = torch.Generator().manual_seed(0)
-    ops = [op for ctx in plan.contexts for op in _ops(target, draft, exit_layers, plan, ctx, vocab, gen)]
+    if draft is None and draft_layer == NO_LAYER and any(b > 1 for b in plan.batches):
+        raise SimlabError("batched draft steps need a draft model or a drafting exit layer")
+    ops = [op for ctx in plan.contexts
+           for op in _ops(target, draft, exit_layers, plan, ctx, vocab, gen, draft_layer)]
     for op in ops:
         with op.scope():
             op.run()
@@ -233,7 +291,7 @@ def probe_latency(
             with op.scope():
                 seconds = _timed(op.run, device) if op.load is None else _corun(op.run, op.load, device)
             rows.append({"op": op.op, "k": op.k, "context_len": op.ctx, "layer": op.layer,
-                         "corun": op.load is not None, "repeat": repeat, "seconds": seconds})
+                         "corun": op.load is not None, "repeat": repeat, "seconds": seconds, "batch": op.batch})
     if not rows:
         raise SimlabError("the latency probe timed nothing")
     return pd.DataFrame(rows)

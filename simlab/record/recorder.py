@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
+import pandas as pd
 import torch
 from tqdm import tqdm
 
@@ -231,6 +232,9 @@ def _prepare(cfg: RecordConfig) -> _Setup:
         },
     )
     existing = _open_existing(cfg, manifest)
+    if not probe.single and (existing is None or not cfg.reprobe):
+        raise SimlabError(f"--latency-probe {cfg.latency_probe!r}: a new trace needs the single-sequence series "
+                          "(batch=1 among the batch sizes); leaving it out is for --resume --reprobe of a trace")
     return _Setup(
         prompts, target_ref, draft_ref, tokenizer, device, dtype, probe, exits, draft_layer, manifest, existing
     )
@@ -272,13 +276,17 @@ def record(cfg: RecordConfig) -> RecordResult:
         latency = setup.existing.latency
     if latency is None or cfg.reprobe:
         probe_started, load = time.perf_counter(), machine.OtherLoad()
-        latency = probe_latency(target, draft, setup.exit_layers, setup.probe, len(setup.tokenizer), log=_log(cfg))
-        manifest.extra.update(
-            latency_probe=setup.probe.to_dict(),
-            probe_seconds=round(time.perf_counter() - probe_started, 1),
-            probe_other_cpu=load.share(),
-            threads=torch.get_num_threads(),
-        )
+        probed = probe_latency(target, draft, setup.exit_layers, setup.probe, len(setup.tokenizer), log=_log(cfg),
+                               draft_layer=setup.draft_layer)
+        figures = {"probe_seconds": round(time.perf_counter() - probe_started, 1), "probe_other_cpu": load.share(),
+                   "threads": torch.get_num_threads()}
+        if setup.probe.single:
+            latency = probed
+            manifest.extra.update(latency_probe=setup.probe.to_dict(), **figures)
+        else:  # a batch-axis re-probe: the batch sizes it measured replace theirs, the others are kept
+            kept = latency[~latency["batch"].isin(setup.probe.batches)]
+            latency = pd.concat([kept, probed], ignore_index=True)
+            manifest.extra.update(batch_probe={**setup.probe.to_dict(), **figures})
     writer = TraceWriter(cfg.out, manifest, latency, with_layers=bool(setup.exit_layers),
                          fresh=setup.existing is None)
     if setup.existing is not None:

@@ -73,14 +73,14 @@ def check_policy(name: str) -> None:
 
 
 def serve_once(sim: Simulator, arrivals: Sequence[float], config: ServeConfig, policy: str,
-               params: dict[str, Any], record: bool = False) -> ServeRun:
+               params: dict[str, Any], record: bool = False, latency: BatchLatency | None = None) -> ServeRun:
     """Serve ``arrivals`` with every request under its own ``policy`` object."""
     check_policy(policy)
     context = sim.context()
     make_policy(policy, context, **params)  # bad parameters fail before anything runs
     prompts = sim.replay.prompts
     config.scheduler.check(max(p.prompt_len for p in prompts[: len(arrivals)]))
-    latency = BatchLatency(sim.latency)
+    latency = latency or BatchLatency(sim.latency)
     batch_policy = config.batch.build(latency) if policy != BASELINE_POLICY else BatchSpec().build(latency)
     env = simpy.Environment()
     engine = Engine(env, latency, config.scheduler, batch_policy, record)
@@ -107,6 +107,6 @@ def serve(sim: Simulator, arrivals: Sequence[float], config: ServeConfig, baseli
     """Serve the configured policy and, unless ``baseline`` is false, the same load without
     speculation."""
     latency = BatchLatency(sim.latency)
-    run = serve_once(sim, arrivals, config, config.policy, config.params, record)
-    base = serve_once(sim, arrivals, config, BASELINE_POLICY, {}) if baseline else None
+    run = serve_once(sim, arrivals, config, config.policy, config.params, record, latency)
+    base = serve_once(sim, arrivals, config, BASELINE_POLICY, {}, latency=latency) if baseline else None
     return ServeResult(run, base, latency.rule, latency.extrapolated)

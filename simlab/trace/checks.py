@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from simlab.errors import SimlabError
-from simlab.trace.schema import LATENCY_OPS, MAX_FORWARD_SECONDS, NO_LAYER, Manifest
+from simlab.trace.schema import LATENCY_OPS, MAX_FORWARD_SECONDS, NO_LAYER, Manifest, with_defaults
 
 if TYPE_CHECKING:
     from simlab.trace.io import Trace
@@ -65,7 +65,7 @@ RULES: dict[str, dict[str, Rule]] = {
              "rank": NATURAL, "token": NATURAL, "prob": PROB},
     "latency": {"op": PRESENT, "k": POSITIVE, "context_len": NATURAL,
                 "layer": Rule(NO_LAYER, what=f"null or below {NO_LAYER}"), "corun": PRESENT, "repeat": NATURAL,
-                "seconds": Rule(np.nextafter(0, 1), MAX_FORWARD_SECONDS,
+                "batch": POSITIVE, "seconds": Rule(np.nextafter(0, 1), MAX_FORWARD_SECONDS,
                                 f"null, not finite, not positive or above {MAX_FORWARD_SECONDS:g} s")},
 }
 
@@ -220,10 +220,11 @@ def validate_latency(lat: pd.DataFrame, where: str) -> None:
     """Latency samples must be finite, positive, plausible and of known operations."""
     if lat.empty:
         raise SimlabError(f"{where}: latency.parquet has no samples")
+    lat = with_defaults("latency", lat)
     check_columns("latency", lat, where)
     ops = set(lat["op"].unique()) - set(LATENCY_OPS)
     if ops:
         raise SimlabError(f"{where}: latency.parquet has unknown ops {sorted(ops)}; expected {list(LATENCY_OPS)}")
     for op in LATENCY_OPS:
-        if not (lat["op"] == op).any():
-            raise SimlabError(f"{where}: latency.parquet has no {op!r} samples")
+        if not ((lat["op"] == op) & (lat["batch"] == 1)).any():
+            raise SimlabError(f"{where}: latency.parquet has no single-sequence (batch 1) {op!r} samples")

@@ -27,11 +27,13 @@ from simlab.errors import SimlabError
 from simlab.jsonfile import read_json
 from simlab.trace.checks import check_manifest_types, validate
 from simlab.trace.schema import (
+    DEFAULTED_COLUMNS,
     MANIFEST,
     OPTIONAL_TABLES,
     SCHEMA_VERSION,
     TABLES,
     Manifest,
+    with_defaults,
 )
 
 # Written in this order; prompts last, because it is the commit record.
@@ -99,6 +101,7 @@ def _arrow_schema(name: str) -> pa.Schema:
 
 def _to_arrow(name: str, df: pd.DataFrame) -> pa.Table:
     """Cast the required columns to their schema types; extra columns keep theirs."""
+    df = with_defaults(name, df)
     missing = [c for c in TABLES[name] if c not in df.columns]
     if missing:
         raise SimlabError(f"cannot write table {name!r}: missing columns {missing}")
@@ -197,14 +200,16 @@ def _read_table(root: Path, name: str, file: Path) -> pd.DataFrame:
         table = pq.read_table(file)
     except (pa.ArrowInvalid, OSError) as exc:
         raise SimlabError(f"trace {root}: {file.name} is not a readable Parquet file ({exc})") from exc
-    missing = [c for c in TABLES[name] if c not in table.column_names]
+    missing = [c for c in TABLES[name] if c not in table.column_names and c not in DEFAULTED_COLUMNS.get(name, {})]
     if missing:
         raise SimlabError(f"trace {root}: {file.name} lacks columns {missing}")
     for col, t in TABLES[name].items():
+        if col not in table.column_names:
+            continue
         have, want = table.schema.field(col).type, pa.type_for_alias(t)
         if _kind(have) != _kind(want):
             raise SimlabError(f"trace {root}: {file.name} column {col!r} has type {have}, expected {want}")
-    return table.to_pandas()
+    return with_defaults(name, table.to_pandas())
 
 
 def _kind(t: pa.DataType) -> str:

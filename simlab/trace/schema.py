@@ -100,8 +100,19 @@ TABLES: dict[str, dict[str, str]] = {
         "corun": "bool",  # measured while the other model was running on the same device
         "repeat": "int32",
         "seconds": "float64",
+        "batch": "int32",  # sequences in the forward, each bringing k new tokens at context_len
     },
 }
+
+# Columns added after traces were first shipped: a table written without one reads as if every
+# row held this value (latency samples probed before the batch axis are of one sequence).
+DEFAULTED_COLUMNS: dict[str, dict[str, object]] = {"latency": {"batch": 1}}
+
+
+def with_defaults(name: str, df):
+    """``df`` (a DataFrame of table ``name``) with any missing :data:`DEFAULTED_COLUMNS` filled."""
+    missing = {c: v for c, v in DEFAULTED_COLUMNS.get(name, {}).items() if c not in df.columns}
+    return df.assign(**missing) if missing else df
 
 class Topology(str, enum.Enum):
     """Where the draft and the target compute (what parallel rounds cost: see

@@ -219,4 +219,5 @@ def synthetic_latency(spec: SynthSpec) -> pd.DataFrame:
     df["layer"] = NO_LAYER
     df["corun"] = False
     df["repeat"] = 0
+    df["batch"] = 1
     return df

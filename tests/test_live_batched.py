@@ -1,0 +1,89 @@
+"""The live batched decoder on SmolLM2 (self-speculative, exit layer 24, as the shipped trace):
+every request of a batch decodes exactly what it would alone, and makes the target calls the
+serving simulator predicts for it."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="live decoding needs the models extra (torch)")
+pytest.importorskip("transformers", reason="live decoding needs the models extra (transformers)")
+
+from simlab.cli import main  # noqa: E402
+from simlab.live.batched import BatchedDecoder  # noqa: E402
+from simlab.live.executor import LiveExecutor  # noqa: E402
+from simlab.live.padded_cache import PaddedCache  # noqa: E402
+from simlab.models.early_exit import early_exit_draft  # noqa: E402
+from simlab.models.load import load_model, resolve  # noqa: E402
+from simlab.paths import ROOT  # noqa: E402
+from simlab.policies import make_policy  # noqa: E402
+from simlab.serve_live import check  # noqa: E402
+from simlab.sim.run import Simulator  # noqa: E402
+from simlab.trace.io import read_trace  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+TRACE = ROOT / "traces" / "smollm2-selfspec"
+TOKENS = 10
+
+
+@pytest.fixture(scope="module")
+def executor():
+    target = load_model(resolve("smollm2"), "cpu", "float32")
+    return LiveExecutor(early_exit_draft(target, 24), target, [2])
+
+
+@pytest.fixture(scope="module")
+def trace():
+    return read_trace(TRACE)
+
+
+def test_padded_rows_compute_what_each_sequence_computes_alone(executor):
+    model = executor.target_model
+    prompts = [list(range(100, 100 + n)) for n in (17, 9, 4)]
+    cache, _ = PaddedCache.prefill(model, prompts)
+    feeds = [[5, 6, 7], [8], []]
+    logits = cache.feed(feeds)
+    cache.keep([18, 10, 4])  # row 0 drops two of its three new tokens; row 2 fed nothing
+    assert cache.n == [18, 10, 4] and cache.mask.shape[1] == 18
+    after = cache.feed([[11], [12, 13], [14]])
+    with torch.inference_mode():
+        for i, prompt in enumerate(prompts):
+            if feeds[i]:
+                alone = model(input_ids=torch.tensor([prompt + feeds[i]])).logits[0, len(prompt):]
+                assert torch.allclose(logits[i], alone, atol=1e-3)
+        for i, (prompt, kept, new) in enumerate(zip(prompts, ([5], [8], []), ([11], [12, 13], [14]))):
+            alone = model(input_ids=torch.tensor([prompt + kept + new])).logits[0, -len(new):]
+            assert torch.allclose(after[i], alone, atol=1e-3)
+    cache.select([2, 0])
+    assert cache.n == [5, 19] and cache.mask.shape[1] == 19
+
+
+@pytest.mark.parametrize("batch", [2, 4])
+def test_each_request_of_a_batch_decodes_its_single_request_generate(executor, trace, batch):
+    """Prompts of different lengths (the trace's: 134 to 179 tokens), greedy SD with gamma 4."""
+    rows = trace.prompts.sort_values("prompt_id").head(batch)
+    prompts = [(int(p.prompt_id), list(p.prompt_token_ids)) for p in rows.itertuples()]
+    assert len({len(ids) for _, ids in prompts}) == batch
+    ctx = Simulator(trace).context()
+    run = BatchedDecoder(executor).run([make_policy("sd", ctx, gamma=4) for _ in prompts], prompts, TOKENS)
+    with torch.inference_mode():
+        for (pid, ids), request in zip(prompts, run.requests):
+            want = executor.target_model.generate(torch.tensor([ids]), max_new_tokens=TOKENS, do_sample=False)
+            assert request.tokens == want[0, len(ids):].tolist()
+            assert request.counts.target_calls < TOKENS  # drafts were accepted: this was speculation
+
+
+def test_target_calls_per_request_equal_the_serving_simulators(executor, trace):
+    frame = check(trace, executor, "sd", {"gamma": 3}, batch=3, budget=TOKENS, repeats=1)
+    assert list(frame.policy) == ["sd", "ad"]
+    assert frame.lossless.all() and frame.target_calls_equal.all()
+    assert frame.set_index("policy").target_calls["ad"] == 3 * (TOKENS - 1)
+
+
+def test_serve_live_refuses_arrivals_in_one_line(tmp_path, capsys):
+    times = tmp_path / "t.txt"
+    times.write_text("0\n")
+    with pytest.raises(SystemExit) as exc:
+        main(["serve", "--live", "--arrivals", str(times), "--trace", str(TRACE)])
+    assert exc.value.code == 2 and "--arrivals" in capsys.readouterr().err

@@ -33,7 +33,6 @@ pytestmark = pytest.mark.slow
 LAYER = 24
 TOKENS = 24
 PROMPTS = "humaneval:2"
-# every policy that does not see the future (the oracle) decodes live
 # the oracle needs the future; tree policies are refused live until tree attention lands (issue 13)
 LIVE_POLICIES = sorted(name for name, cls in REGISTRY.items() if not cls.needs_future and not cls.drafts_trees)
 

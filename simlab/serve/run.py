@@ -91,6 +91,7 @@ def serve_once(sim: Simulator, arrivals: Sequence[float], config: ServeConfig, p
         for r in requests:
             if r.arrival > env.now:
                 yield env.timeout(r.arrival - env.now)
+            r.arrival = env.now  # now + (arrival - now) can be an ulp off: arrival is the clock's time
             engine.submit(r)
 
     env.process(arrive())

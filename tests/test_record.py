@@ -222,6 +222,27 @@ def test_a_batch_axis_reprobe_keeps_the_single_sequence_samples(selfspec, tmp_pa
     assert after.positions.equals(selfspec.positions)
 
 
+def test_a_trace_from_other_hardware_is_reprobed_here_and_says_where_its_tokens_came_from(selfspec, tmp_path):
+    """``--resume`` refuses a trace of other hardware; ``--resume --reprobe`` measures its latencies
+    here (what ``simlab live`` does with a shipped trace) and keeps every recorded position."""
+    import json
+    import shutil
+
+    out = tmp_path / "t"
+    shutil.copytree(selfspec.path, out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["hardware"] = "Some Other CPU, 64 cores"
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(SimlabError, match="hardware="):
+        record(_config(out, **SELFSPEC, resume=True))
+    record(_config(out, **SELFSPEC, resume=True, reprobe=True, latency_probe="k=1;ctx=32;repeats=1"))
+    after = read_trace(out)
+    assert after.manifest.hardware == selfspec.manifest.hardware  # this machine's name
+    assert after.manifest.extra["tokens_recorded_on"] == "Some Other CPU, 64 cores"
+    assert after.positions.equals(selfspec.positions)
+    assert sorted(after.latency[after.latency.op == "target_forward"].k.unique()) == [1]  # the new probe's
+
+
 def test_a_new_trace_needs_the_single_sequence_probe(smollm2, tmp_path):
     with pytest.raises(SimlabError, match="batch=1"):
         record(_config(tmp_path / "t", **SELFSPEC, latency_probe="batch=2"))

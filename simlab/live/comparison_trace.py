@@ -4,7 +4,8 @@
 dtype, device, temperature, budget and chat template that holds every prompt of this run
 (matched by source and prompt length). If it was recorded on other hardware, or with
 ``--reprobe``, its latencies are measured again now into a cached copy
-(``$SIMLAB_CACHE/live-traces``); with no such trace, one is recorded there once.
+(``$SIMLAB_CACHE/live-traces``), once per machine: later runs here use that copy until
+``--reprobe`` asks again. With no such trace, one is recorded there once.
 """
 
 from __future__ import annotations
@@ -61,11 +62,17 @@ def _record(setup: LiveSetup, out: Path, dataset: str, **overrides: Any) -> None
 
     cfg = setup.cfg
     layer = cfg.draft_layer
-    record(RecordConfig(target=cfg.target, draft=cfg.draft, prompts=dataset, out=out,
-                        max_new_tokens=cfg.max_new_tokens, device=setup.target_device, dtype=setup.dtype,
-                        temperature=cfg.temperature, seed=cfg.seed,
-                        exit_layers=str(layer) if layer else None, draft_layer=layer,
-                        chat_template=cfg.chat_template, progress=cfg.progress, **overrides))
+    settings = dict(target=cfg.target, draft=cfg.draft, prompts=dataset, out=out,
+                    max_new_tokens=cfg.max_new_tokens, device=setup.target_device, dtype=setup.dtype,
+                    temperature=cfg.temperature, seed=cfg.seed,
+                    exit_layers=str(layer) if layer else None, draft_layer=layer,
+                    chat_template=cfg.chat_template, progress=cfg.progress)
+    record(RecordConfig(**{**settings, **overrides}))  # a re-probe keeps the trace's own seed and layers
+
+
+def _reprobed_here(cached: Path, setup: LiveSetup) -> bool:
+    """True when ``cached`` holds a copy of the trace whose latencies were measured on this machine."""
+    return (cached / MANIFEST).is_file() and read_trace(cached).manifest.hardware == setup.hardware
 
 
 def comparison_trace(setup: LiveSetup, log: Callable[[str], None]) -> Trace:
@@ -82,8 +89,9 @@ def comparison_trace(setup: LiveSetup, log: Callable[[str], None]) -> Trace:
             raise SimlabError(f"--trace {found} does not hold every prompt of --prompts {cfg.prompts}")
     else:
         found = find_trace(want, sources, [TRACES, live_cache()])
-    key = hashlib.sha256(json.dumps({**want, "prompts": cfg.prompts, "hardware": setup.hardware},
-                                    sort_keys=True).encode()).hexdigest()[:12]
+    # a recording is keyed by its prompts; a re-probed copy by the trace it copies
+    of = {"prompts": cfg.prompts} if found is None else {"copy_of": str(found.resolve())}
+    key = hashlib.sha256(json.dumps({**want, **of, "hardware": setup.hardware}, sort_keys=True).encode()).hexdigest()[:12]
     cached = live_cache() / key
     if found is None:
         log(f"recording a comparison trace of {len(setup.prompts)} prompts into {cached} (once)")
@@ -92,6 +100,8 @@ def comparison_trace(setup: LiveSetup, log: Callable[[str], None]) -> Trace:
         found = cached
     else:
         manifest = read_trace(found).manifest
+        if manifest.hardware != setup.hardware and not cfg.reprobe and _reprobed_here(cached, setup):
+            found, manifest = cached, read_trace(cached).manifest  # re-probed on this machine before
         if manifest.hardware != setup.hardware or cfg.reprobe:
             why = "--reprobe" if cfg.reprobe else f"it was recorded on {manifest.hardware}"
             log(f"measuring latencies again for {found} ({why}) into {cached}")

@@ -4,8 +4,8 @@ Every problem with the user's input (unknown model or prompts, vocabularies that
 trace recorded with other settings) is found before any model runs, and raised as
 :class:`~simlab.errors.SimlabError`. Then the models load, latencies are probed (once, before
 the first prompt, and committed with an empty prompt list so that a long recording
-interrupted early keeps its probe; ``reprobe`` measures them again on a quieter machine
-without recording the prompts again) and the prompts are recorded one by one
+interrupted early keeps its probe; ``reprobe`` measures them again on a quieter machine,
+or on another one, whose name the manifest then carries, without recording the prompts again) and the prompts are recorded one by one
 (``prompt_rows``), the trace being rewritten after each (``writer``).
 """
 
@@ -157,6 +157,8 @@ def _open_existing(cfg: RecordConfig, manifest: Manifest) -> Trace | None:
     trace = read_trace(cfg.out, allow_empty=True)
     old, new = trace.manifest.to_dict(), manifest.to_dict()
     for name in RESUME_FIELDS:
+        if name == "hardware" and cfg.reprobe:  # re-measuring latencies on this machine is the point
+            continue
         if old[name] != new[name]:
             raise SimlabError(
                 f"cannot resume {cfg.out}: it was recorded with {name}={old[name]!r}, this run has {new[name]!r}"
@@ -272,7 +274,11 @@ def record(cfg: RecordConfig) -> RecordResult:
     manifest.eos_token_ids = eos
     if setup.existing is not None:
         old = setup.existing.manifest
-        manifest = replace(old, extra={**old.extra, "resumed": [*old.extra.get("resumed", []), cfg.command]})
+        extra = {**old.extra, "resumed": [*old.extra.get("resumed", []), cfg.command]}
+        if cfg.reprobe and old.hardware != manifest.hardware:  # the latencies become this machine's
+            extra["tokens_recorded_on"] = extra.get("tokens_recorded_on", old.hardware)
+            old = replace(old, hardware=manifest.hardware)
+        manifest = replace(old, extra=extra)
         latency = setup.existing.latency
     if latency is None or cfg.reprobe:
         probe_started, load = time.perf_counter(), machine.OtherLoad()

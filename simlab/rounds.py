@@ -48,7 +48,7 @@ Bookkeeping rules, defined here only:
 
 from __future__ import annotations
 
-from typing import Callable, Generator, NamedTuple, Sequence
+from typing import Callable, Generator, Iterator, NamedTuple, Sequence
 
 from simlab.policies.base import (
     Decision,
@@ -68,9 +68,9 @@ from simlab.trees.draft_tree import ROOT, DraftTree
 class DraftLoop(NamedTuple):
     """Draft token by token from ``start``, at most ``cap`` tokens, showing each token's signal
     to ``on_draft`` (the policy's; None for a fixed plan, which only an end token stops when
-    ``stop_at_end``). Answer: what :meth:`run` returns — the executor calls it with its own way
-    of drafting one token, so the loop and its stopping rules are written here once and a
-    round costs one request, not one per token."""
+    ``stop_at_end``). Answer: what :meth:`run` returns — the executor calls it with its own
+    drafted tokens, so the loop and its stopping rules are written here once and a round costs
+    one request, not one per token."""
 
     start: int
     cap: int
@@ -78,24 +78,28 @@ class DraftLoop(NamedTuple):
     on_draft: Callable[[TokenSignal], Decision] | None
     stop_at_end: bool
 
-    def run(self, draft_one: Callable[[int, int, int | None], TokenSignal]) -> tuple[list[TokenSignal], Decision]:
-        """Draft with ``draft_one(start, index, layer)`` (the ``index``-th token, 1-based, of the
-        run that began at ``start``) until the policy decides or ``cap`` tokens are drafted.
+    def run(self, signals: Iterator[TokenSignal]) -> tuple[list[TokenSignal], Decision]:
+        """Draft from ``signals`` (the run's tokens in order, each drafted when read: the loop
+        reads no further than it drafts) until the policy decides or ``cap`` tokens are drafted.
         Returns the drafted signals and the last decision (DRAFT when the cap ended the run)."""
-        start, cap, layer = self.start, self.cap, self.layer
-        decide = self.decide
         drafted: list[TokenSignal] = []
-        decision = DRAFT
-        while decision is DRAFT and len(drafted) < cap:
-            signal = draft_one(start, len(drafted) + 1, layer)
-            drafted.append(signal)
+        if self.cap <= 0:
+            return drafted, DRAFT
+        # the common cases call the policy directly: this loop runs once per simulated draft token
+        decide = self.decide if self.stop_at_end or self.on_draft is None else self.on_draft
+        cap, append = self.cap, drafted.append
+        for signal in signals:
+            append(signal)
             decision = decide(signal)
-        return drafted, decision
+            if decision is not DRAFT or len(drafted) >= cap:
+                return drafted, decision
+        raise PolicyError("the executor's drafted tokens ran out before the round ended")  # pragma: no cover
 
     def decide(self, signal: TokenSignal) -> Decision:
         """The decision after a drafted token's ``signal`` (DRAFT: go on, if the cap allows). An
-        executor that cannot hand :meth:`run` a callback (the batched decoder drafts every row
-        in one forward) calls this after each token instead, then answers ``(drafted, decision)``."""
+        executor that cannot hand :meth:`run` its tokens one by one (the batched decoder drafts
+        every row in one forward) calls this after each token instead, then answers
+        ``(drafted, decision)``."""
         if self.stop_at_end and signal.end:
             return VERIFY
         return self.on_draft(signal) if self.on_draft is not None else DRAFT

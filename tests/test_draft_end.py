@@ -5,6 +5,8 @@ the papers' policies draft on past it. The replay reads the end token from the r
 tokens and the manifest's eos_token_ids.
 """
 
+from itertools import islice
+
 import pytest
 
 from simlab.policies import REGISTRY
@@ -27,9 +29,8 @@ def trace_with_draft_end(marked: bool):
 
 def test_the_replay_marks_the_drafts_end_token():
     rp = TraceReplay(trace_with_draft_end(True)).prompts[0]
-    assert [rp.signal(1, i).end for i in (1, 2, 3)] == [False, False, True]
-    assert not any(s.end for s in (TraceReplay(trace_with_draft_end(False)).prompts[0].signal(1, i)
-                                   for i in (1, 2, 3)))
+    assert [s.end for s in islice(rp.signals(1), 3)] == [False, False, True]
+    assert not any(s.end for s in islice(TraceReplay(trace_with_draft_end(False)).prompts[0].signals(1), 3))
 
 
 def test_hf_policies_stop_drafting_at_the_drafts_end_token():

@@ -32,6 +32,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from itertools import count
 
 import torch
 
@@ -201,7 +202,7 @@ class LiveExecutor:
             kind = type(req)
             if kind is DraftLoop:
                 model = self._draft_model(state, req.layer)
-                answer = req.run(lambda start, index, _layer: self._draft_step(state, model, forwards, start, index).signal)
+                answer = req.run(self._draft_step(state, model, forwards, req.start, i).signal for i in count(1))
             elif kind is DraftRun:
                 model = self._draft_model(state, req.layer)
                 answer = SignalList(self._draft_step(state, model, forwards, req.start, i)

@@ -67,7 +67,7 @@ class ServedRequest:
             if kind is DraftRun:
                 answer = SignalRun(rp, req.start, req.count, req.layer)
             elif kind is DraftLoop:
-                answer = req.run(rp.signal)
+                answer = req.run(rp.signals(req.start, req.layer))
             elif kind is Shadow:
                 answer = rp.shadows(req.start, req.count)
             elif kind is ParallelRound:

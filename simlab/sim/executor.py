@@ -120,7 +120,7 @@ class SimExecutor:
         overruns_before = rp.rollout_overruns
         clock = t0  # this prompt's time; env.now catches up at the end
         gen = decode(policy, PromptInfo(rp.prompt_id, pl, end, rp.budget, replay=rp if policy.needs_future else None))
-        send, signal = gen.send, rp.signal
+        send, signals = gen.send, rp.signals
         answer = None
         unpaid = 0  # tokens drafted since the last target forward, not yet priced
         unpaid_start, unpaid_layer = 0, NO_LAYER
@@ -145,7 +145,7 @@ class SimExecutor:
                 unpaid_layer = NO_LAYER if req.layer is None else req.layer
                 continue
             if kind is DraftLoop:
-                answer = req.run(signal)
+                answer = req.run(signals(req.start, req.layer))
                 unpaid += len(answer[0])
                 unpaid_start, unpaid_layer = req.start, NO_LAYER if req.layer is None else req.layer
                 continue

@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from itertools import islice
+from typing import Iterator, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -92,26 +93,46 @@ class PromptReplay:
             have = sorted(self.layers) or "none"
             raise SimlabError(f"the trace has no early-exit signals for layer {layer} (layers: {have})") from None
 
-    def signal(self, start: int, i: int, layer: int | None = None) -> TokenSignal:
-        """The signal of the i-th (1-based) token of a draft run that starts at position ``start``."""
+    def signals(self, start: int, layer: int | None = None, first: int = 1) -> Iterator[TokenSignal]:
+        """The signals of a draft run that starts at position ``start``, from its ``first``-th
+        (1-based) token on, produced as they are read (a run reads as far as its policy drafts).
+
+        While every earlier token of the run was accepted the draft is on the true path and its
+        recorded signals are read; past the run's first rejection, the divergence rollout recorded
+        there (or, with none, the last recorded position). Reads past what was recorded repeat its
+        last entry and count a rollout overrun.
+        """
+        new = tuple.__new__  # builds a TokenSignal several times faster than calling the class
         path = self.draft if layer is None else self.path(layer)
-        t = start + i - 1
+        conf, ent, ends, scores = path.confidence, path.entropy, path.end, path.score
+        n = self.n_tokens
         r = path.run[start]
-        if i - 1 <= r:  # every earlier token of the run was accepted: the draft is on the true path
-            if t >= self.n_tokens:  # past the end token, where nothing was recorded
+        i, t = first, start + first - 1
+        while i <= r + 1:  # on the true path
+            u = t
+            if t >= n:  # past the end token, where nothing was recorded
                 self.rollout_overruns += 1
-                t = self.n_tokens - 1
-            return _signal(path, i, t)
-        d = start + r  # first rejected position of this run
+                u = n - 1
+            yield new(TokenSignal, (i, conf[u], ent[u], math.nan if scores is None else scores[u], ends[u]))
+            i += 1
+            t += 1
+        d = start + r  # the run's first rejected position
         rollout = path.rollouts.get(d)
         if rollout is None:
-            return _signal(path, i, min(t, self.n_tokens - 1))
-        conf, ent, end = rollout
-        j = t - d
-        if j > len(conf):
-            self.rollout_overruns += 1
-            j = len(conf)
-        return TokenSignal(i, conf[j - 1], ent[j - 1], math.nan, end[j - 1])
+            while True:
+                u = min(t, n - 1)
+                yield new(TokenSignal, (i, conf[u], ent[u], math.nan if scores is None else scores[u], ends[u]))
+                i += 1
+                t += 1
+        rconf, rent, rends = rollout
+        while True:
+            j = t - d
+            if j > len(rconf):
+                self.rollout_overruns += 1
+                j = len(rconf)
+            yield new(TokenSignal, (i, rconf[j - 1], rent[j - 1], math.nan, rends[j - 1]))
+            i += 1
+            t += 1
 
     def shadows(self, start: int, count: int) -> ShadowTokens:
         """Every recorded exit layer's token at positions ``start..start+count-1`` (DEL's shadow
@@ -151,7 +172,7 @@ class SignalRun(NamedTuple):
         return f"SignalRun(prompt={self.replay.prompt_id}, start={self.start}, tokens={self.first}..{self.first + self.count - 1})"
 
     def __iter__(self):
-        return (self[i] for i in range(self.count))
+        return islice(self.replay.signals(self.start, self.layer, self.first), self.count)
 
     def __getitem__(self, i):
         if isinstance(i, slice):
@@ -163,12 +184,7 @@ class SignalRun(NamedTuple):
             i += self.count
         if not 0 <= i < self.count:
             raise IndexError(i)
-        return self.replay.signal(self.start, self.first + i, self.layer)
-
-
-def _signal(path: DraftPath, i: int, t: int) -> TokenSignal:
-    score = path.score[t] if path.score is not None else math.nan
-    return TokenSignal(i, path.confidence[t], path.entropy[t], score, path.end[t])
+        return next(self.replay.signals(self.start, self.layer, self.first + i))
 
 
 class TraceReplay:

@@ -97,7 +97,6 @@ def serve(
         for flag, given in (("--timeline", timeline), ("--live", live)):
             if given:
                 raise SimlabError(f"several --rate values sweep Poisson loads; drop {flag}")
-        poisson_arrivals(rates[0], requests or DEFAULT_REQUESTS, seed)  # checks --requests
         return _serve_rates(trace, latency, rates, requests or DEFAULT_REQUESTS, seed, config, baseline, json_out, out)
     times = read_arrivals(arrivals) if arrivals else poisson_arrivals(rates[0], requests or DEFAULT_REQUESTS, seed)
     if requests is not None:

@@ -237,17 +237,22 @@ def _serve_rates(trace, latency, rates, requests, seed, config, baseline, json_o
         return
     console.print(f"trace: {trace_label(tr)}")
     console.print(f"latency: {sim.latency.name}; {requests} Poisson requests per rate (seed {seed}), max batch "
-                  f"{config.scheduler.max_batch}; SLOs: TTFT {config.slo.ttft_s} s, TPOT {config.slo.tpot_s} s")
+                  f"{config.scheduler.max_batch}; SLOs: TTFT {_seconds(config.slo.ttft_s)}, TPOT {_seconds(config.slo.tpot_s)}")
+    console.print("served: " + "; ".join(frame["label"].unique()))
     table = Table(header_style="bold", caption="rate, goodput: requests/s; SLO: attainment; TPOT: ms; e2e "
                                                "(end-to-end): s")
-    table.add_column("policy", no_wrap=True)
+    table.add_column("policy")
     for header, *_ in RATE_COLUMNS:
-        table.add_column(header, justify="right")
+        table.add_column(header, justify="right", no_wrap=True)
     for row in frame.itertuples(index=False):
-        table.add_row(row.label, *(form.format(getattr(row, key) * scale) for _, key, scale, form in RATE_COLUMNS))
+        table.add_row(row.policy, *(form.format(getattr(row, key) * scale) for _, key, scale, form in RATE_COLUMNS))
     console.print(table)
     if out:
         console.print(f"wrote {out}")
+
+
+def _seconds(slo: float | None) -> str:
+    return "none" if slo is None else f"{slo:g} s"
 
 
 def _serve_live(trace, latency, policy, params, batch, tokens, repeats, arrivals, out, force) -> None:

@@ -43,7 +43,8 @@ def rates_figure(tables: list[pd.DataFrame], latency: str = "tpot", title: str |
     good.set_ylabel("goodput (requests/s meeting the SLOs)")
     lat.set_ylabel(f"{name} ({unit}); solid p50, dashed p90")
     for ax in (good, lat):
-        ax.set_xlabel("arrival rate (requests/s)")
+        ax.set_xscale("log")  # rates are swept over decades, from an idle server to an overloaded one
+        ax.set_xlabel("arrival rate (requests/s, log scale)")
         ax.grid(True, alpha=0.3)
     good.legend(fontsize=7)
     lat.legend(fontsize=7)

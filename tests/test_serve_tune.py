@@ -67,7 +67,9 @@ def test_the_tuned_json_round_trips_into_serve_gamma_by_batch(tmp_path, capsys):
     out = tmp_path / "gamma.json"
     main(["serve", "tune", "--trace", str(SHIPPED), "--batch", "1,2,4", "--max-gamma", "3", "--requests-per-slot", "1",
           "-o", str(out)])
-    text = capsys.readouterr().out
+    captured = capsys.readouterr()
+    text = captured.out
+    assert "extrapolated" in captured.err  # the shipped trace's CPU samples price batches by the token-count rule
     data = json.loads(out.read_text())
     assert data["format"] == TABLE_FORMAT and data["pair"] == {"draft": "qwen2.5-coder-0.5b", "target": "qwen2.5-coder-1.5b"}
     assert list(data["gamma_by_batch"]) == ["1", "2", "4"] and all(0 <= g <= 3 for g in data["gamma_by_batch"].values())
@@ -119,3 +121,18 @@ def test_gamma_by_batch_pairs_are_read_as_pairs_or_from_a_file_in_batch_order(tm
     assert gamma_by_batch_pairs(str(path)) == "1:6,4:3,16:0"  # numeric order, not the file's or the strings'
     with pytest.raises(SimlabError, match="not found: nothing.json"):
         gamma_by_batch_pairs("nothing.json")
+
+
+def test_tune_prices_batches_from_a_roofline_profile_without_a_warning(tmp_path, capsys):
+    from simlab.latency.batch import ROOFLINE_RULE
+    from simlab.paths import ROOT
+
+    profile = ROOT / "calibrate" / "roofline" / "qwen2.5-coder-0.5b-1.5b-h100.json"
+    out = tmp_path / "gamma.json"
+    main(["serve", "tune", "--trace", str(SHIPPED), "--latency", str(profile), "--batch", "1,8", "--max-gamma", "2",
+          "--requests-per-slot", "1", "--json", "-o", str(out)])
+    captured = capsys.readouterr()
+    printed = json.loads(captured.out)
+    assert printed == json.loads(out.read_text())
+    assert printed["latency_rule"] == ROOFLINE_RULE and not printed["batch_latency_extrapolated"]
+    assert "warning" not in captured.err and printed["latency"] != "qwen-coder-humaneval samples"

@@ -9,9 +9,12 @@ from simlab.cli import app
 
 
 def commands(cmd=None, path=()):
-    """(path, command) of every leaf command of the app."""
+    """(path, command) of every leaf command of the app, and of every group that is a command
+    itself (``serve``: its options serve, ``serve tune`` is its subcommand)."""
     cmd = cmd or typer.main.get_command(app)
     if hasattr(cmd, "commands"):
+        if cmd.invoke_without_command:
+            yield path, cmd
         for name, sub in cmd.commands.items():
             yield from commands(sub, (*path, name))
     else:

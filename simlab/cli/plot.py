@@ -107,6 +107,19 @@ def timeline(
 
 
 @plot_app.command()
+def rates(
+    results: Annotated[list[Path], typer.Argument(help="Rate sweeps from `simlab serve --rate R1,R2,... --out`; several are drawn together.")],
+    out: Out,
+    latency: Annotated[str, typer.Option("--latency", help="Latency on the right: tpot, ttft or e2e.")] = "tpot",
+    title: Title = None,
+) -> None:
+    """Goodput and latency (p50, p90) against the request rate, one line per served policy."""
+    from simlab.plots.serving import rates_figure
+
+    _save(rates_figure([read_frame(r) for r in results], latency, title), out)
+
+
+@plot_app.command()
 def live(
     results: Annotated[Path, typer.Argument(help="Table with measured_METRIC and predicted_METRIC per prompt.")],
     out: Out,

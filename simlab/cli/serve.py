@@ -14,34 +14,43 @@ from simlab.cli.output import Force, console, err_console, frame_output, print_j
 from simlab.cli.simulate import load_inputs, trace_label
 from simlab.errors import SimlabError
 from simlab.params import check_seed
-from simlab.serve.scheduler import DEFAULT_MAX_BATCH, DEFAULT_TOKEN_BUDGET
+from simlab.serve.scheduler import DEFAULT_MAX_BATCH, DEFAULT_TOKEN_BUDGET, Scheduler
+from simlab.serve.tune import DEFAULT_BATCHES, DEFAULT_MAX_GAMMA, REQUESTS_PER_SLOT
 from simlab.table_file import write_frame
 
 # (label, JSON key, scale, unit) of the printed rows; the JSON output carries every figure.
 LATENCY_ROWS = (("TTFT", "ttft", 1e3, "ms"), ("TPOT", "tpot", 1e3, "ms"), ("end-to-end", "e2e", 1.0, "s"))
+DEFAULT_REQUESTS = 500
 
 
-@app.command()
+serve_app = typer.Typer()
+app.add_typer(serve_app, name="serve")
+
+
+# A group whose callback is the serving command itself: ``simlab serve --trace ...`` serves, as it
+# did when serve was a plain command, and ``simlab serve tune ...`` runs the subcommand instead.
+@serve_app.callback(invoke_without_command=True)
 @opt.with_policy_flags
 def serve(
+    ctx: typer.Context,
     params: dict[str, Any],
     policy: opt.Policy = "sd",
     trace: Annotated[Optional[Path], typer.Option("--trace", help="Trace directory; request i replays its prompt i mod N.", show_default="the shipped trace")] = None,
     latency: Annotated[Optional[Path], typer.Option("--latency", help="Latency profile JSON; a roofline profile prices batches from shapes.", show_default="the trace's own samples")] = None,
-    rate: Annotated[float, typer.Option("--rate", help="Poisson arrival rate, requests per second (ignored with --arrivals).")] = 1.0,
-    requests: Annotated[Optional[int], typer.Option("--requests", help="Requests to serve.", show_default="500, or every time in --arrivals")] = None,
+    rate: Annotated[str, typer.Option("--rate", help="Poisson arrival rate, requests per second (ignored with --arrivals); several, comma-separated, sweep the rates.")] = "1.0",
+    requests: Annotated[Optional[int], typer.Option("--requests", help="Requests to serve (at each rate).", show_default=f"{DEFAULT_REQUESTS}, or every time in --arrivals")] = None,
     arrivals: Annotated[Optional[Path], typer.Option("--arrivals", help="Text file of arrival times in seconds, one per line, sorted.")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the Poisson arrivals and of stochastic replay.")] = 0,
     max_batch: Annotated[int, typer.Option("--max-batch", help="Most requests decoding at once.")] = DEFAULT_MAX_BATCH,
     token_budget: Annotated[int, typer.Option("--token-budget", help="Prefill tokens plus one per running request allowed in one engine step.")] = DEFAULT_TOKEN_BUDGET,
-    gamma_by_batch: Annotated[Optional[str], typer.Option("--gamma-by-batch", help="Batch-level cap on the draft length by batch size, as BATCH:GAMMA pairs, e.g. 1:6,4:4,16:0.")] = None,
+    gamma_by_batch: Annotated[Optional[str], typer.Option("--gamma-by-batch", help="Batch-level cap on the draft length by batch size, as BATCH:GAMMA pairs, e.g. 1:6,4:4,16:0, or a JSON file from simlab serve tune.")] = None,
     sd_off_above: Annotated[Optional[int], typer.Option("--sd-off-above", help="No speculation in engine steps with more requests than this.")] = None,
     smartspec: Annotated[Optional[int], typer.Option("--smartspec", help="SmartSpec: each step drafts the length in 0..N with the highest expected goodput.")] = None,
     slo_ttft: Annotated[Optional[float], typer.Option("--slo-ttft", help="SLO on time to first token, seconds.")] = None,
     slo_tpot: Annotated[Optional[float], typer.Option("--slo-tpot", help="SLO on time per output token, seconds.")] = None,
     baseline: Annotated[bool, typer.Option("--baseline/--no-baseline", help="Also serve the same load without speculation (policy ad) for the speedup.")] = True,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")] = False,
-    out: Annotated[Optional[Path], typer.Option("--out", help="Write per-request results (.csv or .parquet).")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Write per-request results (.csv or .parquet); with several rates, one row per rate and served policy.")] = None,
     timeline: Annotated[Optional[Path], typer.Option("--timeline", help="Write the engine's draft/target forwards (Chrome trace JSON).")] = None,
     live: Annotated[bool, typer.Option("--live", help="Decode the trace's first --max-batch prompts for real as one batch (all at t=0), under the policy and without speculation, and print measured against serve's prediction.")] = False,
     live_tokens: Annotated[Optional[int], typer.Option("--live-tokens", help="With --live: tokens per request (the trace is cut to this budget).", show_default="the trace's max_new_tokens")] = None,
@@ -53,12 +62,17 @@ def serve(
     Requests arrive (Poisson, or replayed times), queue, are prefilled, and decode together:
     each engine step runs batched draft steps and one batched verification. Prints throughput, TTFT, TPOT and end-to-end latency percentiles, SLO attainment and
     goodput, per-position acceptance, and the speedup over the same load without speculation.
+
+    Several rates (--rate 0.5,1,2,4) serve each rate and print one row per rate and policy.
+    `simlab serve tune` finds the best draft length per batch size.
     """
-    from simlab.serve.batch_policy import BatchSpec
+    if ctx.invoked_subcommand is not None:
+        return
+    from simlab.serve.batch_policy import BatchSpec, gamma_by_batch_pairs
     from simlab.serve.metrics import Slo
+    from simlab.serve.rates import parse_rates
     from simlab.serve.run import ServeConfig, check_policy
     from simlab.serve.run import serve as serve_run
-    from simlab.serve.scheduler import Scheduler
     from simlab.serve.workload import check_requests, poisson_arrivals, read_arrivals
     from simlab.sim.run import Simulator
     from simlab.sim.timeline import write_chrome_trace
@@ -67,7 +81,10 @@ def serve(
     check_policy(policy)
     slo = Slo(slo_ttft, slo_tpot)
     scheduler = Scheduler(max_batch, token_budget)
-    batch = BatchSpec(gamma_by_batch, sd_off_above, smartspec)
+    batch = BatchSpec(gamma_by_batch_pairs(gamma_by_batch) if gamma_by_batch else None, sd_off_above, smartspec)
+    if arrivals is not None and "," in rate:
+        raise SimlabError("several --rate values sweep Poisson loads; drop --arrivals")
+    rates = [] if arrivals else parse_rates(rate)  # --rate is ignored with --arrivals
     if out:
         frame_output(out, force)
     if timeline:
@@ -75,12 +92,17 @@ def serve(
     check_seed(seed)
     if requests is not None:
         check_requests(requests)
-    times = read_arrivals(arrivals) if arrivals else poisson_arrivals(rate, requests or 500, seed)
+    config = ServeConfig(policy, params, scheduler, batch, slo)
+    if len(rates) > 1:
+        for flag, given in (("--timeline", timeline), ("--live", live)):
+            if given:
+                raise SimlabError(f"several --rate values sweep Poisson loads; drop {flag}")
+        return _serve_rates(trace, latency, rates, requests or DEFAULT_REQUESTS, seed, config, baseline, json_out, out)
+    times = read_arrivals(arrivals) if arrivals else poisson_arrivals(rates[0], requests or DEFAULT_REQUESTS, seed)
     if requests is not None:
         if requests > len(times):
             raise SimlabError(f"--requests {requests} is more than the {len(times)} times in {arrivals}")
         times = times[:requests]
-    config = ServeConfig(policy, params, scheduler, batch, slo)
 
     if live:
         return _serve_live(trace, latency, policy, params, max_batch, live_tokens, repeats, arrivals, out, force)
@@ -102,7 +124,7 @@ def serve(
         print_json({
             "policy": policy, "params": run.params, "trace": str(tr.path), "latency": sim.latency.name,
             "latency_rule": res.latency_rule, "batch_latency_extrapolated": res.extrapolated,
-            "arrivals": str(arrivals) if arrivals else {"poisson_rate": rate, "seed": seed},
+            "arrivals": str(arrivals) if arrivals else {"poisson_rate": rates[0], "seed": seed},
             "max_batch": max_batch, "token_budget": token_budget, "batch_policy": run.batch_policy,
             "slo_ttft_s": slo_ttft, "slo_tpot_s": slo_tpot,
             **run.summary, "mean_batch": mean_batch, "engine_steps": stats.steps,
@@ -129,6 +151,108 @@ def serve(
         console.print(f"without speculation (ad): TPOT mean {b['tpot_mean_s'] * 1e3:.2f} ms, end-to-end mean "
                       f"{b['e2e_mean_s']:.2f} s -> speedup at this load: end-to-end {sp['e2e_speedup']:.3f}x, "
                       f"TPOT {sp['tpot_speedup']:.3f}x, throughput {sp['throughput_ratio']:.3f}x")
+
+
+@serve_app.command("tune")
+def tune(
+    out: Annotated[Path, typer.Option("--out", "-o", help="JSON file to write; simlab serve --gamma-by-batch reads it.")],
+    trace: Annotated[Optional[Path], typer.Option("--trace", help="Trace directory: the draft/target pair and its acceptance.", show_default="the shipped trace")] = None,
+    latency: Annotated[Optional[Path], typer.Option("--latency", help="Latency profile JSON; a roofline profile prices batches from shapes.", show_default="the trace's own samples")] = None,
+    batch: Annotated[str, typer.Option("--batch", help="Batch sizes to tune, comma-separated, increasing.")] = ",".join(map(str, DEFAULT_BATCHES)),
+    max_gamma: Annotated[int, typer.Option("--max-gamma", help="Longest draft length tried (every length from 0, no speculation, to this).")] = DEFAULT_MAX_GAMMA,
+    requests_per_slot: Annotated[int, typer.Option("--requests-per-slot", help="Requests per batch slot: batch size B serves B times this many requests, all arriving at once.")] = REQUESTS_PER_SLOT,
+    token_budget: Annotated[int, typer.Option("--token-budget", help="Prefill tokens plus one per running request allowed in one engine step.")] = DEFAULT_TOKEN_BUDGET,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of stochastic replay (temperature > 0 traces).")] = 0,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the written JSON instead of a table.")] = False,
+    force: Force = False,
+) -> None:
+    """The best draft length per batch size for a trace's pair and a latency profile, as a JSON file.
+
+    For every batch size B and draft length γ from 0 to --max-gamma, serve's engine serves a
+    saturated batch: B x --requests-per-slot requests arriving together, at most B decoding at
+    once, policy sd with every draft capped at γ (0: no speculation). The best γ for B has the
+    highest tokens/s. `simlab serve --gamma-by-batch FILE` reads the file back (docs/serving.md).
+    """
+    from rich.table import Table
+
+    from simlab.jsonfile import write_json
+    from simlab.serve.tune import check_tune
+    from simlab.serve.tune import tune as tune_run
+    from simlab.sim.run import Simulator
+
+    try:
+        batches = [int(b) for b in batch.split(",")]
+    except ValueError:
+        raise SimlabError(f"--batch takes comma-separated batch sizes, e.g. 1,2,4,8, got {batch!r}") from None
+    check_tune(batches, max_gamma, requests_per_slot)
+    Scheduler(batches[-1], token_budget)  # checks --token-budget
+    check_seed(seed)
+    check_output(out, "--out", force=force)
+    tr, lat = load_inputs(trace, latency)
+    sim = Simulator(tr, lat, seed=seed)
+    tuned = tune_run(sim, batches, max_gamma, requests_per_slot, token_budget)
+    data = tuned.to_json(sim)
+    write_json(data, out)
+    if tuned.extrapolated and batches[-1] > 1:
+        err_console.print(f"[yellow]warning:[/] {tuned.latency_rule}")
+    if json_out:
+        print_json(data)
+        return
+    console.print(f"trace: {trace_label(tr)}")
+    console.print(f"latency: {sim.latency.name}; {tuned.latency_rule}")
+    table = Table(title="best draft length per batch size (sd capped at γ; tokens/s of a saturated batch)",
+                  header_style="bold")
+    for col in ("batch", "best γ", "tokens/s", "without SD", "speedup"):
+        table.add_column(col, justify="right")
+    for b, g in tuned.best.items():
+        tps = tuned.tokens_per_s[b]
+        table.add_row(str(b), str(g), f"{tps[g]:.2f}", f"{tps[0]:.2f}", f"{tuned.speedup[b]:.3f}")
+    console.print(table)
+    console.print(f"wrote {out}: simlab serve --gamma-by-batch {out} (= {tuned.table()})")
+
+
+# Columns of the rate sweep's printed table: (header, column, scale, format); --out and --json carry every figure.
+RATE_COLUMNS = (("rate", "rate_per_s", 1.0, "{:g}"), ("tok/s", "throughput_tokens_per_s", 1.0, "{:.2f}"),
+                ("goodput", "goodput_requests_per_s", 1.0, "{:.4f}"), ("SLO", "slo_attainment", 1.0, "{:.2f}"),
+                ("TPOT p50", "tpot_p50_s", 1e3, "{:.0f}"), ("p90", "tpot_p90_s", 1e3, "{:.0f}"),
+                ("e2e p50", "e2e_p50_s", 1.0, "{:.1f}"), ("p90", "e2e_p90_s", 1.0, "{:.1f}"))
+
+
+def _serve_rates(trace, latency, rates, requests, seed, config, baseline, json_out, out) -> None:
+    """``serve --rate R1,R2,...``: one serve run per rate (simlab.serve.rates), one row per rate and policy."""
+    from rich.table import Table
+
+    from simlab.serve.rates import rate_sweep
+    from simlab.sim.run import Simulator
+
+    tr, lat = load_inputs(trace, latency)
+    sim = Simulator(tr, lat, seed=seed)
+    frame = rate_sweep(sim, rates, requests, seed, config, baseline)
+    frame["trace"], frame["latency"], frame["max_batch"] = str(tr.path), sim.latency.name, config.scheduler.max_batch
+    frame["slo_ttft_s"], frame["slo_tpot_s"], frame["seed"] = config.slo.ttft_s, config.slo.tpot_s, seed
+    if out:
+        write_frame(frame, out)
+    if json_out:
+        print_json(frame.to_dict(orient="records"))
+        return
+    console.print(f"trace: {trace_label(tr)}")
+    console.print(f"latency: {sim.latency.name}; {requests} Poisson requests per rate (seed {seed}), max batch "
+                  f"{config.scheduler.max_batch}; SLOs: TTFT {_seconds(config.slo.ttft_s)}, TPOT {_seconds(config.slo.tpot_s)}")
+    console.print("served: " + "; ".join(frame["label"].unique()))
+    table = Table(header_style="bold", caption="rate, goodput: requests/s; SLO: attainment; TPOT: ms; e2e "
+                                               "(end-to-end): s")
+    table.add_column("policy")
+    for header, *_ in RATE_COLUMNS:
+        table.add_column(header, justify="right", no_wrap=True)
+    for row in frame.itertuples(index=False):
+        table.add_row(row.policy, *(form.format(getattr(row, key) * scale) for _, key, scale, form in RATE_COLUMNS))
+    console.print(table)
+    if out:
+        console.print(f"wrote {out}")
+
+
+def _seconds(slo: float | None) -> str:
+    return "none" if slo is None else f"{slo:g} s"
 
 
 def _serve_live(trace, latency, policy, params, batch, tokens, repeats, arrivals, out, force) -> None:

@@ -8,7 +8,8 @@ policy still plans and stops as it would; it only drafts no more than the cap (a
 makes the round a plain target step). Three of them:
 
 - ``table``: a draft length per batch size, as vLLM's dynamic speculation configures it
-  (``--gamma-by-batch 1:6,4:4,16:2,32:0``: batches of 1–3 draft ≤ 6, 4–15 ≤ 4, ...).
+  (``--gamma-by-batch 1:6,4:4,16:2,32:0``: batches of 1–3 draft ≤ 6, 4–15 ≤ 4, ...), or the
+  JSON file ``simlab serve tune`` writes (:mod:`simlab.serve.tune`).
 - ``off-above``: speculation off above a batch size (what SGLang users ask for).
 - ``smartspec``: the length that maximises the step's goodput — expected tokens the batch
   commits per second — from each request's acceptance history; Liu et al., "Optimizing
@@ -19,9 +20,11 @@ makes the round a plain target step). Three of them:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol, Sequence
 
 from simlab.errors import SimlabError
+from simlab.jsonfile import read_versioned
 from simlab.latency.batch import BatchLatency
 from simlab.policies.base import Outcome, Policy, PromptInfo, RoundState, Serial
 
@@ -29,6 +32,10 @@ from simlab.policies.base import Outcome, Policy, PromptInfo, RoundState, Serial
 # starting from this prior before a request has any history.
 ACCEPTANCE_PRIOR = 0.7
 ACCEPTANCE_SMOOTHING = 0.1
+
+# The JSON file of a draft length per batch size (written by ``simlab serve tune``).
+TABLE_FORMAT = "simlab-gamma-by-batch"
+TABLE_VERSION = 1
 
 
 class CappedPolicy(Policy):
@@ -124,6 +131,24 @@ class GammaByBatch:
         if not pairs or sizes != sorted(set(sizes)):
             raise SimlabError(f"--gamma-by-batch needs increasing batch sizes, got {text!r}")
         return cls(tuple(pairs))
+
+
+def gamma_by_batch_pairs(value: str) -> str:
+    """``--gamma-by-batch``'s value as BATCH:GAMMA pairs: the pairs themselves, or the
+    ``gamma_by_batch`` object of a JSON file written by ``simlab serve tune``
+    (``{"1": 6, "4": 3}`` -> ``"1:6,4:3"``; the pairs are checked by :meth:`GammaByBatch.parse`)."""
+    if not (value.endswith(".json") or Path(value).is_file()):
+        return value
+    what = "--gamma-by-batch file"
+    table = read_versioned(value, what, TABLE_FORMAT, TABLE_VERSION).get("gamma_by_batch")
+    if not isinstance(table, dict) or not table:
+        raise SimlabError(f"{what} {value} needs a non-empty \"gamma_by_batch\" object of batch size -> draft length")
+    pairs = []
+    for size, gamma in table.items():
+        if not (size.isdigit() and type(gamma) is int):
+            raise SimlabError(f"{what} {value}: \"gamma_by_batch\" maps batch sizes to draft lengths, got {size!r}: {gamma!r}")
+        pairs.append((int(size), gamma))
+    return ",".join(f"{size}:{gamma}" for size, gamma in sorted(pairs))
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,25 @@ def test_prompts_are_resampled_independently():
     assert (middle.low, middle.high) == (10, 10)
 
 
+def test_with_several_continuations_the_interval_is_the_textbook_predictive_interval():
+    """One prompt whose four recorded continuations took 4, 5, 6 and 7 target calls (one replay
+    seed each): a new run's 95% predictive interval is mean ± t(0.975; 3 dof) · s · √(1 + 1/4),
+    s the sample standard deviation of the four: 5.5 ± 3.182 · 1.291 · 1.118 = 5.5 ± 4.59."""
+    import statistics
+
+    from scipy import stats
+
+    calls = [4, 5, 6, 7]
+    outcomes = np.array([[[10, c, 0, 1, 1.0, 1.0] for c in calls]], dtype=float)
+    iv = combine(outcomes, 40000, 0.95, np.random.default_rng(2), continuations=4)["target_calls"]
+    half = stats.t.ppf(0.975, 3) * statistics.stdev(calls) * (1 + 1 / 4) ** 0.5
+    assert half == pytest.approx(4.593, abs=1e-3)
+    assert iv.mean == pytest.approx(5.5, abs=0.02)
+    assert (iv.low, iv.high) == (pytest.approx(5.5 - half, abs=0.05), pytest.approx(5.5 + half, abs=0.05))
+    seeds_only = combine(outcomes, 40000, 0.95, np.random.default_rng(2))["target_calls"]  # the draws' range
+    assert (seeds_only.low, seeds_only.high) == (4, 7)
+
+
 def test_a_greedy_trace_has_no_spread():
     with pytest.raises(SimlabError, match="greedy"):
         sampling_spread([hand_trace(["1101"])], "sd")

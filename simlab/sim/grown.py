@@ -75,27 +75,21 @@ class TreePrices:
 
     def target(self, k: np.ndarray, ctx: np.ndarray) -> np.ndarray:
         """Seconds of a ``k``-token target forward at context ``ctx`` (elementwise)."""
-        return self.rows(int(k.max()))[k - 1, self._within(ctx)]
-
-    def _within(self, ctx: np.ndarray) -> np.ndarray:
-        """``ctx`` kept inside the grid: a tree is grown at every position, and past the grid
-        lie only positions too near a prompt's budget to draft that deep (their figures go
-        unread); :meth:`GrownTrees.simulate` checks the rounds it prices."""
-        return np.minimum(ctx, self.grid.max_context)
+        return self.rows(int(k.max(initial=1)))[k - 1, ctx]
 
     def tree_draft(self, ctx: np.ndarray, widths: np.ndarray, levels: np.ndarray | None = None) -> np.ndarray:
         """:meth:`LatencyGrid.tree_draft_seconds` of the first ``levels`` (all, by default) of
         each row of ``widths`` at context ``ctx``, with its operations in its order."""
         if levels is None:
             levels = np.full(len(ctx), widths.shape[1])
-        cum, ctx = self.cum, self._within(ctx)
-        seconds = cum[self._within(ctx + levels)] - cum[ctx]
+        cum = self.cum
+        seconds = cum[ctx + levels] - cum[ctx]
         rows = self.rows(max(int(widths.max(initial=1)), 1))
         for d in range(widths.shape[1]):
             w = widths[:, d]
             wide = (w > 1) & (d < levels)
             if wide.any():
-                at = self._within(ctx + d)
+                at = ctx + d
                 step = cum[at + 1] - cum[at]
                 ratio = rows[np.maximum(w, 1) - 1, at] / rows[0, at]
                 seconds = np.where(wide, seconds + step * (ratio - 1.0), seconds)
@@ -105,7 +99,13 @@ class TreePrices:
 class GrownTrees:
     """A replay's recorded EAGLE-2 trees as arrays, ready to replay any growing-tree policy
     (:meth:`simulate`); :attr:`usable` is False where the trace's trees are not the complete
-    top-k, ``depth``-level trees this replay reads (the protocol then replays them)."""
+    top-k, ``depth``-level trees this replay reads (the protocol then replays them).
+
+    What does not depend on the policy is computed here once: each recorded node's level, value
+    and place in candidate order. A node's number among its level's candidates depends on which
+    nodes a policy expands, but their order does not — level, then the parent's place in its
+    level's order by value, then rank — so every node is ranked once by (−value, that order),
+    and a policy's candidates are the nodes it reaches, in that ranking."""
 
     def __init__(self, replay: TraceReplay, grid: LatencyGrid):
         self.grid, self.prices = grid, TreePrices(grid)
@@ -116,12 +116,12 @@ class GrownTrees:
         bounds = replay.bounds
         self.rows = rows = int(bounds[-1])  # positions of every prompt, prompt after prompt
         self.prompt_ids, self.lengths = replay.prompt_ids.tolist(), replay.lengths.tolist()
-        self.budgets = replay.budgets.tolist()
         self.starts = bounds[:-1].tolist()
         self.ad_wall_time_s = [ad_seconds(grid, pl, n) for pl, n in zip(replay.prompt_lens.tolist(), self.lengths)]
         prompt = np.repeat(np.arange(len(self.lengths)), replay.lengths)
         pos = np.arange(rows) - bounds[prompt]
         self.ctx = replay.prompt_lens[prompt] + pos
+        self.room = replay.budgets[prompt] - pos - 1  # the most levels a round from here drafts
         self.usable = False
         tree = trace.tree
         if tree is None or depth == 0 or k == 0 or len(tree) != rows * size:
@@ -133,31 +133,56 @@ class GrownTrees:
                 and np.array_equal(t["prompt_id"].to_numpy(), replay.prompt_ids[prompt[where]])):
             return
         parent, rank = t["parent"].to_numpy(np.int64), t["rank"].to_numpy(np.int64)
-        self.prob = t["prob"].to_numpy(np.float64).reshape(rows, size)
+        prob = t["prob"].to_numpy(np.float64).reshape(rows, size)
         if ((rank < 0) | (rank >= k) | (parent < -1) | (parent >= size)).any() or not (
-                (self.prob >= 0.0) & (self.prob <= 1.0)).all():
+                (prob >= 0.0) & (prob <= 1.0)).all():
             return
         # children[row, parent + 1, rank]: the recorded node (-1: not recorded; row 0 is the root)
         self.children = children = np.full((rows, size + 1, k), -1, dtype=np.int64)
         children[where, parent + 1, rank] = node
         if np.count_nonzero(children >= 0) != rows * size:  # two children of one rank
             return
+        row = np.arange(rows)[:, None]
+        parent, rank = parent.reshape(rows, size), rank.reshape(rows, size)
+        top = parent < 0
+        up = np.maximum(parent, 0)
+        level, value = np.ones((rows, size), dtype=np.int64), prob
+        for _ in range(depth - 1):  # a child's value is its parent's times its probability, as in Candidates
+            level, value = np.where(top, 1, level[row, up] + 1), np.where(top, prob, value[row, up] * prob)
+        widths = [k] + [k * k] * (depth - 1)
+        if not all(((level == d + 1).sum(axis=1) == w).all() for d, w in enumerate(widths)):
+            return
+        order = rank.copy()  # a node's place in candidate order among its level
+        place = np.zeros((rows, size), dtype=np.int64)  # a node's place among its level by (−value, order)
+        self.by_level = []  # per level, its nodes by (−value, candidate order): how frontiers are picked
+        for d, w in enumerate(widths):
+            nodes = np.nonzero(level == d + 1)[1].reshape(rows, w)
+            if d:
+                order[row, nodes] = place[row, up[row, nodes]] * k + rank[row, nodes]
+            ranked = np.take_along_axis(nodes, np.lexsort((order[row, nodes], -value[row, nodes]), axis=1), 1)
+            self.by_level.append(ranked)
+            place[row, ranked] = np.arange(w)
+        self.value = value
+        self.ranked = np.lexsort((order, level, -value), axis=1)  # every node, as top-n selection ranks them
+        self.ranked_level = level[row, self.ranked]
         token = t["token"].to_numpy(np.int64).reshape(rows, size)
         target = np.concatenate([np.asarray(p.target_tokens, dtype=np.int64) for p in replay.prompts])
         end = bounds[prompt + 1]  # one past the prompt's last row
-        # the target's path through the recorded tree (-2 past its end), as ExpansionAt follows it
-        self.path = np.full((rows, depth), -2, dtype=np.int64)
+        # the target's path through the recorded tree, as ExpansionAt follows it: the depth of
+        # each node on it (0: off it)
+        on_path = np.zeros((rows, size), dtype=np.int64)
         at = np.full(rows, -1, dtype=np.int64)
         alive = np.ones(rows, dtype=bool)
-        row = np.arange(rows)
+        flat = row[:, 0]
         for j in range(depth):
-            alive &= row + j < end
-            kids = children[row, at + 1]
-            want = target[np.minimum(row + j, rows - 1)]
-            match = (kids >= 0) & (token[row[:, None], np.maximum(kids, 0)] == want[:, None])
+            alive &= flat + j < end
+            kids = children[flat, at + 1]
+            want = target[np.minimum(flat + j, rows - 1)]
+            match = (kids >= 0) & (token[row, np.maximum(kids, 0)] == want[:, None])
             alive &= match.any(axis=1)
-            at = np.where(alive, kids[row, match.argmax(axis=1)], -1)
-            self.path[:, j] = np.where(alive, at, -2)
+            at = np.where(alive, kids[flat, match.argmax(axis=1)], -1)
+            on_path[flat[alive], at[alive]] = j + 1
+        self.ranked_path = on_path[row, self.ranked]
         self.usable = True
 
     def simulate(self, policy: GrowingTree) -> SimRun | None:
@@ -185,75 +210,58 @@ class GrownTrees:
     def _rounds(self, policy: GrowingTree, depth: int) -> tuple[np.ndarray, ...] | None:
         """Every round in executor order: rounds per prompt, then per round its nodes, accepted
         drafts, tree depth, levels drafted, nodes expanded per level and context length."""
-        tables = self._grow(policy, depth)
-        accepted_at, first_bad = tables[0], tables[-1]
-        rows, caps, accepted = [], [], []
-        for start, n, budget in zip(self.starts, self.lengths, self.budgets):
+        nodes, accepted_at, tree_depth, levels, widths, bad = self._grow(policy, depth)
+        rows, accepted = [], []
+        for start, n in zip(self.starts, self.lengths):
             c = 1
-            while c < n:  # decode()'s loop: a round drafts at most budget - c - 1 levels
-                cap = min(budget - c - 1, depth)
+            while c < n:  # decode()'s loop
                 row = start + c
-                if first_bad[row] <= cap:
+                if bad[row]:
                     return None
-                a = min(accepted_at[cap][row], n - c - 1)  # the end token is the target's
+                a = min(accepted_at[row], n - c - 1)  # the end token is the target's
                 rows.append(row)
-                caps.append(cap)
                 accepted.append(a)
                 c += a + 1
-        row, cap = np.array(rows, dtype=np.int64), np.array(caps, dtype=np.int64)
+        row = np.array(rows, dtype=np.int64)
         prompt_calls = np.bincount(np.searchsorted(self.starts, row, side="right") - 1, minlength=len(self.lengths))
-        nodes, tree_depth, levels = (np.asarray(t)[cap, row] for t in tables[1:4])
-        return prompt_calls, nodes, np.array(accepted, dtype=np.int64), tree_depth, levels, tables[4][row], self.ctx[row]
+        return (prompt_calls, nodes[row], np.array(accepted, dtype=np.int64), tree_depth[row], levels[row], widths[row],
+                self.ctx[row])
 
     def _grow(self, policy: GrowingTree, depth: int) -> tuple:
-        """Per level cap 0..``depth`` and position: accepted drafts (as lists, for the walk),
-        nodes verified, tree depth, levels drafted; per position the nodes expanded per level
-        and the first level whose expansion the recording lacks (``depth + 1``: none)."""
-        k, n_rows, top_n = self.topk, self.rows, policy.nodes
-        row = np.arange(n_rows)
-        children, prob, ctx = self.children, self.prob, self.ctx
-        first = children[:, 0]  # level 1: the root's children in rank order
-        first_bad = np.where((first < 0).any(axis=1), 1, depth + 1)
-        nodes, values, valid = [first], [prob[row[:, None], np.maximum(first, 0)]], [np.ones((n_rows, k), bool)]
-        widths = np.zeros((n_rows, depth), dtype=np.int64)
+        """The round from every position, drafting at most ``depth`` levels (fewer near the
+        budget: decode()'s cap): nodes verified, accepted drafts (a list, for the walk), tree
+        depth, levels drafted, nodes expanded per level, and whether it needs an expansion
+        the recording lacks (a list)."""
+        k, rows = self.topk, self.rows
+        cap = np.minimum(self.room, depth)
+        candidate = np.zeros((rows, self.size), dtype=bool)  # the recorded nodes the policy reaches
+        candidate[np.arange(rows)[:, None], self.by_level[0]] = True
+        first_bad = np.full(rows, depth + 1)  # the first level whose expansion the recording lacks
+        widths = np.zeros((rows, depth), dtype=np.int64)
         widths[:, 0] = 1
-        grown = np.ones(n_rows, dtype=np.int64)  # levels that exist
-        candidates = np.full(n_rows, k, dtype=np.int64)
-        for d in range(1, depth):  # expand level d into level d + 1
-            order = np.argsort(np.where(valid[-1], -values[-1], np.inf), axis=1, kind="stable")[:, :k]
-            frontier, frontier_values = np.take_along_axis(nodes[-1], order, 1), np.take_along_axis(values[-1], order, 1)
-            alive = grown == d
-            keep = policy.keep_rows(frontier_values, candidates, ctx, widths[:, :d], self.prices) & alive[:, None]
+        grown = np.ones(rows, dtype=np.int64)  # levels that exist
+        candidates = np.full(rows, k, dtype=np.int64)
+        for d in range(1, depth):  # expand level d into level d + 1 where the round goes on
+            live = np.flatnonzero((grown == d) & (cap > d) & (first_bad > d))
+            order = self.by_level[d - 1][live]
+            reached = candidate[live[:, None], order]
+            frontier = order[reached & (np.cumsum(reached, axis=1) <= k)].reshape(len(live), k)
+            keep = policy.keep_rows(self.value[live[:, None], frontier], candidates[live], self.ctx[live],
+                                    widths[live, :d], self.prices)
             kept = keep.sum(axis=1)
-            order = np.argsort(~keep, axis=1, kind="stable")  # the kept, in frontier order
-            expand, expand_values = np.take_along_axis(frontier, order, 1), np.take_along_axis(frontier_values, order, 1)
-            expanded = np.arange(k) < kept[:, None]
-            kids = children[row[:, None], expand + 1]  # (rows, k, k)
-            missing = (expanded[:, :, None] & (kids < 0)).any(axis=(1, 2))
-            first_bad = np.where(missing & (first_bad > d + 1), d + 1, first_bad)
-            nodes.append(kids.reshape(n_rows, k * k))
-            values.append((expand_values[:, :, None] * prob[row[:, None, None], np.maximum(kids, 0)]).reshape(n_rows, k * k))
-            valid.append(np.repeat(expanded, k, axis=1) & (nodes[-1] >= 0))
-            grows = kept > 0
-            widths[:, d] = np.where(grows, kept, 0)
-            grown += grows
-            candidates += k * kept
-        # every candidate of every level, in candidate order; then sorted by value, ties to the earlier
-        level = np.repeat(np.arange(1, depth + 1), [len(v[0]) for v in values])
-        values_all, valid_all, nodes_all = (np.concatenate(a, axis=1) for a in (values, valid, nodes))
-        order = np.argsort(np.where(valid_all, -values_all, np.inf), axis=1, kind="stable")
-        ranked_nodes, ranked_level = np.take_along_axis(nodes_all, order, 1), level[order]
-        ranked_valid = np.take_along_axis(valid_all, order, 1)
-        path = self.path[:, :depth]
-        on_path = ranked_nodes[:, None, :] == path[:, :, None]  # (rows, depth, candidates)
-        zeros = np.zeros(n_rows, dtype=np.int64)
-        accepted, nodes_n, tree_depth, levels = [zeros.tolist()], [zeros], [zeros], [zeros]
-        for cap in range(1, depth + 1):
-            drafted = ranked_valid & (ranked_level <= cap)
-            chosen = drafted & (np.cumsum(drafted, axis=1) <= top_n)
-            verified = (on_path & chosen[:, None, :]).any(axis=2)
-            accepted.append(np.cumprod(verified, axis=1).sum(axis=1).tolist())
-            nodes_n.append(chosen.sum(axis=1))
-            tree_depth.append(np.where(chosen, ranked_level, 0).max(axis=1))
-            levels.append(np.minimum(grown, cap))
-        return accepted, nodes_n, tree_depth, levels, widths, first_bad
+            kids = self.children[live[:, None], frontier + 1]  # (rows, k, k)
+            keep = np.broadcast_to(keep[:, :, None], kids.shape)
+            first_bad[live[(keep & (kids < 0)).any(axis=(1, 2))]] = d + 1
+            new = keep & (kids >= 0)
+            candidate[np.broadcast_to(live[:, None, None], kids.shape)[new], kids[new]] = True
+            widths[live, d] = kept
+            grown[live] += kept > 0
+            candidates[live] += k * kept
+        drafted = candidate[np.arange(rows)[:, None], self.ranked] & (self.ranked_level <= cap[:, None])
+        chosen = drafted & (np.cumsum(drafted, axis=1) <= policy.nodes)  # the top-n of the levels drafted
+        # the chosen nodes hold their ancestors (a child never outvalues its parent, and ranks after
+        # it), so the accepted path is as deep as the deepest chosen node on the target's path
+        accepted = np.where(chosen, self.ranked_path, 0).max(axis=1)
+        tree_depth = np.where(chosen, self.ranked_level, 0).max(axis=1)
+        return (chosen.sum(axis=1), accepted.tolist(), tree_depth, np.minimum(grown, cap), widths,
+                (first_bad <= cap).tolist())

@@ -14,8 +14,8 @@ from simlab.policies.base import Policy, RoundState, TreePlan
 from simlab.policies.trees import Eagle2
 from simlab.rounds import PolicyError
 from simlab.sim.executor import SimExecutor
-from simlab.sim.grown import GrownTrees
 from simlab.sim.run import Simulator
+from simlab.sim.trees import TreeRounds
 from simlab.trace.io import read_trace
 from simlab.trees.candidates import Candidates
 from simlab.trees.draft_tree import DraftTree
@@ -278,7 +278,7 @@ def test_old_traces_load_without_tree_data():
     assert trace.topk is None and trace.tree is None and trace.manifest.topk == 0
 
 
-# -- growing trees in closed form (simlab.sim.grown) against the round protocol ------------------
+# -- tree policies in closed form (simlab.sim.trees) against the round protocol ------------------
 
 
 def synthetic_tree_trace(seed: int, k: int = 3, depth: int = 4, lengths=(40, 23, 31), budget: int = 45):
@@ -286,11 +286,13 @@ def synthetic_tree_trace(seed: int, k: int = 3, depth: int = 4, lengths=(40, 23,
     of each level by value expanded), with probabilities from a few powers of two so that values
     often tie (within a level and across levels: a probability of 1 repeats its parent's value),
     nodes numbered in a random order within each level, and a random target path through it
-    (cut anywhere). The prompts stop at an end token before a budget of ``budget`` new tokens,
-    so rounds near the end draft fewer levels. Latencies grow with tokens and context."""
+    (cut anywhere); the target's rank among the top-k (for fixed trees) is random too. The
+    prompts stop at an end token before a budget of ``budget`` new tokens, so rounds near the
+    end draft fewer levels. Latencies grow with tokens and context."""
     rng = np.random.default_rng(seed)
     verify = {j: 0.0517 + 0.0031 * j ** 1.1 for j in range(1, 80)}
-    trace = tree_trace([[0] * n for n in lengths], k=k, stop="eos", max_new_tokens=budget,
+    ranks = [rng.choice([-1, 0, 0, 0, 1, 2], n).tolist() for n in lengths]
+    trace = tree_trace(ranks, k=k, stop="eos", max_new_tokens=budget,
                        latency=latency_table(draft=0.0123, verify=verify, slope=3.7e-6))
     rows = []
     for row in trace.positions.itertuples():
@@ -327,11 +329,11 @@ def assert_closed_form_is_the_protocol(sim: Simulator, policy: str, params: dict
     try:
         protocol = SimExecutor(sim.latency, sim.topology).run(sim.replay, make_policy(policy, sim.context(), **params))
     except SimlabError as error:
-        assert GrownTrees(sim.replay, sim.latency).simulate(make_policy(policy, sim.context(), **params)) is None
+        assert TreeRounds(sim.replay, sim.latency).simulate(make_policy(policy, sim.context(), **params)) is None
         with pytest.raises(SimlabError, match=str(error)[:40]):
             sim.run(policy, params)
         return False
-    closed = GrownTrees(sim.replay, sim.latency).simulate(make_policy(policy, sim.context(), **params))
+    closed = TreeRounds(sim.replay, sim.latency).simulate(make_policy(policy, sim.context(), **params))
     assert closed is not None, (policy, params)
     assert [r.counts for r in closed.prompts] == [r.counts for r in protocol.prompts], (policy, params)
     assert [r.prompt_id for r in closed.prompts] == [r.prompt_id for r in protocol.prompts]
@@ -343,28 +345,30 @@ def assert_closed_form_is_the_protocol(sim: Simulator, policy: str, params: dict
 GROWING = [("eagle2", {})] + [("eagle2", {"nodes": n, "depth": d}) for n in (1, 3, 4, 8, 16, 40) for d in (1, 2, 4)] + [
     ("ags-tree", {})] + [("ags-tree", {"nodes": n, "max_draft": d}) for n in (4, 16) for d in (2, 4)] + [
     ("ags-tree", {"rejection_threshold": h, "nodes": n}) for h in (0.0, 0.3, 0.5, 0.75, 0.9, 1.0) for n in (2, 8)]
+STATIC = [("tree-static", {})] + [("tree-static", {"shape": s}) for s in ("1", "3", "1x1x1x1", "3x2x1", "2x1x3x1x2")] + [
+    ("tree-static", {"nodes": n, "depth": d}) for n, d in ((4, 2), (12, 6), (30, 3))]
 
 
-@pytest.mark.parametrize("policy, params", GROWING)
-def test_growing_trees_in_closed_form_are_the_protocol_on_the_shipped_trace(policy, params):
+@pytest.mark.parametrize("policy, params", GROWING + STATIC)
+def test_tree_policies_in_closed_form_are_the_protocol_on_the_shipped_trace(policy, params):
     assert assert_closed_form_is_the_protocol(Simulator(read_trace(TRACES / "smollm2-tree")), policy, params)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-def test_growing_trees_in_closed_form_are_the_protocol_on_synthetic_recordings(seed):
+def test_tree_policies_in_closed_form_are_the_protocol_on_synthetic_recordings(seed):
     sim = Simulator(synthetic_tree_trace(seed), topology="two-devices")
-    for policy, params in GROWING:
+    for policy, params in GROWING + STATIC:
         assert assert_closed_form_is_the_protocol(sim, policy, params)
 
 
 def test_a_recording_that_lacks_an_expansion_is_refused_alike():
     trace = synthetic_tree_trace(2, lengths=(30,))
     tree = trace.tree
-    at = tree[tree.pos == 7]
+    at = tree[tree.pos == 1]  # the first round
     level2 = at[at.parent.isin(at[at.parent == -1].node)]
     expanded = level2[level2.node.isin(at.parent)].node.iloc[0]
     idle = level2[~level2.node.isin(at.parent)].node.iloc[0]
-    tree.loc[(tree.pos == 7) & (tree.parent == expanded), "parent"] = idle  # eagle2 expands a node with no children
+    tree.loc[(tree.pos == 1) & (tree.parent == expanded), "parent"] = idle  # eagle2 expands a node with no children
     sim = Simulator(trace, topology="two-devices")
     for depth in (3, 4):
         assert not assert_closed_form_is_the_protocol(sim, "eagle2", {"nodes": 6, "depth": depth})
@@ -381,5 +385,5 @@ class EveryCandidate(Eagle2):
 def test_a_growing_tree_that_selects_otherwise_is_replayed_by_the_protocol():
     sim = Simulator(read_trace(TRACES / "smollm2-tree"))
     policy = EveryCandidate(sim.context(), depth=2)
-    assert GrownTrees(sim.replay, sim.latency).simulate(policy) is None
+    assert TreeRounds(sim.replay, sim.latency).simulate(policy) is None
     assert SimExecutor(sim.latency, sim.topology).run(sim.replay, policy).prompts[0].counts.drafted > 0

@@ -32,7 +32,7 @@ from simlab.trees.draft_tree import parse_shape, static_tree
 from simlab.trees.sequoia import best_tree
 
 if TYPE_CHECKING:
-    from simlab.sim.grown import TreePrices
+    from simlab.sim.trees import TreePrices
 
 
 def _shape(name: str, value: Any) -> str:
@@ -134,7 +134,7 @@ class GrowingTree(Policy):
     def keep_rows(self, values: np.ndarray, candidates: np.ndarray, context_len: np.ndarray, widths: np.ndarray,
                   prices: TreePrices) -> np.ndarray:
         """:meth:`keep` for many rounds at once (the simulator's closed form,
-        :mod:`simlab.sim.grown`): which frontier nodes (their ``values``, best first, one row
+        :mod:`simlab.sim.trees`): which frontier nodes (their ``values``, best first, one row
         per round) to expand, after ``candidates`` candidates, at ``context_len``, after draft
         forwards over ``widths`` nodes per level."""
         return np.ones(values.shape, dtype=bool)

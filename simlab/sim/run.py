@@ -13,11 +13,10 @@ from simlab.params import check_seed
 from simlab.policies import PolicyContext, make_policy
 from simlab.policies.base import AcceptancePredictor
 from simlab.policies.fixed import VanillaSD
-from simlab.policies.trees import GrowingTree
 from simlab.sim.context import policy_context, tabulated, typical_context_len
 from simlab.sim.devices import Slice, Topology
 from simlab.sim.executor import SimExecutor
-from simlab.sim.grown import GrownTrees
+from simlab.sim.trees import TreeRounds
 from simlab.sim.vanilla import FixedGammaSD
 from simlab.trace.io import Trace
 from simlab.trace.replay import TraceReplay
@@ -82,7 +81,7 @@ class Simulator:
         self.latency = tabulated(model, self.replay.max_context)
         self._reference: Reference | None = None
         self._sd: FixedGammaSD | None = None  # vanilla SD in closed form: the reference, and `sd` runs
-        self._grown: GrownTrees | None = None  # growing trees (eagle2, ags-tree) in closed form
+        self._trees: TreeRounds | None = None  # tree policies in closed form
 
     def context(self) -> PolicyContext:
         """What every policy of this simulator is built with (:mod:`simlab.sim.context`)."""
@@ -105,8 +104,8 @@ class Simulator:
         sim = None  # the same numbers without the round-by-round replay, where a closed form has them
         if type(pol) is VanillaSD and not keep_tokens and timeline_prompt is None:
             sim = self._fixed_gamma().simulate(pol.gamma)
-        elif isinstance(pol, GrowingTree) and not keep_tokens and timeline_prompt is None:
-            sim = self._grown_trees().simulate(pol)
+        elif pol.drafts_trees and not keep_tokens and timeline_prompt is None:
+            sim = self._tree_rounds().simulate(pol)
         if sim is None:
             executor = SimExecutor(self.latency, self.topology, keep_tokens=keep_tokens, timeline_prompt=timeline_prompt)
             sim = executor.run(self.replay, pol)
@@ -129,10 +128,10 @@ class Simulator:
         ranks = [p.ranks for p in self.replay.prompts]
         return rank_acceptance(ranks, max(self.trace.manifest.topk, 1))
 
-    def _grown_trees(self) -> GrownTrees:
-        if self._grown is None:
-            self._grown = GrownTrees(self.replay, self.latency)
-        return self._grown
+    def _tree_rounds(self) -> TreeRounds:
+        if self._trees is None:
+            self._trees = TreeRounds(self.replay, self.latency)
+        return self._trees
 
     def _fixed_gamma(self) -> FixedGammaSD:
         if self._sd is None:

@@ -1,21 +1,24 @@
-"""Growing draft trees (EAGLE-2, the acceptance-guided tree) for every position at once.
+"""Tree policies' rounds for every position at once: fixed trees, and trees grown as EAGLE-2
+and the acceptance-guided tree grow them.
 
-Why a closed form. A growing tree round drives the protocol level by level — one generator
-round trip per level, and Python sorts of each level's candidates and of all of them — which
-makes these policies the slowest to simulate. Yet a round is fixed by little: tree policies do
+Why a closed form. A tree round through the protocol costs generator round trips (a growing
+tree: one per level, with Python sorts of each level's candidates and of all of them), which
+made tree policies the slowest to simulate. Yet a round is fixed by little: tree policies do
 not adapt across rounds (:mod:`simlab.rounds`), so the round that starts at committed position
-``c`` depends only on the candidate tree recorded at ``c``, on the levels it may draft
-(``min(budget - c - 1, depth)``) and, for the acceptance-guided tree, on the context length.
-:class:`GrownTrees` therefore grows every position's tree at once with array operations over
-the recorded trees, for every level cap; a prompt's rounds are then walked from position to
-position (one list lookup a round), and priced as the executor prices them.
+``c`` depends only on the trace at ``c``, on the levels it may draft (``min(budget - c - 1,
+depth)``: decode()'s cap) and, for the acceptance-guided tree, on the context length.
+:class:`TreeRounds` therefore computes every position's round at once with array operations;
+a prompt's rounds are then walked from position to position (one list lookup a round) and
+priced as the executor prices them.
 
-The growth repeats the protocol's, number for number:
+A fixed tree (``tree-static``) cut to the cap accepts as deep as the target's ranks follow it
+(:func:`~simlab.trees.draft_tree.accepted_length`). A growing tree repeats the protocol's
+growth, number for number (:class:`RecordedTrees`):
 
 - candidates are numbered as :class:`~simlab.trees.candidates.Candidates` numbers them — level
   by level, each expanded candidate's children in rank order, expanded candidates in the order
-  the policy names them — so "ties to the earlier candidate" is a stable sort on (−value) over
-  that order; a child's value is its parent's times its probability, the same product;
+  the policy names them — so "ties to the earlier candidate" is a sort on (−value, that order);
+  a child's value is its parent's times its probability, the same product;
 - each level's frontier is its top-k candidates; the policy keeps some of them
   (:meth:`~simlab.policies.trees.GrowingTree.keep_rows`, its :meth:`keep` for many rounds);
 - the verified nodes are the top-``nodes`` candidates of the levels drafted. They form a tree
@@ -29,23 +32,20 @@ Times repeat :meth:`~simlab.latency.grid.LatencyGrid.tree_draft_seconds` and the
 of ``nodes + 1`` tokens with the same floating-point operations in the same order, and the
 clock and counts are summed as :mod:`simlab.sim.vanilla` sums them, so the results are bit for
 bit those of :class:`~simlab.sim.executor.SimExecutor` (``tests/test_tree_policies.py`` checks
-it on the shipped tree trace and on a synthetic one).
+it on the shipped tree trace and on synthetic ones).
 """
-
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from simlab.latency.grid import LatencyGrid
+from simlab.policies.base import Policy
+from simlab.policies.trees import GrowingTree, StaticTree
 from simlab.sim.executor import SimRun, ad_seconds
 from simlab.sim.vanilla import TargetRows, interleave, rounds_run, walls
 from simlab.trace.replay import TraceReplay
 from simlab.trace.schema import NO_LAYER
-
-if TYPE_CHECKING:
-    from simlab.policies.trees import GrowingTree
+from simlab.trees.draft_tree import DraftTree
 
 
 def replays(policy: GrowingTree) -> bool:
@@ -54,8 +54,6 @@ def replays(policy: GrowingTree) -> bool:
     its :meth:`keep` and :meth:`plan` (so it repeats them), and nothing else of the protocol's
     policy calls (``reset``, ``done``) is overridden. A subclass that changes one is replayed
     round by round."""
-    from simlab.policies.base import Policy
-    from simlab.policies.trees import GrowingTree
 
     def home(name: str) -> type:
         return next(c for c in type(policy).__mro__ if name in c.__dict__)
@@ -96,9 +94,102 @@ class TreePrices:
         return seconds
 
 
-class GrownTrees:
-    """A replay's recorded EAGLE-2 trees as arrays, ready to replay any growing-tree policy
-    (:meth:`simulate`); :attr:`usable` is False where the trace's trees are not the complete
+class TreeRounds:
+    """A replay's tree rounds in closed form (the module): :meth:`simulate` answers for
+    ``tree-static`` and for growing trees that :func:`replays` knows."""
+
+    def __init__(self, replay: TraceReplay, grid: LatencyGrid):
+        self.replay, self.grid, self.prices = replay, grid, TreePrices(grid)
+        bounds = replay.bounds
+        self.rows = rows = int(bounds[-1])  # positions of every prompt, prompt after prompt
+        self.prompt_ids, self.lengths = replay.prompt_ids.tolist(), replay.lengths.tolist()
+        self.starts = bounds[:-1].tolist()
+        self.ad_wall_time_s = [ad_seconds(grid, pl, n) for pl, n in zip(replay.prompt_lens.tolist(), self.lengths)]
+        prompt = np.repeat(np.arange(len(self.lengths)), replay.lengths)
+        self.pos = pos = np.arange(rows) - bounds[prompt]
+        self.ctx = replay.prompt_lens[prompt] + pos
+        self.room = replay.budgets[prompt] - pos - 1  # the most levels a round from here drafts
+        self.end = bounds[prompt + 1]  # one past the prompt's last row
+        self._recorded: RecordedTrees | None = None
+
+    def simulate(self, policy: Policy) -> SimRun | None:
+        """What the executor reports for ``policy`` (timelines and tokens aside), or None where
+        the protocol must replay it: a policy this module does not know (:func:`replays`), a
+        malformed fixed tree, or a round whose expansion the recording lacks (see the module)."""
+        if type(policy) is StaticTree:
+            tables = self._fixed(policy.tree) if policy.tree.fault is None else None
+        elif isinstance(policy, GrowingTree) and replays(policy):
+            if self._recorded is None:
+                self._recorded = RecordedTrees(self)
+            tables = self._recorded.grow(policy)
+        else:
+            tables = None
+        rounds = self._rounds(*tables) if tables is not None else None
+        if rounds is None:
+            return None
+        prompt_calls, nodes, accepted, tree_depth, levels, widths, ctx = rounds
+        if len(ctx) and (ctx + levels).max() > self.grid.max_context:  # priced by the model past the grid
+            return None
+        prices = self.prices
+        draft = prices.tree_draft(ctx, widths, levels)
+        verify = prices.target(nodes + 1, ctx)
+        wall = walls(interleave(draft, verify), 2 * np.cumsum(prompt_calls))
+        checked = np.where(accepted < tree_depth, accepted + 1, tree_depth)
+        return rounds_run(self.prompt_ids, self.lengths, self.ad_wall_time_s, prompt_calls, wall, checked, accepted,
+                          drafted=nodes, draft_calls=levels, num_drafts=tree_depth > 0, draft_busy_s=draft,
+                          target_busy_s=verify)
+
+    def _rounds(self, nodes: np.ndarray, accepted_at: list[int], tree_depth: np.ndarray, levels: np.ndarray,
+                widths: np.ndarray, bad: list[bool] | None) -> tuple[np.ndarray, ...] | None:
+        """Every round in executor order, from the round at every position (nodes verified,
+        accepted drafts, tree depth, levels drafted, nodes expanded per level, and whether the
+        protocol must replay it): rounds per prompt, then those figures per round and its
+        context length."""
+        rows, accepted = [], []
+        for start, n in zip(self.starts, self.lengths):
+            c = 1
+            while c < n:  # decode()'s loop
+                row = start + c
+                if bad is not None and bad[row]:
+                    return None
+                a = min(accepted_at[row], n - c - 1)  # the end token is the target's
+                rows.append(row)
+                accepted.append(a)
+                c += a + 1
+        row = np.array(rows, dtype=np.int64)
+        prompt_calls = np.bincount(np.searchsorted(self.starts, row, side="right") - 1, minlength=len(self.lengths))
+        return (prompt_calls, nodes[row], np.array(accepted, dtype=np.int64), tree_depth[row], levels[row], widths[row],
+                self.ctx[row])
+
+    def _fixed(self, tree: DraftTree) -> tuple:
+        """The round of ``tree`` from every position, cut to decode()'s cap (see :meth:`_rounds`):
+        the cut keeps the levels up to the cap, so it verifies the nodes that deep, drafts those
+        levels over the tree's widths, and accepts as deep as the target's ranks follow the whole
+        tree, up to the cap."""
+        depth, rows = tree.depth, np.arange(self.rows)
+        cap = np.minimum(self.room, depth)
+        depths = np.array(tree.depths(), dtype=np.int64)
+        nodes_within = np.searchsorted(np.sort(depths), np.arange(depth + 1), side="right")
+        child = np.full((tree.size + 1, max(tree.ranks, default=0) + 1), -1, dtype=np.int64)  # (parent + 1, rank)
+        child[np.array(tree.parents, dtype=np.int64) + 1, np.array(tree.ranks, dtype=np.int64)] = np.arange(tree.size)
+        ranks = np.concatenate([np.asarray(p.ranks, dtype=np.int64) for p in self.replay.prompts])
+        node = np.full(self.rows, -1, dtype=np.int64)
+        follows = np.ones(self.rows, dtype=bool)
+        accepted = np.zeros(self.rows, dtype=np.int64)
+        for j in range(depth):  # accepted_length, at every position
+            r = ranks[np.minimum(rows + j, self.rows - 1)]
+            follows &= (rows + j < self.end) & (r >= 0) & (r < child.shape[1])
+            nxt = child[node + 1, np.where(follows, r, 0)]
+            follows &= nxt >= 0
+            node = np.where(follows, nxt, node)
+            accepted += follows
+        widths = np.broadcast_to(np.array(tree.widths, dtype=np.int64), (self.rows, depth))
+        return nodes_within[cap], np.minimum(accepted, cap).tolist(), cap, cap, widths, None
+
+
+class RecordedTrees:
+    """A replay's recorded EAGLE-2 trees as arrays, ready to grow any growing-tree policy's
+    rounds (:meth:`grow`); :attr:`usable` is False where the trace's trees are not the complete
     top-k, ``depth``-level trees this replay reads (the protocol then replays them).
 
     What does not depend on the policy is computed here once: each recorded node's level, value
@@ -107,21 +198,15 @@ class GrownTrees:
     level's order by value, then rank — so every node is ranked once by (−value, that order),
     and a policy's candidates are the nodes it reaches, in that ranking."""
 
-    def __init__(self, replay: TraceReplay, grid: LatencyGrid):
-        self.grid, self.prices = grid, TreePrices(grid)
+    def __init__(self, rounds: TreeRounds):
+        self.rounds = rounds
+        replay = rounds.replay
         trace, manifest = replay.trace, replay.trace.manifest
         self.topk = k = int(manifest.topk)
         self.depth = depth = int(manifest.tree_depth)
         self.size = size = k + (depth - 1) * k * k if depth else 0  # recorded nodes per position
-        bounds = replay.bounds
-        self.rows = rows = int(bounds[-1])  # positions of every prompt, prompt after prompt
-        self.prompt_ids, self.lengths = replay.prompt_ids.tolist(), replay.lengths.tolist()
-        self.starts = bounds[:-1].tolist()
-        self.ad_wall_time_s = [ad_seconds(grid, pl, n) for pl, n in zip(replay.prompt_lens.tolist(), self.lengths)]
-        prompt = np.repeat(np.arange(len(self.lengths)), replay.lengths)
-        pos = np.arange(rows) - bounds[prompt]
-        self.ctx = replay.prompt_lens[prompt] + pos
-        self.room = replay.budgets[prompt] - pos - 1  # the most levels a round from here drafts
+        self.rows = rows = rounds.rows
+        pos, prompt = rounds.pos, np.repeat(np.arange(len(rounds.lengths)), replay.lengths)
         self.usable = False
         tree = trace.tree
         if tree is None or depth == 0 or k == 0 or len(tree) != rows * size:
@@ -167,7 +252,7 @@ class GrownTrees:
         self.ranked_level = level[row, self.ranked]
         token = t["token"].to_numpy(np.int64).reshape(rows, size)
         target = np.concatenate([np.asarray(p.target_tokens, dtype=np.int64) for p in replay.prompts])
-        end = bounds[prompt + 1]  # one past the prompt's last row
+        end = rounds.end
         # the target's path through the recorded tree, as ExpansionAt follows it: the depth of
         # each node on it (0: off it)
         on_path = np.zeros((rows, size), dtype=np.int64)
@@ -185,55 +270,14 @@ class GrownTrees:
         self.ranked_path = on_path[row, self.ranked]
         self.usable = True
 
-    def simulate(self, policy: GrowingTree) -> SimRun | None:
-        """What the executor reports for ``policy`` (timelines and tokens aside), or None where
-        a round this replay would meet is one it leaves to the protocol (see the module), or
-        where ``policy`` decides otherwise than :func:`replays` knows."""
+    def grow(self, policy: GrowingTree) -> tuple | None:
+        """The round of ``policy`` from every position (see :meth:`TreeRounds._rounds`), or None
+        where these trees cannot replay it."""
         depth = getattr(policy, policy.depth_param)
-        if not (self.usable and replays(policy)) or policy.top_k != self.topk or depth > self.depth:
+        if not self.usable or policy.top_k != self.topk or depth > self.depth:
             return None
-        rounds = self._rounds(policy, depth)
-        if rounds is None:
-            return None
-        prompt_calls, nodes, accepted, tree_depth, levels, widths, ctx = rounds
-        if len(ctx) and (ctx + levels).max() > self.grid.max_context:  # priced by the model past the grid
-            return None
-        prices = self.prices
-        draft = prices.tree_draft(ctx, widths, levels)
-        verify = prices.target(nodes + 1, ctx)
-        wall = walls(interleave(draft, verify), 2 * np.cumsum(prompt_calls))
-        checked = np.where(accepted < tree_depth, accepted + 1, tree_depth)
-        return rounds_run(self.prompt_ids, self.lengths, self.ad_wall_time_s, prompt_calls, wall, checked, accepted,
-                          drafted=nodes, draft_calls=levels, num_drafts=tree_depth > 0, draft_busy_s=draft,
-                          target_busy_s=verify)
-
-    def _rounds(self, policy: GrowingTree, depth: int) -> tuple[np.ndarray, ...] | None:
-        """Every round in executor order: rounds per prompt, then per round its nodes, accepted
-        drafts, tree depth, levels drafted, nodes expanded per level and context length."""
-        nodes, accepted_at, tree_depth, levels, widths, bad = self._grow(policy, depth)
-        rows, accepted = [], []
-        for start, n in zip(self.starts, self.lengths):
-            c = 1
-            while c < n:  # decode()'s loop
-                row = start + c
-                if bad[row]:
-                    return None
-                a = min(accepted_at[row], n - c - 1)  # the end token is the target's
-                rows.append(row)
-                accepted.append(a)
-                c += a + 1
-        row = np.array(rows, dtype=np.int64)
-        prompt_calls = np.bincount(np.searchsorted(self.starts, row, side="right") - 1, minlength=len(self.lengths))
-        return (prompt_calls, nodes[row], np.array(accepted, dtype=np.int64), tree_depth[row], levels[row], widths[row],
-                self.ctx[row])
-
-    def _grow(self, policy: GrowingTree, depth: int) -> tuple:
-        """The round from every position, drafting at most ``depth`` levels (fewer near the
-        budget: decode()'s cap): nodes verified, accepted drafts (a list, for the walk), tree
-        depth, levels drafted, nodes expanded per level, and whether it needs an expansion
-        the recording lacks (a list)."""
-        k, rows = self.topk, self.rows
-        cap = np.minimum(self.room, depth)
+        k, rows, ctx, prices = self.topk, self.rows, self.rounds.ctx, self.rounds.prices
+        cap = np.minimum(self.rounds.room, depth)
         candidate = np.zeros((rows, self.size), dtype=bool)  # the recorded nodes the policy reaches
         candidate[np.arange(rows)[:, None], self.by_level[0]] = True
         first_bad = np.full(rows, depth + 1)  # the first level whose expansion the recording lacks
@@ -246,8 +290,8 @@ class GrownTrees:
             order = self.by_level[d - 1][live]
             reached = candidate[live[:, None], order]
             frontier = order[reached & (np.cumsum(reached, axis=1) <= k)].reshape(len(live), k)
-            keep = policy.keep_rows(self.value[live[:, None], frontier], candidates[live], self.ctx[live],
-                                    widths[live, :d], self.prices)
+            keep = policy.keep_rows(self.value[live[:, None], frontier], candidates[live], ctx[live], widths[live, :d],
+                                    prices)
             kept = keep.sum(axis=1)
             kids = self.children[live[:, None], frontier + 1]  # (rows, k, k)
             keep = np.broadcast_to(keep[:, :, None], kids.shape)

@@ -109,7 +109,6 @@ class TreeRounds:
         self.pos = pos = np.arange(rows) - bounds[prompt]
         self.ctx = replay.prompt_lens[prompt] + pos
         self.room = replay.budgets[prompt] - pos - 1  # the most levels a round from here drafts
-        self.end = bounds[prompt + 1]  # one past the prompt's last row
         self._recorded: RecordedTrees | None = None
 
     def simulate(self, policy: Policy) -> SimRun | None:
@@ -144,7 +143,9 @@ class TreeRounds:
         """Every round in executor order, from the round at every position (nodes verified,
         accepted drafts, tree depth, levels drafted, nodes expanded per level, and whether the
         protocol must replay it): rounds per prompt, then those figures per round and its
-        context length."""
+        context length. Accepted drafts may be counted past the prompt's end (the next prompt's
+        positions): the walk clips them to the end, as the executor does, and a cut never binds
+        tighter (a round's cap is at least the positions left before the end)."""
         rows, accepted = [], []
         for start, n in zip(self.starts, self.lengths):
             c = 1
@@ -163,9 +164,8 @@ class TreeRounds:
 
     def _fixed(self, tree: DraftTree) -> tuple:
         """The round of ``tree`` from every position, cut to decode()'s cap (see :meth:`_rounds`):
-        the cut keeps the levels up to the cap, so it verifies the nodes that deep, drafts those
-        levels over the tree's widths, and accepts as deep as the target's ranks follow the whole
-        tree, up to the cap."""
+        the cut keeps the levels up to the cap, so it verifies the nodes that deep and drafts
+        those levels over the tree's widths; it accepts as deep as the target's ranks follow it."""
         depth, rows = tree.depth, np.arange(self.rows)
         cap = np.minimum(self.room, depth)
         depths = np.array(tree.depths(), dtype=np.int64)
@@ -178,13 +178,13 @@ class TreeRounds:
         accepted = np.zeros(self.rows, dtype=np.int64)
         for j in range(depth):  # accepted_length, at every position
             r = ranks[np.minimum(rows + j, self.rows - 1)]
-            follows &= (rows + j < self.end) & (r >= 0) & (r < child.shape[1])
+            follows &= (r >= 0) & (r < child.shape[1])
             nxt = child[node + 1, np.where(follows, r, 0)]
             follows &= nxt >= 0
             node = np.where(follows, nxt, node)
             accepted += follows
         widths = np.broadcast_to(np.array(tree.widths, dtype=np.int64), (self.rows, depth))
-        return nodes_within[cap], np.minimum(accepted, cap).tolist(), cap, cap, widths, None
+        return nodes_within[cap], accepted.tolist(), cap, cap, widths, None
 
 
 class RecordedTrees:
@@ -252,15 +252,13 @@ class RecordedTrees:
         self.ranked_level = level[row, self.ranked]
         token = t["token"].to_numpy(np.int64).reshape(rows, size)
         target = np.concatenate([np.asarray(p.target_tokens, dtype=np.int64) for p in replay.prompts])
-        end = rounds.end
-        # the target's path through the recorded tree, as ExpansionAt follows it: the depth of
-        # each node on it (0: off it)
+        # the target's path through the recorded tree, as ExpansionAt follows it (past the prompt's
+        # end too, see TreeRounds._rounds): the depth of each node on it (0: off it)
         on_path = np.zeros((rows, size), dtype=np.int64)
         at = np.full(rows, -1, dtype=np.int64)
         alive = np.ones(rows, dtype=bool)
         flat = row[:, 0]
         for j in range(depth):
-            alive &= flat + j < end
             kids = children[flat, at + 1]
             want = target[np.minimum(flat + j, rows - 1)]
             match = (kids >= 0) & (token[row, np.maximum(kids, 0)] == want[:, None])

@@ -10,7 +10,7 @@ table or a shape the trace cannot replay fails in one line before anything runs.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -30,9 +30,6 @@ from simlab.policies.timing import latency_of
 from simlab.trees.candidates import Candidates
 from simlab.trees.draft_tree import parse_shape, static_tree
 from simlab.trees.sequoia import best_tree
-
-if TYPE_CHECKING:
-    from simlab.sim.trees import TreePrices
 
 
 def _shape(name: str, value: Any) -> str:
@@ -132,11 +129,12 @@ class GrowingTree(Policy):
         return frontier
 
     def keep_rows(self, values: np.ndarray, candidates: np.ndarray, context_len: np.ndarray, widths: np.ndarray,
-                  prices: TreePrices) -> np.ndarray:
+                  prices: Any) -> np.ndarray:
         """:meth:`keep` for many rounds at once (the simulator's closed form,
         :mod:`simlab.sim.trees`): which frontier nodes (their ``values``, best first, one row
         per round) to expand, after ``candidates`` candidates, at ``context_len``, after draft
-        forwards over ``widths`` nodes per level."""
+        forwards over ``widths`` nodes per level; ``prices`` prices those rounds
+        (:class:`simlab.sim.trees.TreePrices`, from a layer above the policies')."""
         return np.ones(values.shape, dtype=bool)
 
     def select(self, candidates: Candidates) -> Sequence[int]:
@@ -214,7 +212,7 @@ class AcceptanceGuidedTree(GrowingTree):
         return active
 
     def keep_rows(self, values: np.ndarray, candidates: np.ndarray, context_len: np.ndarray, widths: np.ndarray,
-                  prices: TreePrices) -> np.ndarray:
+                  prices: Any) -> np.ndarray:
         if self.rejection_threshold is not None:
             return _active(values, self.rejection_threshold)
         t_v = prices.target(np.minimum(candidates, self.nodes) + 1, context_len)

@@ -82,7 +82,7 @@ class TreePrices:
             levels = np.full(len(ctx), widths.shape[1])
         cum = self.cum
         seconds = cum[ctx + levels] - cum[ctx]
-        rows = self.rows(max(int(widths.max(initial=1)), 1))
+        rows = self.rows(int(widths.max(initial=1)))
         for d in range(widths.shape[1]):
             w = widths[:, d]
             wide = (w > 1) & (d < levels)

@@ -3,15 +3,19 @@ acceptance-guided tree's stopping rule, and bad input."""
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from simlab.errors import SimlabError
 from simlab.paths import TRACES
-from simlab.policies import REGISTRY, PolicyContext
+from simlab.policies import REGISTRY, PolicyContext, make_policy
 from simlab.policies.base import Policy, RoundState, TreePlan
+from simlab.policies.trees import Eagle2
 from simlab.rounds import PolicyError
+from simlab.sim.executor import SimExecutor
 from simlab.sim.run import Simulator
+from simlab.sim.trees import TreeRounds
 from simlab.trace.io import read_trace
 from simlab.trees.candidates import Candidates
 from simlab.trees.draft_tree import DraftTree
@@ -21,11 +25,12 @@ SMOLLM2 = TRACES / "smollm2-selfspec"
 FILLER = 60_000  # token ids of candidates that are not the target's
 
 
-def tree_trace(ranks: list[list[int]], k: int = 4, latency=None, expansion=None, depth: int = 0):
+def tree_trace(ranks: list[list[int]], k: int = 4, latency=None, expansion=None, depth: int = 0, **hand):
     """A hand trace whose target token at position t is the draft's ``ranks[p][t]``-th candidate
     (-1: none of the top-k); ``expansion(pos) -> [(parent, rank, prob, on_path)]`` adds EAGLE-2
-    trees of top-k ``k`` and ``depth`` levels (on-path nodes carry the target's tokens)."""
-    trace = hand_trace(["".join("1" if r == 0 else "0" for r in rs) for rs in ranks], latency=latency)
+    trees of top-k ``k`` and ``depth`` levels (on-path nodes carry the target's tokens); ``hand``
+    goes to :func:`hand_trace`."""
+    trace = hand_trace(["".join("1" if r == 0 else "0" for r in rs) for rs in ranks], latency=latency, **hand)
     pos = trace.positions
     rows = []
     for row, r in zip(pos.itertuples(), [r for rs in ranks for r in rs]):
@@ -271,3 +276,114 @@ def test_a_tree_whose_node_precedes_its_parent_is_refused(tmp_path):
 def test_old_traces_load_without_tree_data():
     trace = read_trace(SMOLLM2)
     assert trace.topk is None and trace.tree is None and trace.manifest.topk == 0
+
+
+# -- tree policies in closed form (simlab.sim.trees) against the round protocol ------------------
+
+
+def synthetic_tree_trace(seed: int, k: int = 3, depth: int = 4, lengths=(40, 23, 31), budget: int = 45):
+    """Random EAGLE-2 recordings: each position's tree grown as the recorder grows it (the top-k
+    of each level by value expanded), with probabilities from a few powers of two so that values
+    often tie (within a level and across levels: a probability of 1 repeats its parent's value),
+    nodes numbered in a random order within each level, and a random target path through it
+    (cut anywhere); the target's rank among the top-k (for fixed trees) is random too. The
+    prompts stop at an end token before a budget of ``budget`` new tokens, so rounds near the
+    end draft fewer levels. Latencies grow with tokens and context."""
+    rng = np.random.default_rng(seed)
+    verify = {j: 0.0517 + 0.0031 * j ** 1.1 for j in range(1, 80)}
+    ranks = [rng.choice([-1, 0, 0, 0, 1, 2], n).tolist() for n in lengths]
+    trace = tree_trace(ranks, k=k, stop="eos", max_new_tokens=budget,
+                       latency=latency_table(draft=0.0123, verify=verify, slope=3.7e-6))
+    rows = []
+    for row in trace.positions.itertuples():
+        c = Candidates()
+
+        def level(parents):
+            return [(e, r, float(p)) for e in parents
+                    for r, p in enumerate(sorted(rng.choice([1.0, .5, .5, .25, .125, .0625], k), reverse=True))]
+
+        c.add_level(level([-1]))
+        for _ in range(depth - 1):
+            c.add_level(level(c.best(c.levels[-1], k)))
+        name = np.concatenate([lv.start + rng.permutation(len(lv)) for lv in c.levels])  # candidate -> node
+        path, at = set(), -1
+        for d in range(depth):
+            kids = [i for i in c.levels[d] if c.parents[i] == at]
+            if not kids or rng.random() < 0.2:
+                break
+            at = int(rng.choice(kids))
+            path.add(at)
+        for i in np.argsort(name):
+            t = row.pos + c.depths[i] - 1
+            token = row.target_token + c.depths[i] - 1 if i in path and t < lengths[row.prompt_id] else FILLER + i
+            parent = -1 if c.parents[i] < 0 else int(name[c.parents[i]])
+            rows.append((row.prompt_id, row.pos, int(name[i]), parent, c.ranks[i], token, c.probs[i]))
+    trace.tree = pd.DataFrame(rows, columns=["prompt_id", "pos", "node", "parent", "rank", "token", "prob"])
+    trace.manifest.tree_depth = depth
+    return trace
+
+
+def assert_closed_form_is_the_protocol(sim: Simulator, policy: str, params: dict) -> bool:
+    """The closed form's report equals the round protocol's, number for number, or both refuse
+    the trace alike; returns whether the closed form answered."""
+    try:
+        protocol = SimExecutor(sim.latency, sim.topology).run(sim.replay, make_policy(policy, sim.context(), **params))
+    except SimlabError as error:
+        assert TreeRounds(sim.replay, sim.latency).simulate(make_policy(policy, sim.context(), **params)) is None
+        with pytest.raises(SimlabError, match=str(error)[:40]):
+            sim.run(policy, params)
+        return False
+    closed = TreeRounds(sim.replay, sim.latency).simulate(make_policy(policy, sim.context(), **params))
+    assert closed is not None, (policy, params)
+    assert [r.counts for r in closed.prompts] == [r.counts for r in protocol.prompts], (policy, params)
+    assert [r.prompt_id for r in closed.prompts] == [r.prompt_id for r in protocol.prompts]
+    assert dict(closed.positions.checked_hist) == dict(protocol.positions.checked_hist), (policy, params)
+    assert dict(closed.positions.accepted_hist) == dict(protocol.positions.accepted_hist), (policy, params)
+    return True
+
+
+GROWING = [("eagle2", {})] + [("eagle2", {"nodes": n, "depth": d}) for n in (1, 3, 4, 8, 16, 40) for d in (1, 2, 4)] + [
+    ("ags-tree", {})] + [("ags-tree", {"nodes": n, "max_draft": d}) for n in (4, 16) for d in (2, 4)] + [
+    ("ags-tree", {"rejection_threshold": h, "nodes": n}) for h in (0.0, 0.3, 0.5, 0.75, 0.9, 1.0) for n in (2, 8)]
+STATIC = [("tree-static", {})] + [("tree-static", {"shape": s}) for s in ("1", "3", "1x1x1x1", "3x2x1", "2x1x3x1x2")] + [
+    ("tree-static", {"nodes": n, "depth": d}) for n, d in ((4, 2), (12, 6), (30, 3))]
+
+
+@pytest.mark.parametrize("policy, params", GROWING + STATIC)
+def test_tree_policies_in_closed_form_are_the_protocol_on_the_shipped_trace(policy, params):
+    assert assert_closed_form_is_the_protocol(Simulator(read_trace(TRACES / "smollm2-tree")), policy, params)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_tree_policies_in_closed_form_are_the_protocol_on_synthetic_recordings(seed):
+    sim = Simulator(synthetic_tree_trace(seed), topology="two-devices")
+    for policy, params in GROWING + STATIC:
+        assert assert_closed_form_is_the_protocol(sim, policy, params)
+
+
+def test_a_recording_that_lacks_an_expansion_is_refused_alike():
+    trace = synthetic_tree_trace(2, lengths=(30,))
+    tree = trace.tree
+    at = tree[tree.pos == 1]  # the first round
+    level2 = at[at.parent.isin(at[at.parent == -1].node)]
+    expanded = level2[level2.node.isin(at.parent)].node.iloc[0]
+    idle = level2[~level2.node.isin(at.parent)].node.iloc[0]
+    tree.loc[(tree.pos == 1) & (tree.parent == expanded), "parent"] = idle  # eagle2 expands a node with no children
+    sim = Simulator(trace, topology="two-devices")
+    for depth in (3, 4):
+        assert not assert_closed_form_is_the_protocol(sim, "eagle2", {"nodes": 6, "depth": depth})
+    assert assert_closed_form_is_the_protocol(sim, "eagle2", {"depth": 2})  # level 3 is not drafted
+
+
+class EveryCandidate(Eagle2):
+    name = "test-every-candidate"
+
+    def select(self, candidates):
+        return range(len(candidates))
+
+
+def test_a_growing_tree_that_selects_otherwise_is_replayed_by_the_protocol():
+    sim = Simulator(read_trace(TRACES / "smollm2-tree"))
+    policy = EveryCandidate(sim.context(), depth=2)
+    assert TreeRounds(sim.replay, sim.latency).simulate(policy) is None
+    assert SimExecutor(sim.latency, sim.topology).run(sim.replay, policy).prompts[0].counts.drafted > 0

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from simlab.paths import TRACES
 from simlab.sim.run import REFERENCE_GAMMAS, Simulator
-from simlab.sim.vanilla import FixedGammaSD
+from simlab.sim.vanilla import FixedGammaSD, walls
 from simlab.trace.io import read_trace
 from simlab.trace.schema import NO_LAYER
 from tests.helpers import hand_trace
@@ -141,5 +141,4 @@ def test_prompt_walls_follow_simpy_where_its_timeout_does_not_land_on_the_clock(
     t0, a, b = 9.992007221626409e-16, 1.0000000000000053, 2.886579864025407e-15
     seconds, ends = [0.0, t0, a, b, 2.0**-53], [2, 4, 5]
     assert (t0 + a) + b != t0 + (((t0 + a) + b) - t0)
-    walls = FixedGammaSD._walls(np.array(seconds), np.array(ends))
-    assert walls.tolist() == simpy_walls(seconds, ends)
+    assert walls(np.array(seconds), np.array(ends)).tolist() == simpy_walls(seconds, ends)

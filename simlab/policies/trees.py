@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import numpy as np
+
 from simlab.errors import SimlabError
 from simlab.policies.base import (
     COUNT,
@@ -126,6 +128,15 @@ class GrowingTree(Policy):
     def keep(self, candidates: Candidates, frontier: list[int]) -> Sequence[int]:
         return frontier
 
+    def keep_rows(self, values: np.ndarray, candidates: np.ndarray, context_len: np.ndarray, widths: np.ndarray,
+                  prices: Any) -> np.ndarray:
+        """:meth:`keep` for many rounds at once (the simulator's closed form,
+        :mod:`simlab.sim.trees`): which frontier nodes (their ``values``, best first, one row
+        per round) to expand, after ``candidates`` candidates, at ``context_len``, after draft
+        forwards over ``widths`` nodes per level; ``prices`` prices those rounds
+        (:class:`simlab.sim.trees.TreePrices`, from a layer above the policies')."""
+        return np.ones(values.shape, dtype=bool)
+
     def select(self, candidates: Candidates) -> Sequence[int]:
         return candidates.best(range(len(candidates)), self.nodes)
 
@@ -190,13 +201,29 @@ class AcceptanceGuidedTree(GrowingTree):
         if self.rejection_threshold is not None:
             return self.rejection_threshold
         t_v = self._latency.target_forward(min(candidates, self.nodes) + 1, self._context_len)
-        t_d = self._latency.tree_draft_seconds(self._context_len, self._widths)
-        return (t_v - t_d) / t_v
+        return _eq12(t_v, self._latency.tree_draft_seconds(self._context_len, self._widths))
 
     def keep(self, candidates: Candidates, frontier: list[int]) -> Sequence[int]:
         h = self.threshold(len(candidates))
         values = candidates.values
-        active = [i for i in frontier if 1.0 - values[i] < h]
+        active = [i for i in frontier if _active(values[i], h)]
         if active:
             self._widths.append(len(active))
         return active
+
+    def keep_rows(self, values: np.ndarray, candidates: np.ndarray, context_len: np.ndarray, widths: np.ndarray,
+                  prices: Any) -> np.ndarray:
+        if self.rejection_threshold is not None:
+            return _active(values, self.rejection_threshold)
+        t_v = prices.target(np.minimum(candidates, self.nodes) + 1, context_len)
+        return _active(values, _eq12(t_v, prices.tree_draft(context_len, widths))[:, None])
+
+
+def _eq12(t_v, t_d):
+    """h = (T_v − T_d)/T_r with T_r = T_v (eq. 12), for one round or many."""
+    return (t_v - t_d) / t_v
+
+
+def _active(value, h):
+    """A branch grows on while P_rej = 1 − (its value) < h (eq. 7), for one node or many."""
+    return 1.0 - value < h

@@ -16,6 +16,7 @@ from simlab.policies.fixed import VanillaSD
 from simlab.sim.context import policy_context, tabulated, typical_context_len
 from simlab.sim.devices import Slice, Topology
 from simlab.sim.executor import SimExecutor
+from simlab.sim.trees import TreeRounds
 from simlab.sim.vanilla import FixedGammaSD
 from simlab.trace.io import Trace
 from simlab.trace.replay import TraceReplay
@@ -80,6 +81,7 @@ class Simulator:
         self.latency = tabulated(model, self.replay.max_context)
         self._reference: Reference | None = None
         self._sd: FixedGammaSD | None = None  # vanilla SD in closed form: the reference, and `sd` runs
+        self._trees: TreeRounds | None = None  # tree policies in closed form
 
     def context(self) -> PolicyContext:
         """What every policy of this simulator is built with (:mod:`simlab.sim.context`)."""
@@ -99,9 +101,12 @@ class Simulator:
     ) -> SimResult:
         params = dict(params or {})
         pol = make_policy(policy, self.context(), **params)
+        sim = None  # the same numbers without the round-by-round replay, where a closed form has them
         if type(pol) is VanillaSD and not keep_tokens and timeline_prompt is None:
-            sim = self._fixed_gamma().simulate(pol.gamma)  # the same numbers, without the round-by-round replay
-        else:
+            sim = self._fixed_gamma().simulate(pol.gamma)
+        elif pol.drafts_trees and not keep_tokens and timeline_prompt is None:
+            sim = self._tree_rounds().simulate(pol)
+        if sim is None:
             executor = SimExecutor(self.latency, self.topology, keep_tokens=keep_tokens, timeline_prompt=timeline_prompt)
             sim = executor.run(self.replay, pol)
         ref = self.reference() if with_cost else None
@@ -122,6 +127,11 @@ class Simulator:
     def _rank_acceptance(self) -> list[float]:
         ranks = [p.ranks for p in self.replay.prompts]
         return rank_acceptance(ranks, max(self.trace.manifest.topk, 1))
+
+    def _tree_rounds(self) -> TreeRounds:
+        if self._trees is None:
+            self._trees = TreeRounds(self.replay, self.latency)
+        return self._trees
 
     def _fixed_gamma(self) -> FixedGammaSD:
         if self._sd is None:

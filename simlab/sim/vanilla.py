@@ -36,6 +36,22 @@ from simlab.trace.replay import TraceReplay
 from simlab.trace.schema import NO_LAYER
 
 
+class TargetRows:
+    """The grid's target rows as one array, extended on demand: ``rows(sizes)[k][ctx]`` is the
+    seconds of a (k+1)-token target forward, for k < ``sizes``."""
+
+    def __init__(self, grid: LatencyGrid):
+        self.grid = grid
+        self._rows = np.empty((0, grid.max_context + 1))
+
+    def __call__(self, sizes: int) -> np.ndarray:
+        have = len(self._rows)
+        if have < sizes:
+            more = [self.grid.target_row(j + 1) for j in range(have, sizes)]
+            self._rows = np.concatenate([self._rows, np.array(more)])
+        return self._rows
+
+
 @dataclass(frozen=True)
 class FixedGammaRun:
     """Vanilla SD at one γ: per-prompt target calls and wall times, and the run's totals."""
@@ -75,15 +91,7 @@ class FixedGammaSD:
         self.ad_wall_time_s = [ad_seconds(grid, pl, n) for pl, n in zip(replay.prompt_lens.tolist(), self.lengths)]
         self.total_ad_wall_time_s = _sequential_sum(np.array(self.ad_wall_time_s))
         self._cum = np.asarray(grid.draft_cumulative(NO_LAYER, False))
-        self._verify = np.empty((0, len(self._cum) - 1))
-
-    def _verify_rows(self, sizes: int) -> np.ndarray:
-        """row[k][ctx]: seconds of a (k+1)-token target forward, for k < ``sizes``."""
-        have = len(self._verify)
-        if have < sizes:
-            more = [self.grid.target_row(j + 1) for j in range(have, sizes)]
-            self._verify = np.concatenate([self._verify, np.array(more)])
-        return self._verify
+        self._verify_rows = TargetRows(grid)
 
     def _rounds(self, gamma: int) -> tuple[np.ndarray, ...]:
         """Every round at this γ in executor order: stretch, drafts k, accepted, draft and verify seconds."""
@@ -103,60 +111,65 @@ class FixedGammaSD:
     def run(self, gamma: int) -> FixedGammaRun:
         """Target calls and wall times at this γ (what the cost reference needs)."""
         calls, _, _, draft, verify = self._rounds(gamma)
-        wall = self._walls(_interleave(draft, verify), np.cumsum(2 * calls))
+        wall = walls(interleave(draft, verify), np.cumsum(2 * calls))
         return FixedGammaRun(gamma, calls, wall, _sequential_sum(wall), self.total_ad_wall_time_s)
 
     def simulate(self, gamma: int) -> SimRun:
         """Everything the SimPy executor reports for ``sd`` at this γ, timelines and tokens aside,
         bit for bit (``np.bincount`` adds each prompt's weights in order, as the devices do)."""
         calls, k, accepted, draft, verify = self._rounds(gamma)
-        ends = np.cumsum(calls)
-        wall = self._walls(_interleave(draft, verify), 2 * ends)
-        prompt = np.repeat(np.arange(self.n_prompts), calls)
-        per_prompt = {name: np.bincount(prompt, weights=v, minlength=self.n_prompts)
-                      for name, v in (("drafted", k), ("accepted", accepted), ("num_drafts", k > 0), ("draft_busy_s", draft),
-                                      ("target_busy_s", verify))}
-        runs = []
-        for j, (prompt_id, n) in enumerate(zip(self.prompt_ids, self.lengths)):
-            runs.append(PromptRun(prompt_id, Counts(
-                tokens=n - 1, target_calls=int(calls[j]), draft_calls=int(per_prompt["drafted"][j]),
-                drafted=int(per_prompt["drafted"][j]), verified=int(per_prompt["drafted"][j]),
-                accepted=int(per_prompt["accepted"][j]),
-                num_drafts=int(per_prompt["num_drafts"][j]),
-                wall_time_s=float(wall[j]), ad_wall_time_s=float(self.ad_wall_time_s[j]),
-                draft_busy_s=float(per_prompt["draft_busy_s"][j]), target_busy_s=float(per_prompt["target_busy_s"][j]))))
-        positions = PositionStats()
-        checked = np.where(accepted < k, accepted + 1, k)
-        for hist, values in ((positions.checked_hist, checked), (positions.accepted_hist, accepted)):
-            for n, count in enumerate(np.bincount(values).tolist()):
-                if count:
-                    hist[n] = count
-        return SimRun(runs, positions)
+        wall = walls(interleave(draft, verify), 2 * np.cumsum(calls))
+        return rounds_run(self.prompt_ids, self.lengths, self.ad_wall_time_s, calls, wall, np.where(accepted < k, accepted + 1, k),
+                          accepted, drafted=k, draft_calls=k, verified=k, num_drafts=k > 0, draft_busy_s=draft,
+                          target_busy_s=verify)
 
-    @staticmethod
-    def _walls(seconds: np.ndarray, ends: np.ndarray) -> np.ndarray:
-        """Per-prompt wall times as the executor's clock gives them. Prompts run back to back on
-        one clock; a prompt starts at ``t0`` and ends at ``t0 + (clock - t0)`` (a SimPy
-        timeout), which is nearly always ``clock`` itself: where it is not, the clock is summed
-        again from there."""
-        clock = np.concatenate([[0.0], np.cumsum(seconds)])
-        ended = np.empty(len(ends))  # env.now when each prompt ended
-        first = 0  # prompts before this one are settled
-        while True:
-            end_clock = clock[ends]
-            t0 = np.concatenate([[0.0], end_clock[:-1]])
-            now = np.where(end_clock > t0, t0 + (end_clock - t0), t0)
-            off = np.flatnonzero(now[first:] != end_clock[first:])
-            last = first + int(off[0]) if len(off) else len(ends) - 1
-            ended[first:last + 1] = now[first:last + 1]
-            if not len(off):
-                return ended - np.concatenate([[0.0], ended[:-1]])
-            # the next prompt starts from now[last], not from end_clock[last]
-            clock[ends[last]:] = np.cumsum(np.concatenate([[now[last]], seconds[ends[last]:]]))
-            first = last + 1
+def walls(seconds: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Per-prompt wall times as the executor's clock gives them. Prompts run back to back on
+    one clock; a prompt starts at ``t0`` and ends at ``t0 + (clock - t0)`` (a SimPy
+    timeout), which is nearly always ``clock`` itself: where it is not, the clock is summed
+    again from there."""
+    clock = np.concatenate([[0.0], np.cumsum(seconds)])
+    ended = np.empty(len(ends))  # env.now when each prompt ended
+    first = 0  # prompts before this one are settled
+    while True:
+        end_clock = clock[ends]
+        t0 = np.concatenate([[0.0], end_clock[:-1]])
+        now = np.where(end_clock > t0, t0 + (end_clock - t0), t0)
+        off = np.flatnonzero(now[first:] != end_clock[first:])
+        last = first + int(off[0]) if len(off) else len(ends) - 1
+        ended[first:last + 1] = now[first:last + 1]
+        if not len(off):
+            return ended - np.concatenate([[0.0], ended[:-1]])
+        # the next prompt starts from now[last], not from end_clock[last]
+        clock[ends[last]:] = np.cumsum(np.concatenate([[now[last]], seconds[ends[last]:]]))
+        first = last + 1
 
 
-def _interleave(draft: np.ndarray, verify: np.ndarray) -> np.ndarray:
+def rounds_run(prompt_ids: list[int], lengths: list[int], ad_wall_time_s: list[float], calls: np.ndarray,
+               wall: np.ndarray, checked: np.ndarray, accepted: np.ndarray, **per_round: np.ndarray) -> SimRun:
+    """The executor's report from every round of a closed-form replay, in executor order
+    (``calls[j]`` rounds of prompt j, then prompt j + 1): per-prompt :class:`Counts` summing
+    ``accepted`` and ``per_round`` (Counts fields) over each prompt's rounds, and the
+    positional histograms of ``checked`` / ``accepted`` drafts per round."""
+    prompt = np.repeat(np.arange(len(prompt_ids)), calls)
+    sums = {name: np.bincount(prompt, weights=v, minlength=len(prompt_ids))
+            for name, v in (("accepted", accepted), *per_round.items())}
+    runs = []
+    for j, (prompt_id, n) in enumerate(zip(prompt_ids, lengths)):
+        counts = Counts(tokens=n - 1, target_calls=int(calls[j]), wall_time_s=float(wall[j]),
+                        ad_wall_time_s=float(ad_wall_time_s[j]))
+        for name, v in sums.items():
+            setattr(counts, name, float(v[j]) if name.endswith("_s") else int(v[j]))
+        runs.append(PromptRun(prompt_id, counts))
+    positions = PositionStats()
+    for hist, values in ((positions.checked_hist, checked), (positions.accepted_hist, accepted)):
+        for n, count in enumerate(np.bincount(values).tolist()):
+            if count:
+                hist[n] = count
+    return SimRun(runs, positions)
+
+
+def interleave(draft: np.ndarray, verify: np.ndarray) -> np.ndarray:
     """Each round's draft seconds then its verify seconds: the order the prompt's clock adds them."""
     seconds = np.empty(2 * len(draft))
     seconds[0::2], seconds[1::2] = draft, verify

@@ -19,7 +19,14 @@ from simlab.trees.draft_tree import ROOT, DraftTree
 
 def best_tree(accept: Sequence[float], n: int, depth: int) -> tuple[float, DraftTree]:
     """The expected accepted drafts and the tree that achieves them (ties keep fewer nodes)."""
-    p = tuple(accept)
+    return _best_tree(tuple(accept), n, depth)
+
+
+@lru_cache(maxsize=64)
+def _best_tree(p: tuple[float, ...], n: int, depth: int) -> tuple[float, DraftTree]:
+    """:func:`best_tree`, remembered: every ``tree-static`` policy built on one trace with the
+    same ``n`` and ``depth`` asks for the same tree (a sweep builds one per run), and the
+    programme takes longer than simulating the run (a DraftTree is immutable, so it is shared)."""
 
     @lru_cache(maxsize=None)
     def forest(budget: int, d: int, r: int) -> tuple[float, tuple]:

@@ -11,7 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simlab.cli import main
+from simlab.errors import SimlabError
 from simlab.paths import ROOT
+from simlab.policies import REGISTRY, PolicyContext
+from simlab.policies.base import RoundState, Serial
 from simlab.serve.batch_policy import BatchSpec, CappedPolicy, GammaByBatch, SmartSpec
 from simlab.serve.metrics import Slo
 from simlab.serve.run import ServeConfig, serve, serve_once
@@ -50,7 +53,7 @@ def test_a_request_served_alone_decodes_exactly_like_simulate(shipped_sim, polic
         c = r.counts
         assert (c.tokens, c.target_calls, c.drafted, c.accepted) == (
             want.tokens, want.target_calls, want.draft_calls, round(want.mat * want.target_calls))
-        assert r.finish - r.first_token == pytest.approx(want.wall_time_s, rel=0, abs=CLOCK_ROUNDING)
+        assert c.wall_time_s == r.finish - r.first_token == pytest.approx(want.wall_time_s, rel=0, abs=CLOCK_ROUNDING)
 
 
 def test_a_request_alone_waits_only_for_its_prefill(shipped_sim):
@@ -243,3 +246,28 @@ def test_serve_records_the_timeline_of_the_served_policy_and_names_its_latency_r
     # the shipped trace's latency is a measured table, not a roofline: batches beyond one sequence
     # are priced by the token-count rule, and the result says so
     assert res.extrapolated and res.latency_rule.startswith("batched forwards priced by the token-count rule")
+
+
+def test_a_token_budget_too_small_for_the_longest_prompt_says_what_it_needs():
+    # a prompt of 9 tokens beside 3 running requests (max batch 4) needs 9 + 3 = 12 tokens
+    with pytest.raises(SimlabError) as err:
+        Scheduler(max_batch=4, token_budget=11).check(longest_prompt=9)
+    assert str(err.value) == ("--token-budget 11 is too small: the longest prompt (9 tokens) beside 3 running "
+                              "requests needs 12")
+    Scheduler(max_batch=4, token_budget=12).check(longest_prompt=9)
+
+
+def test_a_cap_shortens_a_plan_and_keeps_its_drafter():
+    # LayerSkip drafts a fixed 6 tokens with exit layer 2; a cap of 3 keeps both, one of 6 is no cap
+    inner = REGISTRY["layerskip"](PolicyContext(latency=None, exit_layers=[2, 5], n_layers=8), exit_layer=2)
+    capped, state = CappedPolicy(inner), RoundState(0, 20, 0, 10)
+    capped.cap = 3
+    assert capped.plan(state) == Serial(3, fixed=True, layer=2)
+    capped.cap = 6
+    assert capped.plan(state) == Serial(6, fixed=True, layer=2)
+
+
+def test_two_batch_level_policies_are_refused_by_name():
+    with pytest.raises(SimlabError) as err:
+        BatchSpec(off_above=2, smartspec=4)
+    assert str(err.value) == "choose one batch-level policy, got --sd-off-above and --smartspec"

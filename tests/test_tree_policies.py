@@ -271,3 +271,18 @@ def test_a_tree_whose_node_precedes_its_parent_is_refused(tmp_path):
 def test_old_traces_load_without_tree_data():
     trace = read_trace(SMOLLM2)
     assert trace.topk is None and trace.tree is None and trace.manifest.topk == 0
+
+
+def test_sequoia_drafts_nothing_where_the_draft_is_never_right():
+    # no target token is among the top-2 anywhere: accept = [0, 0], every tree is worth 0 and the
+    # empty one (fewest nodes) wins; its rounds are plain target steps, 1 per token as in ad
+    sim = Simulator(tree_trace([[-1, -1, -1, -1, -1]], k=2))
+    assert REGISTRY["tree-static"](sim.context(), nodes=2, depth=2).tree == DraftTree((), ())
+    s = sim.run("tree-static", {"nodes": 2, "depth": 2}, with_cost=False).summary
+    assert (s.target_calls, s.drafted, s.tokens) == (4, 0, 4)
+
+
+def test_a_static_tree_without_a_shape_or_a_trace_is_refused_by_name():
+    with pytest.raises(SimlabError) as err:
+        REGISTRY["tree-static"](PolicyContext(latency=None))
+    assert str(err.value) == "policy 'tree-static': give a shape, or a trace for Sequoia's optimiser"

@@ -92,6 +92,7 @@ def test_candidates_are_numbered_by_arrival_and_valued_by_their_path_product():
     c.add_level([(ROOT, 0, 0.5), (ROOT, 1, 0.25)])  # candidates 0 and 1, depth 1
     c.add_level([(0, 0, 0.5), (1, 0, 0.8)])  # 2 under 0, 3 under 1
     assert c.levels == [range(0, 2), range(2, 4)] and c.depths == [1, 1, 2, 2]
+    assert c.probs == [0.5, 0.25, 0.5, 0.8]
     assert c.values == [0.5, 0.25, 0.5 * 0.5, 0.25 * 0.8] == [0.5, 0.25, 0.25, 0.2]
     assert c.best(range(4), 2) == [0, 1]  # 0.5, then 0.25 (1 before 2: ties to the earlier one)
     assert c.tree([0, 3, 1]) == DraftTree((ROOT, ROOT, 1), (0, 1, 0))
@@ -118,3 +119,10 @@ def test_rank_acceptance_is_the_share_of_positions_at_each_rank():
     # 5 positions: ranks 0, 0, 1, not in the top-k, 2 -> 2/5, 1/5, 1/5; a prompt without
     # positions adds nothing
     assert rank_acceptance([[0, 0, 1, NOT_IN_TOPK], [2], []], 3) == [0.4, 0.2, 0.2]
+
+
+def test_a_shape_may_have_exactly_the_most_nodes():
+    # "4,2": 4 children of the root and 2 under each, 4 + 4 * 2 = 12 nodes
+    assert parse_shape("4,2", max_nodes=12) == (4, 2)
+    with pytest.raises(SimlabError, match="has 12 nodes; at most 11$"):
+        parse_shape("4,2", max_nodes=11)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from simlab.errors import SimlabError
-from simlab.trace.tree_replay import Expansions, rank_acceptance
+from simlab.trace.tree_replay import ExpansionAt, Expansions, rank_acceptance
 from simlab.trees.candidates import Candidates
 from simlab.trees.draft_tree import NOT_IN_TOPK, ROOT, DraftTree, accepted_length, chain, parse_shape, static_tree
 from simlab.trees.sequoia import best_tree
@@ -119,6 +119,15 @@ def test_rank_acceptance_is_the_share_of_positions_at_each_rank():
     # 5 positions: ranks 0, 0, 1, not in the top-k, 2 -> 2/5, 1/5, 1/5; a prompt without
     # positions adds nothing
     assert rank_acceptance([[0, 0, 1, NOT_IN_TOPK], [2], []], 3) == [0.4, 0.2, 0.2]
+    assert rank_acceptance([], 3) == [0.0, 0.0, 0.0]  # no prompts: no positions to share
+
+
+def test_a_recorded_tree_lists_each_nodes_children_in_rank_order_whatever_their_numbers():
+    # three root children numbered 0, 1, 2 but of ranks 2, 0, 1; the target's token 6 is node 2
+    tree = ExpansionAt([ROOT, ROOT, ROOT], [2, 0, 1], [0.125, 0.5, 0.25], [7, 5, 6], [6])
+    assert tree.children[ROOT] == (1, 2, 0)
+    assert tree.answers[ROOT] == ((0, 0.5), (1, 0.25), (2, 0.125))
+    assert tree.path_ranks == (1,)
 
 
 def test_a_shape_may_have_exactly_the_most_nodes():

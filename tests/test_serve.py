@@ -39,7 +39,7 @@ def alone(n: int) -> list[float]:
 
 @pytest.mark.parametrize("max_batch", [1, 8])
 @pytest.mark.parametrize("policy,params,stateful", [("sd", {"gamma": 4}, False), ("svip", {}, False), ("ad", {}, False),
-                                                    ("adaedl", {}, True)])
+                                                    ("adaedl", {}, True), ("oracle", {}, False)])
 def test_a_request_served_alone_decodes_exactly_like_simulate(shipped_sim, policy, params, stateful, max_batch):
     sim = shipped_sim
     expected = sim.run(policy, params, with_cost=False).per_prompt.set_index("prompt_id")
@@ -271,3 +271,39 @@ def test_two_batch_level_policies_are_refused_by_name():
     with pytest.raises(SimlabError) as err:
         BatchSpec(off_above=2, smartspec=4)
     assert str(err.value) == "choose one batch-level policy, got --sd-off-above and --smartspec"
+
+
+def test_one_request_under_a_cap_by_hand():
+    # a 10-token prompt, all 10 positions accepted; draft step 0.25 s, a k-token target forward
+    # 1.0 + 0.5 (k - 1) s (k = 10 extends the last slope: 5.5 s). Prefill: 5.5 s, plus the
+    # draft's forward over the prompt, 0.25 * 5.5 / 1.0 = 1.375 s: first token at 6.875 s. The
+    # table caps sd's γ = 3 at 2: rounds from positions 1, 4, 7, each 2 drafts (0.5 s) and a
+    # 3-token verification (2.0 s) accepting both, 3 tokens a round: done at 6.875 + 3 * 2.5 s
+    trace = hand_trace(["1" * 10], latency=latency_table(draft=0.25, verify={1: 1.0, 2: 1.5, 3: 2.0, 4: 2.5}))
+    run = serve_once(Simulator(trace), [0.0], ServeConfig(batch=BatchSpec(gamma_by_batch="1:2")), "sd", {"gamma": 3})
+    s = run.stats
+    assert (s.steps, s.prefill_steps, s.decode_steps, s.batch_sizes, s.draft_forwards, s.caps) == (4, 1, 3, 3, 6, {2: 3})
+    assert list(run.frame.columns) == ["request_id", "prompt_id", "prompt_len", "arrival_s", "admitted_s",
+                                       "first_token_s", "finish_s", "queue_s", "ttft_s", "tpot_s", "e2e_s", "tokens",
+                                       "target_calls", "drafted", "accepted", "meets_slo"]
+    row = run.frame.iloc[0]
+    assert (row.request_id, row.first_token_s, row.finish_s, row.ttft_s, row.e2e_s) == (0, 6.875, 14.375, 6.875, 14.375)
+    assert (row.tokens, row.target_calls, row.drafted, row.accepted) == (10, 3, 6, 6)
+    assert row.tpot_s == 7.5 / 9  # 3 rounds of 2.5 s for the 9 tokens after the first
+    assert run.summary["mean_accept_len"] == 3.0  # the 9 tokens after the prefill's over 3 target calls
+    assert run.summary["throughput_tokens_per_s"] == 10 / 14.375
+
+
+def test_a_self_speculative_request_drafts_at_its_exit_layers_price():
+    # exit layer 2 drafts at 0.02 s a step, the draft model at 0.1 s: LayerSkip (E = 2, γ = 3)
+    # served alone decodes as simulate does, every draft step at the layer's price
+    trace = hand_trace(["1111111111"], layers={2: ["1110111011"]},
+                       latency=latency_table(draft=0.1, verify={k: 1 + 0.1 * k for k in range(1, 12)}, layers={2: 0.02}))
+    sim, params = Simulator(trace), {"exit_layer": 2, "gamma": 3}
+    want = sim.run("layerskip", params, with_cost=False).per_prompt.iloc[0]
+    run = serve_once(sim, [0.0], ServeConfig("layerskip", params), "layerskip", params, record=True)
+    r = run.requests[0]
+    assert (r.counts.target_calls, r.counts.accepted) == (want.target_calls, round(want.mat * want.target_calls))
+    assert r.finish - r.first_token == pytest.approx(want.wall_time_s, rel=1e-12)
+    drafts = [s for s in run.slices if s.name.startswith("draft")]
+    assert drafts and all(s.end - s.start == pytest.approx(0.02 * int(s.name[len("draft x"):])) for s in drafts)

@@ -154,14 +154,13 @@ def report(ledger: list[dict], notes: dict) -> str:
     counts = {m: Counter() for m in MODULES}
     mutants: dict[str, int] = {}
     survivors: dict[str, dict] = {}
-    for entry in ledger:
+    for entry in ledger:  # a mutant that survived two runs (a name drawn again) counts in both
         module = entry["module"]
         counts[module].update(entry["counts"])
+        counts[module]["equivalent"] += sum(name in equivalent for name in entry["survivors"])
+        counts[module]["killed since"] += sum(name in killed_by for name in entry["survivors"])
         mutants[module] = entry["mutants"]  # the latest run's count: the code as it is now
         survivors.update(entry["survivors"])
-    for name, s in survivors.items():
-        counts[module_of(name)]["equivalent"] += name in equivalent
-        counts[module_of(name)]["killed since"] += name in killed_by
     dates = sorted({e["date"] for e in ledger})
     lines = ["# Mutation report", "",
              f"`python tools/mutation.py` (mutmut, fast test subset of `[tool.mutmut]` in pyproject.toml), "

@@ -19,6 +19,7 @@ from simlab.serve.batch_policy import BatchSpec, CappedPolicy, GammaByBatch, Sma
 from simlab.serve.metrics import Slo
 from simlab.serve.run import ServeConfig, serve, serve_once
 from simlab.serve.scheduler import Scheduler
+from simlab.serve.workload import check_requests, read_arrivals
 from simlab.sim.run import Simulator
 from simlab.trace.io import read_trace
 from tests.helpers import hand_trace, latency_table
@@ -292,18 +293,56 @@ def test_one_request_under_a_cap_by_hand():
     assert row.tpot_s == 7.5 / 9  # 3 rounds of 2.5 s for the 9 tokens after the first
     assert run.summary["mean_accept_len"] == 3.0  # the 9 tokens after the prefill's over 3 target calls
     assert run.summary["throughput_tokens_per_s"] == 10 / 14.375
+    assert run.summary["throughput_requests_per_s"] == 1 / 14.375
 
 
-def test_a_self_speculative_request_drafts_at_its_exit_layers_price():
+@pytest.mark.parametrize("policy, params", [("layerskip", {"exit_layer": 2, "gamma": 3}), ("del", {})])
+def test_a_self_speculative_request_drafts_at_its_exit_layers_price(policy, params):
     # exit layer 2 drafts at 0.02 s a step, the draft model at 0.1 s: LayerSkip (E = 2, γ = 3)
-    # served alone decodes as simulate does, every draft step at the layer's price
+    # and DEL (which reads the layer's shadow tokens) served alone decode as simulate does,
+    # every draft step at the layer's price
     trace = hand_trace(["1111111111"], layers={2: ["1110111011"]},
                        latency=latency_table(draft=0.1, verify={k: 1 + 0.1 * k for k in range(1, 12)}, layers={2: 0.02}))
-    sim, params = Simulator(trace), {"exit_layer": 2, "gamma": 3}
-    want = sim.run("layerskip", params, with_cost=False).per_prompt.iloc[0]
-    run = serve_once(sim, [0.0], ServeConfig("layerskip", params), "layerskip", params, record=True)
+    sim = Simulator(trace)
+    want = sim.run(policy, params, with_cost=False).per_prompt.iloc[0]
+    run = serve_once(sim, [0.0], ServeConfig(policy, params), policy, params, record=True)
     r = run.requests[0]
-    assert (r.counts.target_calls, r.counts.accepted) == (want.target_calls, round(want.mat * want.target_calls))
+    # DEL drafts and drops a token below its threshold: drafted and paid for, never verified
+    assert (r.counts.target_calls, r.counts.drafted, r.counts.accepted) == (
+        want.target_calls, want.drafted, round(want.mat * want.target_calls))
     assert r.finish - r.first_token == pytest.approx(want.wall_time_s, rel=1e-12)
     drafts = [s for s in run.slices if s.name.startswith("draft")]
     assert drafts and all(s.end - s.start == pytest.approx(0.02 * int(s.name[len("draft x"):])) for s in drafts)
+
+
+def test_a_request_meets_the_tpot_objective_only_at_or_under_it():
+    # as above without a cap: TPOT 7.5 s / 9 tokens = 0.8333 s (rounds of 3.25, 3.25, 1.0 s)
+    trace = hand_trace(["1" * 10], latency=latency_table(draft=0.25, verify={1: 1.0, 2: 1.5, 3: 2.0, 4: 2.5}))
+    for objective, meets in ((7.5 / 9, True), (0.83, False)):
+        run = serve_once(Simulator(trace), [0.0], ServeConfig(slo=Slo(tpot_s=objective)), "sd", {"gamma": 3})
+        assert run.frame["meets_slo"].tolist() == [meets]
+
+
+def test_the_latency_rule_reported_is_that_of_the_served_run():
+    # batches of 1 and 2 measured; 6 requests at once decode in batches of 6 > 2 x 2, priced
+    # beyond the measured sizes: serve() says so even without a baseline run
+    single = latency_table(draft=0.1, verify={k: 1 + 0.1 * k for k in range(1, 12)})
+    samples = pd.concat([single.assign(batch=1), single.assign(seconds=single["seconds"] * 1.5, batch=2)],
+                        ignore_index=True)
+    res = serve(Simulator(hand_trace(["1" * 10], latency=samples)), [0.0] * 6,
+                ServeConfig("sd", {"gamma": 2}, Scheduler(8, 1000)), baseline=False)
+    assert res.extrapolated and res.latency_rule.endswith("batches beyond the measured ones extrapolated linearly")
+
+
+def test_bad_objectives_and_request_counts_are_refused_by_flag():
+    with pytest.raises(SimlabError, match=r"^--slo-ttft must be a number of seconds > 0, got 0$"):
+        Slo(ttft_s=0)
+    with pytest.raises(SimlabError, match=r"^--requests must be >= 1, got 0$"):
+        check_requests(0)
+    check_requests(1)
+
+
+def test_an_arrivals_file_skips_blank_and_comment_lines_anywhere(tmp_path):
+    path = tmp_path / "arrivals.txt"
+    path.write_text("# seconds\n0.5\n\n# a burst\n1.0\n1.0\n")
+    assert read_arrivals(path) == [0.5, 1.0, 1.0]

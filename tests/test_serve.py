@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import given, settings
@@ -19,7 +20,7 @@ from simlab.serve.batch_policy import BatchSpec, CappedPolicy, GammaByBatch, Sma
 from simlab.serve.metrics import Slo
 from simlab.serve.run import ServeConfig, serve, serve_once
 from simlab.serve.scheduler import Scheduler
-from simlab.serve.workload import check_requests, read_arrivals
+from simlab.serve.workload import check_requests, poisson_arrivals, read_arrivals
 from simlab.sim.run import Simulator
 from simlab.trace.io import read_trace
 from tests.helpers import hand_trace, latency_table
@@ -346,3 +347,11 @@ def test_an_arrivals_file_skips_blank_and_comment_lines_anywhere(tmp_path):
     path = tmp_path / "arrivals.txt"
     path.write_text("# seconds\n0.5\n\n# a burst\n1.0\n1.0\n")
     assert read_arrivals(path) == [0.5, 1.0, 1.0]
+
+
+def test_the_smallest_scheduler_and_the_slowest_arrivals_are_allowed():
+    # a budget of 1 token fits a 1-token prompt beside no other request (max batch 1)
+    Scheduler(max_batch=1, token_budget=1).check(longest_prompt=1)
+    # half a request per second: exponential gaps of mean 1 / 0.5 = 2 s, drawn under the seed
+    gaps = np.random.default_rng(0).exponential(2.0, 3)
+    assert poisson_arrivals(0.5, 3, seed=0) == [gaps[0], gaps[0] + gaps[1], gaps[0] + gaps[1] + gaps[2]]

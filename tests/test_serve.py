@@ -16,7 +16,7 @@ from simlab.errors import SimlabError
 from simlab.paths import ROOT
 from simlab.policies import REGISTRY, PolicyContext
 from simlab.policies.base import RoundState, Serial
-from simlab.serve.batch_policy import BatchSpec, CappedPolicy, GammaByBatch, SmartSpec
+from simlab.serve.batch_policy import BatchSpec, CappedPolicy, GammaByBatch, OffAbove, SmartSpec
 from simlab.serve.metrics import Slo
 from simlab.serve.run import ServeConfig, serve, serve_once
 from simlab.serve.scheduler import Scheduler
@@ -125,6 +125,10 @@ def test_gamma_by_batch_caps_every_request_at_its_batch_sizes_entry():
         cap = 2 if s.args["batch"] >= 4 else 5
         assert s.args["tokens"] <= s.args["batch"] * (cap + 1)
     assert any(s.args["tokens"] == 3 * s.args["batch"] for s in verify_slices(run) if s.args["batch"] >= 4)
+
+
+def test_sd_off_above_b_still_speculates_in_a_batch_of_b():
+    assert [OffAbove(3).cap([None] * b, []) for b in (1, 3, 4)] == [None, None, 0]
 
 
 def test_gamma_by_batch_table_picks_the_largest_batch_size_not_above_the_batch():
@@ -295,6 +299,7 @@ def test_one_request_under_a_cap_by_hand():
     assert run.summary["mean_accept_len"] == 3.0  # the 9 tokens after the prefill's over 3 target calls
     assert run.summary["throughput_tokens_per_s"] == 10 / 14.375
     assert run.summary["throughput_requests_per_s"] == 1 / 14.375
+    assert run.summary["acceptance_rate"] == 1.0  # 6 accepted of 6 drafted
 
 
 @pytest.mark.parametrize("policy, params", [("layerskip", {"exit_layer": 2, "gamma": 3}), ("del", {})])
@@ -309,8 +314,8 @@ def test_a_self_speculative_request_drafts_at_its_exit_layers_price(policy, para
     run = serve_once(sim, [0.0], ServeConfig(policy, params), policy, params, record=True)
     r = run.requests[0]
     # DEL drafts and drops a token below its threshold: drafted and paid for, never verified
-    assert (r.counts.target_calls, r.counts.drafted, r.counts.accepted) == (
-        want.target_calls, want.drafted, round(want.mat * want.target_calls))
+    assert (r.counts.target_calls, r.counts.drafted, r.counts.draft_calls, r.counts.accepted) == (
+        want.target_calls, want.drafted, want.draft_calls, round(want.mat * want.target_calls))
     assert r.finish - r.first_token == pytest.approx(want.wall_time_s, rel=1e-12)
     drafts = [s for s in run.slices if s.name.startswith("draft")]
     assert drafts and all(s.end - s.start == pytest.approx(0.02 * int(s.name[len("draft x"):])) for s in drafts)

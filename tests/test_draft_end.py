@@ -55,3 +55,11 @@ def test_every_policy_declares_its_choice():
     assert stopping == {"hf-heuristic", "hf-confidence"}
     for cls in REGISTRY.values():
         assert "end token" in cls.draft_end_choice()
+
+
+def test_the_choice_reads_as_simlab_policies_prints_it():
+    on = "the draft drafts on past its own end token (its algorithm does not treat end tokens)"
+    assert REGISTRY["sd"].draft_end_choice() == on
+    assert REGISTRY["pearl"].draft_end_choice() == on + "; a parallel window runs to its length, fixed when the round starts"
+    assert REGISTRY["hf-heuristic"].draft_end_choice() == (
+        "serial drafts stop after the draft's own end token (as Hugging Face's assistant does)")

@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 import pandas as pd
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -76,3 +77,8 @@ def test_matches_the_definition(points):
     speedup = [p[0] for p in points]
     cost = [p[1] for p in points]
     assert pareto_mask(speedup, cost).tolist() == brute_force(speedup, cost)
+
+
+def test_columns_of_unequal_length_are_refused_by_name():
+    with pytest.raises(ValueError, match="^speedup and cost must be 1-D and of equal length$"):
+        pareto_mask([2.0, 1.5], [1.0])

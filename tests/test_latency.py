@@ -3,8 +3,12 @@
 import pytest
 
 from simlab.errors import SimlabError
+from simlab.latency.fitted import FittedLatency
 from simlab.latency.grid import LatencyGrid
 from simlab.latency.model import TableLatency, load_profile, save_profile
+from simlab.latency.retime import with_latency
+from simlab.latency.surface import Surface
+from simlab.trace.synth import SynthSpec, synth_trace
 from tests.helpers import latency_table
 
 
@@ -90,3 +94,33 @@ def test_a_table_profile_that_does_not_say_corun_is_solo():
     model = TableLatency.from_profile(profile)
     assert not model.has_corun
     assert (model.target_forward(2, 100), model.draft_step(100)) == (1.5, 0.1)
+
+
+def test_a_profile_that_gives_a_negative_duration_is_refused_where_it_does():
+    # target forward 1.0 - 0.5 k s: -0.5 s for k = 3, at every context, so the first is 0
+    surfaces = {("target", False): Surface("affine", (1.0, -0.5), (1, 2)),
+                ("draft", False): Surface("affine", (0.1, 0.0), (1, 2))}
+    grid = LatencyGrid(FittedLatency("falling", surfaces), 10)
+    assert grid.target_forward(1, 5) == 0.5
+    with pytest.raises(SimlabError) as err:
+        grid.target_row(3)
+    assert str(err.value) == ("latency model 'falling' gives -0.5 s for a 3-token target forward at context 0; "
+                              "a duration must be positive and at most 3600 s (check the profile's coefficients)")
+
+
+def test_a_synthetic_trace_retimed_by_a_profile_reads_its_table_at_the_traces_contexts(tmp_path):
+    # a table profile: draft step 0.5 s, verify 1.0 / 1.5 / 2.0 s for k = 1 / 2 / 3, each plus
+    # 0.01 s per token of context; the trace (prompt 8 tokens, 4 generated, max_k 2) is
+    # tabulated at contexts 8 and 12 for k = 1..3: draft 0.58 / 0.62 s, verify k=3 2.08 / 2.12 s
+    path = save_profile(TableLatency.from_samples(latency_table(0.5, {1: 1.0, 2: 1.5, 3: 2.0}, ctx=(0, 100),
+                                                                slope=0.01), name="hand"), tmp_path / "hand.json")
+    trace = with_latency(synth_trace(SynthSpec(prompts=1, tokens=4, prompt_len=8, max_k=2)), path)
+    lat = trace.latency
+    draft, verify = lat[lat["op"] == "draft_step"], lat[lat["op"] == "target_forward"]
+    assert draft["context_len"].tolist() == [8, 12]
+    assert draft["seconds"].tolist() == pytest.approx([0.58, 0.62])
+    assert verify[verify["k"] == 3]["seconds"].tolist() == pytest.approx([2.08, 2.12])
+    assert sorted(set(verify["k"])) == [1, 2, 3]
+    assert set(lat["repeat"]) == {0} and not lat["corun"].any()  # one solo repeat, as measured once
+    assert trace.manifest.notes == ("Synthetic trace: acceptance and latencies are generated, not measured. "
+                                    f"Latencies tabulated from the profile {path} (hand), not measured.")

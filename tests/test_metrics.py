@@ -18,7 +18,7 @@ import math
 import pandas as pd
 import pytest
 
-from simlab.metrics import Counts, PositionStats, Summary, total
+from simlab.metrics import Counts, PositionStats, Summary, total, upgrade_columns
 from simlab.policies import make_policy
 from simlab.policies.base import Decision, Policy, Serial
 from simlab.sim.executor import SimExecutor
@@ -207,3 +207,9 @@ def test_position_stats_of_two_runs_add_up():
     second.add(2, 2)
     first += second
     assert (first.checked, first.accepted) == ([4, 3, 2], [3, 2, 1])
+
+
+def test_only_a_legacy_column_whose_new_name_is_absent_is_renamed():
+    assert upgrade_columns(["policy", "mean_accept_len"]) == {"mean_accept_len": "tokens_per_target_call"}
+    assert upgrade_columns(["policy"]) == {}
+    assert upgrade_columns(["mean_accept_len", "tokens_per_target_call"]) == {}  # today's column wins

@@ -71,6 +71,12 @@ MUTANTS = [
            "Outcome(True, window, checked, accepted, res.first_new_accepted)", "a parallel round's emitted count lost"),
     Mutant("simlab/sim/timeline.py", 'e.get("ph") == "M" and e["name"] == "process_name"',
            'e.get("ph") == "M" or e["name"] == "process_name"', "a timeline's title read from any metadata event"),
+    Mutant("simlab/trace/replay.py", "ent[j - 1], math.nan", "ent[j - 2], math.nan",
+           "a rollout's entropy read one step behind its confidence"),
+    Mutant("simlab/trace/tree_replay.py", "topk ** 2  # nodes per position", "topk * 2  # nodes per position",
+           "recorded EAGLE-2 trees cut at the wrong node count (right only for top-2)"),
+    Mutant("simlab/trees/candidates.py", "if not 0 <= c < len(self.parents):", "if not 0 <= c <= len(self.parents):",
+           "a chosen candidate one past the last accepted"),
 ]
 
 

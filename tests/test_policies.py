@@ -352,3 +352,9 @@ def test_llama_cpp_n_predict_needs_a_trace_long_enough_for_its_last_round():
 def test_llama_cpp_refuses_draft_min_it_does_not_model():
     with pytest.raises(SimlabError, match="draft_min"):
         REGISTRY["llama-cpp"](PolicyContext(latency=None), draft_min=2)
+
+
+def test_early_exit_policies_without_exit_layers_are_refused_by_name():
+    for name in ("layerskip", "del"):
+        with pytest.raises(SimlabError, match=f"^{name} needs a trace with early-exit signals"):
+            REGISTRY[name](PolicyContext(latency=None))

@@ -1,10 +1,13 @@
 """Greedy replay is exact: rounds counted by hand on small traces."""
 
 import math
+from itertools import islice
 
 import numpy as np
+import pandas as pd
 import pytest
 
+from simlab.errors import SimlabError
 from simlab.policies import REGISTRY
 from simlab.sim.executor import SimExecutor
 from simlab.sim.run import Simulator
@@ -186,3 +189,23 @@ def test_parallel_rounds_are_lossless_up_to_the_budget(policy, stop):
         assert prompt.tokens == target[1:]
         assert prompt.counts.accepted <= prompt.counts.drafted
     assert sum(p.counts.parallel_rounds for p in run.prompts) > 0
+
+
+def test_drafting_past_a_rejection_reads_the_rollout_step_by_step():
+    # positions 1..6 of "1101111": a run from 1 accepts 1, is rejected at d = 2, and its 3rd,
+    # 4th, 5th tokens are steps 1, 2, 3 of the rollout recorded at 2 (t - d = 1, 2, 3); the 6th
+    # runs past the rollout's end, repeats step 3 and is counted as an overrun
+    trace = hand_trace(["1101111"])
+    trace.rollouts = pd.DataFrame({"prompt_id": 0, "pos": 2, "step": [1, 2, 3], "token": [5, 6, 7],
+                                   "draft_conf": [0.5, 0.25, 0.125], "draft_entropy": [1.5, 2.0, 2.5]})
+    rp = TraceReplay(trace).prompts[0]
+    signals = list(islice(rp.signals(1, first=3), 4))  # the run's tokens 3..6
+    assert [(s.confidence, s.entropy) for s in signals] == [(0.5, 1.5), (0.25, 2.0), (0.125, 2.5), (0.125, 2.5)]
+    assert rp.rollout_overruns == 1
+
+
+def test_an_unrecorded_exit_layer_is_refused_with_the_layers_there_are():
+    with pytest.raises(SimlabError, match=r"no early-exit signals for layer 3 \(layers: none\)$"):
+        TraceReplay(hand_trace(["1101"])).prompts[0].path(3)
+    with pytest.raises(SimlabError, match=r"no early-exit signals for layer 3 \(layers: \[2, 5\]\)$"):
+        TraceReplay(hand_trace(["1101"], layers={2: ["1001"], 5: ["1101"]})).prompts[0].path(3)

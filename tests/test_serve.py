@@ -5,17 +5,22 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simlab.cli import main
+from simlab.errors import SimlabError
 from simlab.paths import ROOT
-from simlab.serve.batch_policy import BatchSpec, CappedPolicy, GammaByBatch, SmartSpec
+from simlab.policies import REGISTRY, PolicyContext
+from simlab.policies.base import RoundState, Serial
+from simlab.serve.batch_policy import BatchSpec, CappedPolicy, GammaByBatch, OffAbove, SmartSpec
 from simlab.serve.metrics import Slo
 from simlab.serve.run import ServeConfig, serve, serve_once
 from simlab.serve.scheduler import Scheduler
+from simlab.serve.workload import check_requests, poisson_arrivals, read_arrivals
 from simlab.sim.run import Simulator
 from simlab.trace.io import read_trace
 from tests.helpers import hand_trace, latency_table
@@ -36,7 +41,7 @@ def alone(n: int) -> list[float]:
 
 @pytest.mark.parametrize("max_batch", [1, 8])
 @pytest.mark.parametrize("policy,params,stateful", [("sd", {"gamma": 4}, False), ("svip", {}, False), ("ad", {}, False),
-                                                    ("adaedl", {}, True)])
+                                                    ("adaedl", {}, True), ("oracle", {}, False)])
 def test_a_request_served_alone_decodes_exactly_like_simulate(shipped_sim, policy, params, stateful, max_batch):
     sim = shipped_sim
     expected = sim.run(policy, params, with_cost=False).per_prompt.set_index("prompt_id")
@@ -50,7 +55,7 @@ def test_a_request_served_alone_decodes_exactly_like_simulate(shipped_sim, polic
         c = r.counts
         assert (c.tokens, c.target_calls, c.drafted, c.accepted) == (
             want.tokens, want.target_calls, want.draft_calls, round(want.mat * want.target_calls))
-        assert r.finish - r.first_token == pytest.approx(want.wall_time_s, rel=0, abs=CLOCK_ROUNDING)
+        assert c.wall_time_s == r.finish - r.first_token == pytest.approx(want.wall_time_s, rel=0, abs=CLOCK_ROUNDING)
 
 
 def test_a_request_alone_waits_only_for_its_prefill(shipped_sim):
@@ -120,6 +125,10 @@ def test_gamma_by_batch_caps_every_request_at_its_batch_sizes_entry():
         cap = 2 if s.args["batch"] >= 4 else 5
         assert s.args["tokens"] <= s.args["batch"] * (cap + 1)
     assert any(s.args["tokens"] == 3 * s.args["batch"] for s in verify_slices(run) if s.args["batch"] >= 4)
+
+
+def test_sd_off_above_b_still_speculates_in_a_batch_of_b():
+    assert [OffAbove(3).cap([None] * b, []) for b in (1, 3, 4)] == [None, None, 0]
 
 
 def test_gamma_by_batch_table_picks_the_largest_batch_size_not_above_the_batch():
@@ -243,3 +252,111 @@ def test_serve_records_the_timeline_of_the_served_policy_and_names_its_latency_r
     # the shipped trace's latency is a measured table, not a roofline: batches beyond one sequence
     # are priced by the token-count rule, and the result says so
     assert res.extrapolated and res.latency_rule.startswith("batched forwards priced by the token-count rule")
+
+
+def test_a_token_budget_too_small_for_the_longest_prompt_says_what_it_needs():
+    # a prompt of 9 tokens beside 3 running requests (max batch 4) needs 9 + 3 = 12 tokens
+    with pytest.raises(SimlabError) as err:
+        Scheduler(max_batch=4, token_budget=11).check(longest_prompt=9)
+    assert str(err.value) == ("--token-budget 11 is too small: the longest prompt (9 tokens) beside 3 running "
+                              "requests needs 12")
+    Scheduler(max_batch=4, token_budget=12).check(longest_prompt=9)
+
+
+def test_a_cap_shortens_a_plan_and_keeps_its_drafter():
+    # LayerSkip drafts a fixed 6 tokens with exit layer 2; a cap of 3 keeps both, one of 6 is no cap
+    inner = REGISTRY["layerskip"](PolicyContext(latency=None, exit_layers=[2, 5], n_layers=8), exit_layer=2)
+    capped, state = CappedPolicy(inner), RoundState(0, 20, 0, 10)
+    capped.cap = 3
+    assert capped.plan(state) == Serial(3, fixed=True, layer=2)
+    capped.cap = 6
+    assert capped.plan(state) == Serial(6, fixed=True, layer=2)
+
+
+def test_two_batch_level_policies_are_refused_by_name():
+    with pytest.raises(SimlabError) as err:
+        BatchSpec(off_above=2, smartspec=4)
+    assert str(err.value) == "choose one batch-level policy, got --sd-off-above and --smartspec"
+
+
+def test_one_request_under_a_cap_by_hand():
+    # a 10-token prompt, all 10 positions accepted; draft step 0.25 s, a k-token target forward
+    # 1.0 + 0.5 (k - 1) s (k = 10 extends the last slope: 5.5 s). Prefill: 5.5 s, plus the
+    # draft's forward over the prompt, 0.25 * 5.5 / 1.0 = 1.375 s: first token at 6.875 s. The
+    # table caps sd's γ = 3 at 2: rounds from positions 1, 4, 7, each 2 drafts (0.5 s) and a
+    # 3-token verification (2.0 s) accepting both, 3 tokens a round: done at 6.875 + 3 * 2.5 s
+    trace = hand_trace(["1" * 10], latency=latency_table(draft=0.25, verify={1: 1.0, 2: 1.5, 3: 2.0, 4: 2.5}))
+    run = serve_once(Simulator(trace), [0.0], ServeConfig(batch=BatchSpec(gamma_by_batch="1:2")), "sd", {"gamma": 3})
+    s = run.stats
+    assert (s.steps, s.prefill_steps, s.decode_steps, s.batch_sizes, s.draft_forwards, s.caps) == (4, 1, 3, 3, 6, {2: 3})
+    assert list(run.frame.columns) == ["request_id", "prompt_id", "prompt_len", "arrival_s", "admitted_s",
+                                       "first_token_s", "finish_s", "queue_s", "ttft_s", "tpot_s", "e2e_s", "tokens",
+                                       "target_calls", "drafted", "accepted", "meets_slo"]
+    row = run.frame.iloc[0]
+    assert (row.request_id, row.first_token_s, row.finish_s, row.ttft_s, row.e2e_s) == (0, 6.875, 14.375, 6.875, 14.375)
+    assert (row.tokens, row.target_calls, row.drafted, row.accepted) == (10, 3, 6, 6)
+    assert row.tpot_s == 7.5 / 9  # 3 rounds of 2.5 s for the 9 tokens after the first
+    assert run.summary["mean_accept_len"] == 3.0  # the 9 tokens after the prefill's over 3 target calls
+    assert run.summary["throughput_tokens_per_s"] == 10 / 14.375
+    assert run.summary["throughput_requests_per_s"] == 1 / 14.375
+    assert run.summary["acceptance_rate"] == 1.0  # 6 accepted of 6 drafted
+
+
+@pytest.mark.parametrize("policy, params", [("layerskip", {"exit_layer": 2, "gamma": 3}), ("del", {})])
+def test_a_self_speculative_request_drafts_at_its_exit_layers_price(policy, params):
+    # exit layer 2 drafts at 0.02 s a step, the draft model at 0.1 s: LayerSkip (E = 2, γ = 3)
+    # and DEL (which reads the layer's shadow tokens) served alone decode as simulate does,
+    # every draft step at the layer's price
+    trace = hand_trace(["1111111111"], layers={2: ["1110111011"]},
+                       latency=latency_table(draft=0.1, verify={k: 1 + 0.1 * k for k in range(1, 12)}, layers={2: 0.02}))
+    sim = Simulator(trace)
+    want = sim.run(policy, params, with_cost=False).per_prompt.iloc[0]
+    run = serve_once(sim, [0.0], ServeConfig(policy, params), policy, params, record=True)
+    r = run.requests[0]
+    # DEL drafts and drops a token below its threshold: drafted and paid for, never verified
+    assert (r.counts.target_calls, r.counts.drafted, r.counts.draft_calls, r.counts.accepted) == (
+        want.target_calls, want.drafted, want.draft_calls, round(want.mat * want.target_calls))
+    assert r.finish - r.first_token == pytest.approx(want.wall_time_s, rel=1e-12)
+    drafts = [s for s in run.slices if s.name.startswith("draft")]
+    assert drafts and all(s.end - s.start == pytest.approx(0.02 * int(s.name[len("draft x"):])) for s in drafts)
+
+
+def test_a_request_meets_the_tpot_objective_only_at_or_under_it():
+    # as above without a cap: TPOT 7.5 s / 9 tokens = 0.8333 s (rounds of 3.25, 3.25, 1.0 s)
+    trace = hand_trace(["1" * 10], latency=latency_table(draft=0.25, verify={1: 1.0, 2: 1.5, 3: 2.0, 4: 2.5}))
+    for objective, meets in ((7.5 / 9, True), (0.83, False)):
+        run = serve_once(Simulator(trace), [0.0], ServeConfig(slo=Slo(tpot_s=objective)), "sd", {"gamma": 3})
+        assert run.frame["meets_slo"].tolist() == [meets]
+
+
+def test_the_latency_rule_reported_is_that_of_the_served_run():
+    # batches of 1 and 2 measured; 6 requests at once decode in batches of 6 > 2 x 2, priced
+    # beyond the measured sizes: serve() says so even without a baseline run
+    single = latency_table(draft=0.1, verify={k: 1 + 0.1 * k for k in range(1, 12)})
+    samples = pd.concat([single.assign(batch=1), single.assign(seconds=single["seconds"] * 1.5, batch=2)],
+                        ignore_index=True)
+    res = serve(Simulator(hand_trace(["1" * 10], latency=samples)), [0.0] * 6,
+                ServeConfig("sd", {"gamma": 2}, Scheduler(8, 1000)), baseline=False)
+    assert res.extrapolated and res.latency_rule.endswith("batches beyond the measured ones extrapolated linearly")
+
+
+def test_bad_objectives_and_request_counts_are_refused_by_flag():
+    with pytest.raises(SimlabError, match=r"^--slo-ttft must be a number of seconds > 0, got 0$"):
+        Slo(ttft_s=0)
+    with pytest.raises(SimlabError, match=r"^--requests must be >= 1, got 0$"):
+        check_requests(0)
+    check_requests(1)
+
+
+def test_an_arrivals_file_skips_blank_and_comment_lines_anywhere(tmp_path):
+    path = tmp_path / "arrivals.txt"
+    path.write_text("# seconds\n0.5\n\n# a burst\n1.0\n1.0\n")
+    assert read_arrivals(path) == [0.5, 1.0, 1.0]
+
+
+def test_the_smallest_scheduler_and_the_slowest_arrivals_are_allowed():
+    # a budget of 1 token fits a 1-token prompt beside no other request (max batch 1)
+    Scheduler(max_batch=1, token_budget=1).check(longest_prompt=1)
+    # half a request per second: exponential gaps of mean 1 / 0.5 = 2 s, drawn under the seed
+    gaps = np.random.default_rng(0).exponential(2.0, 3)
+    assert poisson_arrivals(0.5, 3, seed=0) == [gaps[0], gaps[0] + gaps[1], gaps[0] + gaps[1] + gaps[2]]

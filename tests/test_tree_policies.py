@@ -225,11 +225,13 @@ def test_eagle2_shapes_the_recording_cannot_replay_fail_before_running(params, w
         Simulator(eagle_trace()).run("eagle2", params)
 
 
-def test_tree_policies_refuse_sampled_traces():
+@pytest.mark.parametrize("policy", ["tree-static", "eagle2", "ags-tree"])
+def test_tree_policies_refuse_sampled_traces(policy):
     trace = tree_trace([[0, 1, 0]], k=2)
     trace.manifest.temperature = 1.0
-    with pytest.raises(SimlabError, match="greedy"):
-        Simulator(trace).run("tree-static", {"shape": "2"})
+    with pytest.raises(SimlabError, match=f"^policy '{policy}' replays greedy verification only; this trace was "
+                                          r"recorded at temperature 1 \(record with --temperature 0\)$"):
+        Simulator(trace).run(policy, {"shape": "2"} if policy == "tree-static" else {})
 
 
 def test_sequoia_shape_from_the_trace_positional_acceptance():
@@ -387,3 +389,25 @@ def test_a_growing_tree_that_selects_otherwise_is_replayed_by_the_protocol():
     policy = EveryCandidate(sim.context(), depth=2)
     assert TreeRounds(sim.replay, sim.latency).simulate(policy) is None
     assert SimExecutor(sim.latency, sim.topology).run(sim.replay, policy).prompts[0].counts.drafted > 0
+
+
+def test_sequoia_drafts_nothing_where_the_draft_is_never_right():
+    # no target token is among the top-2 anywhere: accept = [0, 0], every tree is worth 0 and the
+    # empty one (fewest nodes) wins; its rounds are plain target steps, 1 per token as in ad
+    sim = Simulator(tree_trace([[-1, -1, -1, -1, -1]], k=2))
+    assert REGISTRY["tree-static"](sim.context(), nodes=2, depth=2).tree == DraftTree((), ())
+    s = sim.run("tree-static", {"nodes": 2, "depth": 2}, with_cost=False).summary
+    assert (s.target_calls, s.drafted, s.tokens) == (4, 0, 4)
+
+
+def test_a_static_tree_without_a_shape_or_a_trace_is_refused_by_name():
+    with pytest.raises(SimlabError) as err:
+        REGISTRY["tree-static"](PolicyContext(latency=None))
+    assert str(err.value) == "policy 'tree-static': give a shape, or a trace for Sequoia's optimiser"
+
+
+def test_a_static_tree_wider_than_a_greedy_trace_says_how_to_record_one():
+    with pytest.raises(SimlabError) as err:
+        Simulator(hand_trace(["10110"])).run("tree-static", {"shape": "2x2"})
+    assert str(err.value) == ("policy 'tree-static' drafts the draft's top-2 candidates; this trace has only its "
+                              "greedy token; record it with --topk K")

@@ -142,3 +142,14 @@ def test_prompt_walls_follow_simpy_where_its_timeout_does_not_land_on_the_clock(
     seconds, ends = [0.0, t0, a, b, 2.0**-53], [2, 4, 5]
     assert (t0 + a) + b != t0 + (((t0 + a) + b) - t0)
     assert walls(np.array(seconds), np.array(ends)).tolist() == simpy_walls(seconds, ends)
+
+
+def test_prompt_walls_follow_simpy_when_two_timeouts_miss_the_clock():
+    # prompt 2 runs 0.001 + 0.032 s from 0.004 s: its clock ends at 0.037, SimPy's timeout at
+    # 0.004 + (0.037 - 0.004) = 0.037000000000000005; prompt 3 runs 0.257 + 0.061 s from there
+    # and misses again (0.35500000000000004 vs 0.3550000000000001): the clock restarts twice
+    seconds, ends = [0.004, 0.001, 0.032, 0.257, 0.061], [1, 3, 5]
+    assert 0.004 + ((0.004 + 0.001 + 0.032) - 0.004) == 0.037000000000000005
+    t0 = 0.037000000000000005
+    assert t0 + (((t0 + 0.257) + 0.061) - t0) == 0.3550000000000001 != (t0 + 0.257) + 0.061
+    assert walls(np.array(seconds), np.array(ends)).tolist() == simpy_walls(seconds, ends)

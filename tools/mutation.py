@@ -14,16 +14,26 @@ module can be *sampled*: ``--sample N`` checks N of its mutants drawn at random 
 re-run draws the same ones); the report then scores the checked mutants and counts the rest as
 not checked, so a sampled score is an estimate with the sample size beside it.
 
-The report (``docs/mutation-report.md``) gives per module killed / survived / score and lists
-every survivor with its diff, annotated from ``tools/mutation_notes.toml``: ``equivalent``
-(no test can tell it apart, and why) or ``open`` (a test is still wanting). The notes also list
-``killed_by``: survivors of earlier campaigns and the new tests that kill them now.
+mutmut's cache (``mutants/``, not committed) is discarded when the test selection changes, and
+a sample is drawn anew when the code does. So each run's outcome is added to a committed
+ledger, ``tools/mutation_results.json``: per module run, when, how many mutants were drawn (and
+the seed), the counts per status and each survivor's diff. The report is written from the
+ledger, so it keeps the runs of earlier caches; a module's row adds up its runs (a full,
+unsampled run of a module replaces its earlier runs). Draw a further sample of a module with a
+new ``--seed``: the same seed on unchanged code draws the same mutants again.
+
+The report (``docs/mutation-report.md``) gives per module killed / survived / score, the runs
+behind them, and lists every survivor with its diff, annotated from
+``tools/mutation_notes.toml``: ``equivalent`` (no test can tell it apart, and why) or ``open``
+(a test is still wanting). The notes also list ``killed_by``: survivors and the tests added
+since that kill them.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import random
 import re
 import subprocess
@@ -39,6 +49,7 @@ else:  # pragma: no cover
 ROOT = Path(__file__).resolve().parent.parent
 NOTES = ROOT / "tools" / "mutation_notes.toml"
 REPORT = ROOT / "docs" / "mutation-report.md"
+LEDGER = ROOT / "tools" / "mutation_results.json"
 # module -> mutmut's mutant-name pattern (its names are dotted module paths)
 MODULES = {
     "rounds": "simlab.rounds.*",
@@ -49,8 +60,12 @@ MODULES = {
     "latency": "simlab.latency.*",
     "frontier": "simlab.frontier.*",
     "serve": "simlab.serve.*",
+    "trees": "simlab.trees.*",
+    "tree_policies": "simlab.policies.trees.*",  # also in policies' pattern: the longer one wins
+    "tree_replay": "simlab.trace.tree_replay.*",
 }
 KILLED = {"killed", "timeout", "caught by type check"}  # mutmut's statuses that count as detected
+MISSED = ("survived", "no tests")  # undetected: a survivor, or a mutant no selected test runs
 
 
 def mutmut(*args: str, timeout: float | None = None) -> subprocess.CompletedProcess:
@@ -97,7 +112,9 @@ def results() -> dict[str, str]:
 
 
 def module_of(name: str) -> str | None:
-    return next((m for m, pattern in MODULES.items() if name.startswith(pattern[:-1])), None)
+    """The module whose pattern names the mutant (the longest, where two do)."""
+    matches = [m for m, pattern in MODULES.items() if name.startswith(pattern[:-1])]
+    return max(matches, key=lambda m: len(MODULES[m]), default=None)
 
 
 def diff_of(name: str) -> str:
@@ -106,25 +123,50 @@ def diff_of(name: str) -> str:
     return "\n".join(line for line in lines if line[:1] in "+-" and line[:3] not in ("+++", "---"))
 
 
-def report(statuses: dict[str, str], notes: dict) -> str:
-    """The report. A mutant that no selected test runs ("no tests") counts as undetected, like a
-    survivor. ``killed_by`` notes name survivors that a test added since the run kills (checked
-    on the mutant by hand); the last column scores them as killed."""
+def record(ledger: list[dict], modules: list[str], drawn: list[str] | None, sample: int | None,
+           seed: int) -> list[dict]:
+    """``ledger`` with this run's outcome added, one entry per module that checked a mutant:
+    the mutants drawn this run (``drawn``), or with no sample every checked mutant of the
+    module, which then replaces the module's earlier entries."""
+    statuses = results()
+    when = f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC"
+    for module in modules:
+        names = [n for n in statuses if module_of(n) == module]
+        mine = [n for n in (drawn if sample is not None else names) if module_of(n) == module]
+        checked = {n: statuses[n] for n in mine if statuses.get(n, "not checked") != "not checked"}
+        if not checked:
+            continue
+        if sample is None:
+            ledger = [e for e in ledger if e["module"] != module]
+        counts = Counter("killed" if s in KILLED else s for s in checked.values())
+        ledger.append({"date": when, "module": module, "mutants": len(names), "sample": sample,
+                       "seed": seed if sample is not None else None, "counts": dict(sorted(counts.items())),
+                       "survivors": {n: {"status": s, "diff": diff_of(n)} for n, s in sorted(checked.items())
+                                     if s in MISSED}})
+    return ledger
+
+
+def report(ledger: list[dict], notes: dict) -> str:
+    """The report, from the ledger's runs. A mutant that no selected test runs ("no tests")
+    counts as undetected, like a survivor. ``killed_by`` notes name survivors that a test added
+    since the run kills (checked on the mutant by hand); the last column scores them as killed."""
     equivalent, killed_by = notes.get("equivalent", {}), notes.get("killed_by", {})
-    missed = ("survived", "no tests")
     counts = {m: Counter() for m in MODULES}
-    for name, status in statuses.items():
-        module = module_of(name)
-        if module:
-            counts[module]["killed" if status in KILLED else status] += 1
-            if status in missed:
-                counts[module]["equivalent"] += name in equivalent
-                counts[module]["killed since"] += name in killed_by
+    mutants: dict[str, int] = {}
+    survivors: dict[str, dict] = {}
+    for entry in ledger:  # a mutant that survived two runs (a name drawn again) counts in both
+        module = entry["module"]
+        counts[module].update(entry["counts"])
+        counts[module]["equivalent"] += sum(name in equivalent for name in entry["survivors"])
+        counts[module]["killed since"] += sum(name in killed_by for name in entry["survivors"])
+        mutants[module] = entry["mutants"]  # the latest run's count: the code as it is now
+        survivors.update(entry["survivors"])
+    dates = sorted({e["date"] for e in ledger})
     lines = ["# Mutation report", "",
              f"`python tools/mutation.py` (mutmut, fast test subset of `[tool.mutmut]` in pyproject.toml), "
-             f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC. Score: killed / checked, where a "
-             "checked mutant was killed, survived, or had no test in the subset that runs its code "
-             "(\"no tests\"); equivalent survivors are listed below and count as not killed. \"killed "
+             f"runs of {dates[0] if dates else '–'} to {dates[-1] if dates else '–'} (listed below). Score: killed "
+             "/ checked, where a checked mutant was killed, survived, or had no test in the subset that runs its "
+             "code (\"no tests\"); equivalent survivors are listed below and count as not killed. \"killed "
              "since\": survivors that tests added after the run kill (each checked on its mutant).", "",
              "| module | mutants | checked | killed | survived | no tests | equivalent | killed since | "
              "score | with tests since |",
@@ -132,33 +174,35 @@ def report(statuses: dict[str, str], notes: dict) -> str:
     totals = Counter()
     for module, c in [*counts.items(), ("**all**", None)]:
         c = c if c is not None else totals
-        checked = c["killed"] + c["survived"] + c["no tests"]
-        row = {"mutants": sum(v for k, v in c.items() if k not in ("equivalent", "killed since", "mutants")),
-               **{k: c[k] for k in ("killed", "survived", "no tests", "equivalent", "killed since")}}
         if module != "**all**":
-            totals.update(row)
-        else:
-            row["mutants"] = c["mutants"]
+            totals.update({**c, "mutants": mutants.get(module, 0)})
+        checked = c["killed"] + c["survived"] + c["no tests"]
         score = f"{c['killed'] / checked:.1%}" if checked else "–"
         since = f"{(c['killed'] + c['killed since']) / checked:.1%}" if checked else "–"
-        lines.append(f"| {module} | {row['mutants']} | {checked} | {c['killed']} | {c['survived']} | "
+        total = c["mutants"] if module == "**all**" else mutants.get(module, "–")
+        lines.append(f"| {module} | {total} | {checked} | {c['killed']} | {c['survived']} | "
                      f"{c['no tests']} | {c['equivalent']} | {c['killed since']} | {score} | {since} |")
     lines += ["", "Where \"checked\" is below \"mutants\", the module was sampled (`--sample N`, a seeded "
               "random draw) or stopped at `--stop-at`: its score estimates the module's from the checked "
-              "ones.", "", "## Survivors and mutants no test runs", ""]
-    survivors = sorted(n for n, s in statuses.items() if s in missed and module_of(n))
+              "ones. \"mutants\" counts the module's mutants at its latest run.", "", "## Runs", "",
+              "| when | module | drawn | seed | checked |", "|---|---|---|---|---|"]
+    for e in ledger:
+        drawn = e["sample"] if e["sample"] is not None else "all"
+        lines.append(f"| {e['date']} | {e['module']} | {drawn} | {e['seed'] if e['seed'] is not None else '–'} | "
+                     f"{sum(e['counts'].values())} |")
+    lines += ["", "## Survivors and mutants no test runs", ""]
     if not survivors:
         lines.append("None.")
-    for name in survivors:
+    for name in sorted(survivors):
         if name in killed_by:
             verdict = f"killed since by `{killed_by[name]}`"
         elif name in equivalent:
             verdict = f"equivalent: {equivalent[name]}"
         else:
             verdict = "open: no test tells it apart yet"
-        lines += [f"- `{name}` ({statuses[name]}) — {verdict}", "", "  ```diff",
-                  *[f"  {line}" for line in diff_of(name).splitlines()], "  ```", ""]
-    earlier = {k: v for k, v in killed_by.items() if k not in statuses}
+        lines += [f"- `{name}` ({survivors[name]['status']}) — {verdict}", "", "  ```diff",
+                  *[f"  {line}" for line in survivors[name]["diff"].splitlines()], "  ```", ""]
+    earlier = {k: v for k, v in killed_by.items() if k not in survivors}
     lines += ["## Survivors of earlier campaigns, killed by new tests", ""]
     for name, test in sorted(earlier.items()):
         lines.append(f"- {name} — killed by `{test}`")
@@ -172,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample", type=int, help="check only this many mutants per module, drawn at random")
     parser.add_argument("--seed", type=int, default=0, help="seed of --sample's draw (default 0)")
     parser.add_argument("--stop-at", help="UTC time HH:MM after which no mutant is started (partial results kept)")
-    parser.add_argument("--report-only", action="store_true", help="only rewrite the report from cached results")
+    parser.add_argument("--report-only", action="store_true", help="only rewrite the report from the ledger")
     parser.add_argument("--report", type=Path, default=REPORT, help=f"report path (default {REPORT.relative_to(ROOT)})")
     args = parser.parse_args(argv)
     unknown = sorted(set(args.modules) - set(MODULES))
@@ -182,11 +226,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.stop_at:
         hour, minute = map(int, args.stop_at.split(":"))
         stop_at = dt.datetime.now(dt.timezone.utc).replace(hour=hour, minute=minute, second=0, microsecond=0)
+    ledger = json.loads(LEDGER.read_text()) if LEDGER.exists() else []
     if not args.report_only:
-        run(targets(args.modules or list(MODULES), args.sample, args.seed), args.max_children, stop_at)
+        modules = args.modules or list(MODULES)
+        drawn = targets(modules, args.sample, args.seed)
+        run(drawn, args.max_children, stop_at)
+        ledger = record(ledger, modules, drawn, args.sample, args.seed)
+        LEDGER.write_text(json.dumps(ledger, indent=1, ensure_ascii=False) + "\n")
     notes = tomllib.loads(NOTES.read_text()) if NOTES.exists() else {}
     args.report.parent.mkdir(parents=True, exist_ok=True)
-    args.report.write_text(report(results(), notes))
+    args.report.write_text(report(ledger, notes))
     print(f"report: {args.report}")
     return 0
 

@@ -119,10 +119,11 @@ class Engine:
             r.policy.cap = cap
             rounds.append(r.next_round())
         drafts = [k for _, k, _ in rounds]
+        drafted = [r.drafted for r in decoders]  # a dropped draft was drafted too
         layers = [layer for _, _, layer in rounds if layer is not None]
-        seconds, steps = self.latency.draft_phase(drafts, ctxs, max(layers) if layers else NO_LAYER)
+        seconds, steps = self.latency.draft_phase(drafted, ctxs, max(layers) if layers else NO_LAYER)
         if steps:
-            t = self._book(self.draft_dev, t, seconds, f"draft x{steps}", len(decoders), sum(drafts))
+            t = self._book(self.draft_dev, t, seconds, f"draft x{steps}", len(decoders), sum(drafted))
         verify = self.latency.target([k + 1 for k in drafts], ctxs)
         accepted = 0
         for r, (start, k, layer) in zip(decoders, rounds):

@@ -34,6 +34,7 @@ class ServedRequest:
     finish: float = math.nan  # its last verification ended
     committed: int = 1
     finished_steps: int = 0  # how many times it was marked finished (conservation tests: exactly 1)
+    drafted: int = 0  # tokens its last round drafted, a dropped one included (paid for: rounds.py)
     _answer: object = None
     _gen: object = None
 
@@ -57,17 +58,20 @@ class ServedRequest:
     def next_round(self) -> tuple[int, int, int | None]:
         """Run the protocol up to the next verification: (start, drafts, layer)."""
         send, rp, answer = self._gen.send, self.replay, self._answer
+        self.drafted = 0
         while True:
             req = send(answer)
             kind = type(req)
             if kind is Verify:
-                self.counts.drafted += req.drafts
-                self.counts.draft_calls += req.drafts
+                self.counts.drafted += self.drafted
+                self.counts.draft_calls += self.drafted
                 return req.start, req.drafts, req.layer
             if kind is DraftRun:
                 answer = SignalRun(rp, req.start, req.count, req.layer)
+                self.drafted = req.count
             elif kind is DraftLoop:
                 answer = req.run(rp.signals(req.start, req.layer))
+                self.drafted = len(answer[0])
             elif kind is Shadow:
                 answer = rp.shadows(req.start, req.count)
             elif kind is ParallelRound:

@@ -48,6 +48,7 @@ Bookkeeping rules, defined here only:
 
 from __future__ import annotations
 
+from itertools import islice
 from typing import Callable, Generator, Iterator, NamedTuple, Sequence
 
 from simlab.policies.base import (
@@ -81,19 +82,26 @@ class DraftLoop(NamedTuple):
     def run(self, signals: Iterator[TokenSignal]) -> tuple[list[TokenSignal], Decision]:
         """Draft from ``signals`` (the run's tokens in order, each drafted when read: the loop
         reads no further than it drafts) until the policy decides or ``cap`` tokens are drafted.
-        Returns the drafted signals and the last decision (DRAFT when the cap ended the run)."""
+        Returns the drafted signals and the last decision (DRAFT when the cap ended the run).
+
+        The simulator runs this loop once per simulated draft token, so it applies the rule of
+        :meth:`decide` inline rather than calling it (a call per token is a large share of a
+        replayed round); tests/test_rounds.py pins the two to the same decisions."""
         drafted: list[TokenSignal] = []
         if self.cap <= 0:
             return drafted, DRAFT
-        # the common cases call the policy directly: this loop runs once per simulated draft token
-        decide = self.decide if self.stop_at_end or self.on_draft is None else self.on_draft
-        cap, append = self.cap, drafted.append
-        for signal in signals:
+        cap, append, on_draft, stop_at_end = self.cap, drafted.append, self.on_draft, self.stop_at_end
+        for signal in islice(signals, cap):  # islice reads no token past the cap
             append(signal)
-            decision = decide(signal)
-            if decision is not DRAFT or len(drafted) >= cap:
-                return drafted, decision
-        raise PolicyError("the executor's drafted tokens ran out before the round ended")  # pragma: no cover
+            if stop_at_end and signal.end:
+                return drafted, VERIFY
+            if on_draft is not None:
+                decision = on_draft(signal)
+                if decision is not DRAFT:
+                    return drafted, decision
+        if len(drafted) < cap:  # pragma: no cover
+            raise PolicyError("the executor's drafted tokens ran out before the round ended")
+        return drafted, DRAFT
 
     def decide(self, signal: TokenSignal) -> Decision:
         """The decision after a drafted token's ``signal`` (DRAFT: go on, if the cap allows). An
@@ -187,7 +195,8 @@ def decode(policy: Policy, prompt: PromptInfo) -> Generator[Request, object, int
     committed = 1
     pending: tuple[TokenSignal, ...] = ()
     policy.reset(prompt)
-    # Policies that keep the base class's no-op observe() are not sent outcomes of serial rounds.
+    # Policies that keep the base class's no-op observe() are not sent outcomes (PEARL's parallel
+    # rounds are most of its simulation).
     observes = type(policy).observe is not Policy.observe
     ends_early = type(policy).done is not Policy.done
     plan_round, prompt_len = policy.plan, prompt.prompt_len
@@ -216,7 +225,8 @@ def decode(policy: Policy, prompt: PromptInfo) -> Generator[Request, object, int
                 pending = tuple(new[1:]) if res.first_new_accepted else ()
             emitted = res.accepted_pending + 1
             committed += emitted
-            policy.observe(Outcome(True, window, checked, accepted, emitted, res.first_new_accepted))
+            if observes:
+                policy.observe(Outcome(True, window, checked, accepted, emitted, res.first_new_accepted))
             continue
         if type(plan) is TreePlan:
             if pending:

@@ -5,11 +5,15 @@ the papers' policies draft on past it. The replay reads the end token from the r
 tokens and the manifest's eos_token_ids.
 """
 
+import random
 from itertools import islice
 
 import pytest
 
 from simlab.policies import REGISTRY
+from simlab.policies.base import Decision
+from simlab.rounds import DraftLoop
+from simlab.signals import TokenSignal
 from simlab.sim.run import Simulator
 from simlab.trace.replay import TraceReplay
 from tests.helpers import hand_trace
@@ -55,3 +59,32 @@ def test_every_policy_declares_its_choice():
     assert stopping == {"hf-heuristic", "hf-confidence"}
     for cls in REGISTRY.values():
         assert "end token" in cls.draft_end_choice()
+
+
+def loop_by_decide(loop, signals):
+    """DraftLoop.run written with DraftLoop.decide, as the batched decoder drives it."""
+    drafted = []
+    for signal in signals:
+        drafted.append(signal)
+        decision = loop.decide(signal)
+        if decision is not Decision.DRAFT or len(drafted) >= loop.cap:
+            return drafted, decision
+    raise AssertionError("ran out of signals")
+
+
+@pytest.mark.parametrize("stop_at_end", [False, True])
+@pytest.mark.parametrize("rule", ["none", "confidence", "parallel", "drop"])
+def test_the_draft_loop_decides_as_decide_does(stop_at_end, rule):
+    # DraftLoop.run inlines decide() for speed; both must give the same drafts and decision,
+    # and run must read no signal past the one it stops at (reading drafts a token).
+    answers = {"confidence": lambda s: Decision.VERIFY if s.confidence < 0.3 else Decision.DRAFT,
+               "parallel": lambda s: Decision.PARALLEL if s.index == 4 else Decision.DRAFT,
+               "drop": lambda s: Decision.DROP if s.confidence < 0.2 else Decision.DRAFT}
+    rng = random.Random(1)
+    for _ in range(300):
+        signals = [TokenSignal(i, rng.random(), 0.0, end=rng.random() < 0.1) for i in range(1, 13)]
+        loop = DraftLoop(1, rng.randint(1, 12), None, answers.get(rule), stop_at_end)
+        read = []
+        got = loop.run(s for s in signals if not read.append(s))
+        assert got == loop_by_decide(loop, signals)
+        assert read == got[0]

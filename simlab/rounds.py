@@ -69,15 +69,17 @@ from simlab.trees.draft_tree import ROOT, DraftTree
 class DraftLoop(NamedTuple):
     """Draft token by token from ``start``, at most ``cap`` tokens, showing each token's signal
     to ``on_draft`` (the policy's; None for a fixed plan, which only an end token stops when
-    ``stop_at_end``). Answer: what :meth:`run` returns — the executor calls it with its own
-    drafted tokens, so the loop and its stopping rules are written here once and a round costs
-    one request, not one per token."""
+    ``stop_at_end``). ``stops``: the policy's :meth:`~simlab.policies.base.Policy.stop_rule`,
+    the test its ``on_draft`` answers VERIFY on, called in its place. Answer: what :meth:`run`
+    returns — the executor calls it with its own drafted tokens, so the loop and its stopping
+    rules are written here once and a round costs one request, not one per token."""
 
     start: int
     cap: int
     layer: int | None
     on_draft: Callable[[TokenSignal], Decision] | None
     stop_at_end: bool
+    stops: Callable[[TokenSignal], bool] | None = None
 
     def run(self, signals: Iterator[TokenSignal]) -> tuple[list[TokenSignal], Decision]:
         """Draft from ``signals`` (the run's tokens in order, each drafted when read: the loop
@@ -90,12 +92,15 @@ class DraftLoop(NamedTuple):
         drafted: list[TokenSignal] = []
         if self.cap <= 0:
             return drafted, DRAFT
-        cap, append, on_draft, stop_at_end = self.cap, drafted.append, self.on_draft, self.stop_at_end
+        cap, append, on_draft, stop_at_end, stops = self.cap, drafted.append, self.on_draft, self.stop_at_end, self.stops
         for signal in islice(signals, cap):  # islice reads no token past the cap
             append(signal)
             if stop_at_end and signal.end:
                 return drafted, VERIFY
-            if on_draft is not None:
+            if stops is not None:
+                if stops(signal):
+                    return drafted, VERIFY
+            elif on_draft is not None:
                 decision = on_draft(signal)
                 if decision is not DRAFT:
                     return drafted, decision
@@ -110,6 +115,8 @@ class DraftLoop(NamedTuple):
         ``(drafted, decision)``."""
         if self.stop_at_end and signal.end:
             return VERIFY
+        if self.stops is not None:
+            return VERIFY if self.stops(signal) else DRAFT
         return self.on_draft(signal) if self.on_draft is not None else DRAFT
 
 
@@ -201,6 +208,7 @@ def decode(policy: Policy, prompt: PromptInfo) -> Generator[Request, object, int
     ends_early = type(policy).done is not Policy.done
     plan_round, prompt_len = policy.plan, prompt.prompt_len
     stop_at_end = policy.stops_at_draft_end
+    stops = policy.stop_rule()
     shadows = policy.needs_shadows
     if shadows:  # the prefill settled position 0
         policy.observe_shadows((yield Shadow(0, 1)))
@@ -245,7 +253,7 @@ def decode(policy: Policy, prompt: PromptInfo) -> Generator[Request, object, int
             decision = VERIFY
         else:  # token by token: the policy decides, or (fixed plans) only the end token stops
             drafted, decision = yield DraftLoop(committed, cap, plan.layer, None if plan.fixed else policy.on_draft,
-                                                stop_at_end)
+                                                stop_at_end, None if plan.fixed else stops)
             signals = tuple(drafted[:-1] if decision is DROP else drafted)
         if decision is PARALLEL:
             if not policy.parallel:

@@ -10,8 +10,9 @@ from itertools import islice
 
 import pytest
 
-from simlab.policies import REGISTRY
-from simlab.policies.base import Decision
+from simlab.policies import REGISTRY, make_policy
+from simlab.policies.base import Decision, RoundState
+from simlab.policies.stop import StopRule
 from simlab.rounds import DraftLoop
 from simlab.signals import TokenSignal
 from simlab.sim.run import Simulator
@@ -73,18 +74,37 @@ def loop_by_decide(loop, signals):
 
 
 @pytest.mark.parametrize("stop_at_end", [False, True])
-@pytest.mark.parametrize("rule", ["none", "confidence", "parallel", "drop"])
+@pytest.mark.parametrize("rule", ["none", "confidence", "parallel", "drop", "stop rule"])
 def test_the_draft_loop_decides_as_decide_does(stop_at_end, rule):
     # DraftLoop.run inlines decide() for speed; both must give the same drafts and decision,
-    # and run must read no signal past the one it stops at (reading drafts a token).
+    # and run must read no signal past the one it stops at (reading drafts a token). A stop
+    # rule stands in for an on_draft that would always say DRAFT.
     answers = {"confidence": lambda s: Decision.VERIFY if s.confidence < 0.3 else Decision.DRAFT,
                "parallel": lambda s: Decision.PARALLEL if s.index == 4 else Decision.DRAFT,
-               "drop": lambda s: Decision.DROP if s.confidence < 0.2 else Decision.DRAFT}
+               "drop": lambda s: Decision.DROP if s.confidence < 0.2 else Decision.DRAFT,
+               "stop rule": lambda s: Decision.DRAFT}
+    stops = (lambda s: s.confidence < 0.3) if rule == "stop rule" else None
     rng = random.Random(1)
     for _ in range(300):
         signals = [TokenSignal(i, rng.random(), 0.0, end=rng.random() < 0.1) for i in range(1, 13)]
-        loop = DraftLoop(1, rng.randint(1, 12), None, answers.get(rule), stop_at_end)
+        loop = DraftLoop(1, rng.randint(1, 12), None, answers.get(rule), stop_at_end, stops)
         read = []
         got = loop.run(s for s in signals if not read.append(s))
         assert got == loop_by_decide(loop, signals)
         assert read == got[0]
+
+
+@pytest.mark.parametrize("name", sorted(n for n, cls in REGISTRY.items() if issubclass(cls, StopRule)))
+def test_a_stop_rule_is_what_on_draft_decides_by(name):
+    # the draft loop calls a policy's stop_rule() in place of on_draft: the two must agree,
+    # token by token through a round (pacer and ags carry state from token to token)
+    context = Simulator(trace_with_draft_end(False)).context()
+    policy, twin = make_policy(name, context), make_policy(name, context)
+    stops = policy.stop_rule()
+    assert stops is not None
+    for p in (policy, twin):
+        p.plan(RoundState(1, 50, 0, 10))
+    rng = random.Random(2)
+    for i in range(1, 40):
+        signal = TokenSignal(i, rng.random(), rng.random(), rng.random())
+        assert (Decision.VERIFY if stops(signal) else Decision.DRAFT) is twin.on_draft(signal)

@@ -281,6 +281,13 @@ class Policy(ABC):
         """After each drafted token of a serial round (not called for ``Serial(fixed=True)``)."""
         return Decision.DRAFT
 
+    def stop_rule(self) -> Callable[[TokenSignal], bool] | None:
+        """The test of a drafted token that :meth:`on_draft` answers VERIFY on, for a policy whose
+        ``on_draft`` answers only VERIFY or DRAFT (None: ask ``on_draft``). The draft loop then
+        calls the test in its place: the simulator decides once per simulated draft token, and
+        one call fewer per token is a large share of a replayed round."""
+        return None
+
     def observe(self, outcome: Outcome) -> None:
         """After each target verification."""
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections import deque
-from typing import Any
+from typing import Any, Callable
 
 from simlab.policies.base import (
     POSITIVE,
@@ -53,6 +53,10 @@ class StopRule(Policy):
 
     def on_draft(self, signal: TokenSignal) -> Decision:
         return Decision.VERIFY if self.stops(signal) else Decision.DRAFT
+
+    def stop_rule(self) -> Callable[[TokenSignal], bool] | None:
+        # a subclass that decides otherwise in on_draft keeps being asked through it
+        return self.stops if type(self).on_draft is StopRule.on_draft else None
 
     @abstractmethod
     def stops(self, signal: TokenSignal) -> bool:

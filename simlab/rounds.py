@@ -210,18 +210,22 @@ def decode(policy: Policy, prompt: PromptInfo) -> Generator[Request, object, int
     stop_at_end = policy.stops_at_draft_end
     stops = policy.stop_rule()
     shadows = policy.needs_shadows
+    # tuple.__new__ builds the named tuples of a round (requests, states, outcomes) without the
+    # Python-level __new__ each named tuple has: several per simulated round, a large share of
+    # a round's cost for policies that draft a token or two (every field is given, in order)
+    build = tuple.__new__
     if shadows:  # the prefill settled position 0
         policy.observe_shadows((yield Shadow(0, 1)))
     while committed < prompt.n_tokens:
         if ends_early and policy.done(committed):
             break
-        plan = plan_round(RoundState(committed, budget - committed, len(pending), prompt_len + committed))
+        plan = plan_round(build(RoundState, (committed, budget - committed, len(pending), prompt_len + committed)))
         if type(plan) is Parallel:
             m = len(pending)
             if plan.window < 1:
                 raise PolicyError(f"{policy.name}: parallel window must be >= 1, got {plan.window}")
             window = min(plan.window, max(1, budget - committed - m - 1))
-            res: ParallelResult = yield ParallelRound(committed, m, window)
+            res: ParallelResult = yield build(ParallelRound, (committed, m, window))
             new = res.new_signals  # read only as far as needed: most rounds drop their new drafts
             if res.accepted_pending < m:
                 checked = pending[: res.accepted_pending + 1]
@@ -234,7 +238,7 @@ def decode(policy: Policy, prompt: PromptInfo) -> Generator[Request, object, int
             emitted = res.accepted_pending + 1
             committed += emitted
             if observes:
-                policy.observe(Outcome(True, window, checked, accepted, emitted, res.first_new_accepted))
+                policy.observe(build(Outcome, (True, window, checked, accepted, emitted, res.first_new_accepted)))
             continue
         if type(plan) is TreePlan:
             if pending:
@@ -249,11 +253,11 @@ def decode(policy: Policy, prompt: PromptInfo) -> Generator[Request, object, int
         if plan.max_draft < cap:
             cap = plan.max_draft
         if (plan.fixed and not stop_at_end) or cap <= 0:
-            signals = (yield DraftRun(committed, cap, plan.layer)) if cap > 0 else ()
+            signals = (yield build(DraftRun, (committed, cap, plan.layer))) if cap > 0 else ()
             decision = VERIFY
         else:  # token by token: the policy decides, or (fixed plans) only the end token stops
-            drafted, decision = yield DraftLoop(committed, cap, plan.layer, None if plan.fixed else policy.on_draft,
-                                                stop_at_end, None if plan.fixed else stops)
+            drafted, decision = yield build(DraftLoop, (committed, cap, plan.layer, None if plan.fixed else policy.on_draft,
+                                                      stop_at_end, None if plan.fixed else stops))
             signals = tuple(drafted[:-1] if decision is DROP else drafted)
         if decision is PARALLEL:
             if not policy.parallel:
@@ -262,10 +266,10 @@ def decode(policy: Policy, prompt: PromptInfo) -> Generator[Request, object, int
             continue
         k = len(signals)
         start = committed
-        accepted = yield Verify(start, k, plan.layer)
+        accepted = yield build(Verify, (start, k, plan.layer))
         committed += accepted + 1
         if observes:
-            policy.observe(Outcome(False, k, signals[: accepted + 1], accepted, accepted + 1))
+            policy.observe(build(Outcome, (False, k, signals[: accepted + 1], accepted, accepted + 1, False)))
         if shadows:
             policy.observe_shadows((yield Shadow(start, accepted + 1)))
     return committed

@@ -239,7 +239,8 @@ def _parallel(clock: float, grid: LatencyGrid, rp: PromptReplay, req: ParallelRo
     positions.add(accepted_pending + 1 if accepted_pending < m else m + 1, n_accepted)
     if tokens is not None:
         tokens.extend(rp.token_at(t, t < c + n_accepted) for t in range(c, c + accepted_pending + 1))
-    result = ParallelResult(accepted_pending, first_new, SignalRun(rp, c, s, None, first=m + 1))
+    # tuple.__new__: the named tuples without their Python-level __new__ (every field given), as in decode()
+    result = tuple.__new__(ParallelResult, (accepted_pending, first_new, tuple.__new__(SignalRun, (rp, c, s, None, m + 1))))
     return result, max(draft_end, verify_end)
 
 

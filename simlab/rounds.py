@@ -48,6 +48,7 @@ Bookkeeping rules, defined here only:
 
 from __future__ import annotations
 
+from itertools import islice
 from typing import Callable, Generator, Iterator, NamedTuple, Sequence
 
 from simlab.policies.base import (
@@ -68,32 +69,44 @@ from simlab.trees.draft_tree import ROOT, DraftTree
 class DraftLoop(NamedTuple):
     """Draft token by token from ``start``, at most ``cap`` tokens, showing each token's signal
     to ``on_draft`` (the policy's; None for a fixed plan, which only an end token stops when
-    ``stop_at_end``). Answer: what :meth:`run` returns — the executor calls it with its own
-    drafted tokens, so the loop and its stopping rules are written here once and a round costs
-    one request, not one per token."""
+    ``stop_at_end``). ``stops``: the policy's :meth:`~simlab.policies.base.Policy.stop_rule`,
+    the test its ``on_draft`` answers VERIFY on, called in its place. Answer: what :meth:`run`
+    returns — the executor calls it with its own drafted tokens, so the loop and its stopping
+    rules are written here once and a round costs one request, not one per token."""
 
     start: int
     cap: int
     layer: int | None
     on_draft: Callable[[TokenSignal], Decision] | None
     stop_at_end: bool
+    stops: Callable[[TokenSignal], bool] | None = None
 
     def run(self, signals: Iterator[TokenSignal]) -> tuple[list[TokenSignal], Decision]:
         """Draft from ``signals`` (the run's tokens in order, each drafted when read: the loop
         reads no further than it drafts) until the policy decides or ``cap`` tokens are drafted.
-        Returns the drafted signals and the last decision (DRAFT when the cap ended the run)."""
+        Returns the drafted signals and the last decision (DRAFT when the cap ended the run).
+
+        The simulator runs this loop once per simulated draft token, so it applies the rule of
+        :meth:`decide` inline rather than calling it (a call per token is a large share of a
+        replayed round); tests/test_rounds.py pins the two to the same decisions."""
         drafted: list[TokenSignal] = []
         if self.cap <= 0:
             return drafted, DRAFT
-        # the common cases call the policy directly: this loop runs once per simulated draft token
-        decide = self.decide if self.stop_at_end or self.on_draft is None else self.on_draft
-        cap, append = self.cap, drafted.append
-        for signal in signals:
+        cap, append, on_draft, stop_at_end, stops = self.cap, drafted.append, self.on_draft, self.stop_at_end, self.stops
+        for signal in islice(signals, cap):  # islice reads no token past the cap
             append(signal)
-            decision = decide(signal)
-            if decision is not DRAFT or len(drafted) >= cap:
-                return drafted, decision
-        raise PolicyError("the executor's drafted tokens ran out before the round ended")  # pragma: no cover
+            if stop_at_end and signal.end:
+                return drafted, VERIFY
+            if stops is not None:
+                if stops(signal):
+                    return drafted, VERIFY
+            elif on_draft is not None:
+                decision = on_draft(signal)
+                if decision is not DRAFT:
+                    return drafted, decision
+        if len(drafted) < cap:  # pragma: no cover
+            raise PolicyError("the executor's drafted tokens ran out before the round ended")
+        return drafted, DRAFT
 
     def decide(self, signal: TokenSignal) -> Decision:
         """The decision after a drafted token's ``signal`` (DRAFT: go on, if the cap allows). An
@@ -102,6 +115,8 @@ class DraftLoop(NamedTuple):
         ``(drafted, decision)``."""
         if self.stop_at_end and signal.end:
             return VERIFY
+        if self.stops is not None:
+            return VERIFY if self.stops(signal) else DRAFT
         return self.on_draft(signal) if self.on_draft is not None else DRAFT
 
 
@@ -187,24 +202,30 @@ def decode(policy: Policy, prompt: PromptInfo) -> Generator[Request, object, int
     committed = 1
     pending: tuple[TokenSignal, ...] = ()
     policy.reset(prompt)
-    # Policies that keep the base class's no-op observe() are not sent outcomes of serial rounds.
+    # Policies that keep the base class's no-op observe() are not sent outcomes (PEARL's parallel
+    # rounds are most of its simulation).
     observes = type(policy).observe is not Policy.observe
     ends_early = type(policy).done is not Policy.done
     plan_round, prompt_len = policy.plan, prompt.prompt_len
     stop_at_end = policy.stops_at_draft_end
+    stops = policy.stop_rule()
     shadows = policy.needs_shadows
+    # tuple.__new__ builds the named tuples of a round (requests, states, outcomes) without the
+    # Python-level __new__ each named tuple has: several per simulated round, a large share of
+    # a round's cost for policies that draft a token or two (every field is given, in order)
+    build = tuple.__new__
     if shadows:  # the prefill settled position 0
         policy.observe_shadows((yield Shadow(0, 1)))
     while committed < prompt.n_tokens:
         if ends_early and policy.done(committed):
             break
-        plan = plan_round(RoundState(committed, budget - committed, len(pending), prompt_len + committed))
+        plan = plan_round(build(RoundState, (committed, budget - committed, len(pending), prompt_len + committed)))
         if type(plan) is Parallel:
             m = len(pending)
             if plan.window < 1:
                 raise PolicyError(f"{policy.name}: parallel window must be >= 1, got {plan.window}")
             window = min(plan.window, max(1, budget - committed - m - 1))
-            res: ParallelResult = yield ParallelRound(committed, m, window)
+            res: ParallelResult = yield build(ParallelRound, (committed, m, window))
             new = res.new_signals  # read only as far as needed: most rounds drop their new drafts
             if res.accepted_pending < m:
                 checked = pending[: res.accepted_pending + 1]
@@ -216,7 +237,8 @@ def decode(policy: Policy, prompt: PromptInfo) -> Generator[Request, object, int
                 pending = tuple(new[1:]) if res.first_new_accepted else ()
             emitted = res.accepted_pending + 1
             committed += emitted
-            policy.observe(Outcome(True, window, checked, accepted, emitted, res.first_new_accepted))
+            if observes:
+                policy.observe(build(Outcome, (True, window, checked, accepted, emitted, res.first_new_accepted)))
             continue
         if type(plan) is TreePlan:
             if pending:
@@ -231,11 +253,11 @@ def decode(policy: Policy, prompt: PromptInfo) -> Generator[Request, object, int
         if plan.max_draft < cap:
             cap = plan.max_draft
         if (plan.fixed and not stop_at_end) or cap <= 0:
-            signals = (yield DraftRun(committed, cap, plan.layer)) if cap > 0 else ()
+            signals = (yield build(DraftRun, (committed, cap, plan.layer))) if cap > 0 else ()
             decision = VERIFY
         else:  # token by token: the policy decides, or (fixed plans) only the end token stops
-            drafted, decision = yield DraftLoop(committed, cap, plan.layer, None if plan.fixed else policy.on_draft,
-                                                stop_at_end)
+            drafted, decision = yield build(DraftLoop, (committed, cap, plan.layer, None if plan.fixed else policy.on_draft,
+                                                      stop_at_end, None if plan.fixed else stops))
             signals = tuple(drafted[:-1] if decision is DROP else drafted)
         if decision is PARALLEL:
             if not policy.parallel:
@@ -244,10 +266,10 @@ def decode(policy: Policy, prompt: PromptInfo) -> Generator[Request, object, int
             continue
         k = len(signals)
         start = committed
-        accepted = yield Verify(start, k, plan.layer)
+        accepted = yield build(Verify, (start, k, plan.layer))
         committed += accepted + 1
         if observes:
-            policy.observe(Outcome(False, k, signals[: accepted + 1], accepted, accepted + 1))
+            policy.observe(build(Outcome, (False, k, signals[: accepted + 1], accepted, accepted + 1, False)))
         if shadows:
             policy.observe_shadows((yield Shadow(start, accepted + 1)))
     return committed

@@ -5,11 +5,16 @@ the papers' policies draft on past it. The replay reads the end token from the r
 tokens and the manifest's eos_token_ids.
 """
 
+import random
 from itertools import islice
 
 import pytest
 
-from simlab.policies import REGISTRY
+from simlab.policies import REGISTRY, make_policy
+from simlab.policies.base import Decision, RoundState
+from simlab.policies.stop import StopRule
+from simlab.rounds import DraftLoop
+from simlab.signals import TokenSignal
 from simlab.sim.run import Simulator
 from simlab.trace.replay import TraceReplay
 from tests.helpers import hand_trace
@@ -63,3 +68,51 @@ def test_the_choice_reads_as_simlab_policies_prints_it():
     assert REGISTRY["pearl"].draft_end_choice() == on + "; a parallel window runs to its length, fixed when the round starts"
     assert REGISTRY["hf-heuristic"].draft_end_choice() == (
         "serial drafts stop after the draft's own end token (as Hugging Face's assistant does)")
+
+
+def loop_by_decide(loop, signals):
+    """DraftLoop.run written with DraftLoop.decide, as the batched decoder drives it."""
+    drafted = []
+    for signal in signals:
+        drafted.append(signal)
+        decision = loop.decide(signal)
+        if decision is not Decision.DRAFT or len(drafted) >= loop.cap:
+            return drafted, decision
+    raise AssertionError("ran out of signals")
+
+
+@pytest.mark.parametrize("stop_at_end", [False, True])
+@pytest.mark.parametrize("rule", ["none", "confidence", "parallel", "drop", "stop rule"])
+def test_the_draft_loop_decides_as_decide_does(stop_at_end, rule):
+    # DraftLoop.run inlines decide() for speed; both must give the same drafts and decision,
+    # and run must read no signal past the one it stops at (reading drafts a token). A stop
+    # rule stands in for an on_draft that would always say DRAFT.
+    answers = {"confidence": lambda s: Decision.VERIFY if s.confidence < 0.3 else Decision.DRAFT,
+               "parallel": lambda s: Decision.PARALLEL if s.index == 4 else Decision.DRAFT,
+               "drop": lambda s: Decision.DROP if s.confidence < 0.2 else Decision.DRAFT,
+               "stop rule": lambda s: Decision.DRAFT}
+    stops = (lambda s: s.confidence < 0.3) if rule == "stop rule" else None
+    rng = random.Random(1)
+    for _ in range(300):
+        signals = [TokenSignal(i, rng.random(), 0.0, end=rng.random() < 0.1) for i in range(1, 13)]
+        loop = DraftLoop(1, rng.randint(1, 12), None, answers.get(rule), stop_at_end, stops)
+        read = []
+        got = loop.run(s for s in signals if not read.append(s))
+        assert got == loop_by_decide(loop, signals)
+        assert read == got[0]
+
+
+@pytest.mark.parametrize("name", sorted(n for n, cls in REGISTRY.items() if issubclass(cls, StopRule)))
+def test_a_stop_rule_is_what_on_draft_decides_by(name):
+    # the draft loop calls a policy's stop_rule() in place of on_draft: the two must agree,
+    # token by token through a round (pacer and ags carry state from token to token)
+    context = Simulator(trace_with_draft_end(False)).context()
+    policy, twin = make_policy(name, context), make_policy(name, context)
+    stops = policy.stop_rule()
+    assert stops is not None
+    for p in (policy, twin):
+        p.plan(RoundState(1, 50, 0, 10))
+    rng = random.Random(2)
+    for i in range(1, 40):
+        signal = TokenSignal(i, rng.random(), rng.random(), rng.random())
+        assert (Decision.VERIFY if stops(signal) else Decision.DRAFT) is twin.on_draft(signal)

@@ -2,6 +2,7 @@
 
 import math
 from itertools import islice
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -9,8 +10,10 @@ import pytest
 
 from simlab.errors import SimlabError
 from simlab.policies import REGISTRY
+from simlab.signals import TokenSignal
 from simlab.sim.executor import SimExecutor
 from simlab.sim.run import Simulator
+from simlab.trace.io import read_trace
 from simlab.trace.replay import TraceReplay, runs_of
 from tests.helpers import (
     EveryRoundParallel,
@@ -21,6 +24,7 @@ from tests.helpers import (
 
 # position:  0 | 1 2 3 4 5 6 7 8 9 10 11   (position 0 comes from the prefill)
 PATTERN = "1" + "11011110010"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_runs_count_consecutive_accepts():
@@ -209,3 +213,41 @@ def test_an_unrecorded_exit_layer_is_refused_with_the_layers_there_are():
         TraceReplay(hand_trace(["1101"])).prompts[0].path(3)
     with pytest.raises(SimlabError, match=r"no early-exit signals for layer 3 \(layers: \[2, 5\]\)$"):
         TraceReplay(hand_trace(["1101"], layers={2: ["1001"], 5: ["1101"]})).prompts[0].path(3)
+
+
+def signal_by_definition(rp, start: int, i: int, layer=None):
+    """The i-th signal of a run from ``start`` as the module docstring defines it, and whether
+    reading it is a rollout overrun: what PromptReplay.signals (built for speed) must produce."""
+    path, n = rp.path(layer), rp.n_tokens
+    r, t = path.run[start], start + i - 1
+    score = (lambda u: math.nan) if path.score is None else path.score.__getitem__
+    if i <= r + 1:  # on the true path
+        u = min(t, n - 1)
+        return (i, path.confidence[u], path.entropy[u], score(u), path.end[u]), t >= n
+    d = start + r
+    rollout = path.rollouts.get(d)
+    if rollout is None:
+        u = min(t, n - 1)
+        return (i, path.confidence[u], path.entropy[u], score(u), path.end[u]), False
+    rconf, rent, rends = rollout
+    j = min(t - d, len(rconf))
+    return (i, rconf[j - 1], rent[j - 1], math.nan, rends[j - 1]), t - d > len(rconf)
+
+
+@pytest.mark.parametrize("trace, seed, layer", [
+    ("traces/synthetic-iid", 0, None),
+    ("traces/smollm2-selfspec", 0, "some"),
+    ("results/live/smollm2-t07/traces/seed0", 3, None),  # stochastic: some rejections have no rollout
+])
+def test_replayed_signals_follow_their_definition(trace, seed, layer):
+    rng = np.random.default_rng(0)
+    prompts = TraceReplay(read_trace(ROOT / trace), seed=seed).prompts
+    for rp in prompts[:: max(1, len(prompts) // 8)]:
+        at = None if layer is None else sorted(rp.layers)[len(rp.layers) // 2]
+        for start in rng.integers(0, rp.n_tokens, 20).tolist() + [rp.n_tokens - 1]:
+            first = int(rng.integers(1, 12))
+            before = rp.rollout_overruns
+            got = list(islice(rp.signals(start, at, first), 40))
+            want = [signal_by_definition(rp, start, first + k, at) for k in range(40)]
+            assert repr(got) == repr([TokenSignal(*s) for s, _ in want])
+            assert rp.rollout_overruns - before == sum(over for _, over in want)

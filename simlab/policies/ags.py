@@ -43,10 +43,15 @@ class AcceptanceGuided(PredictedStop):
             self._latency = latency_of(context, self.name)
         self._context_len = context.context_len
         self._survive = 1.0
+        # h by context length, then by k - 1: h depends on nothing else, and rounds at the same
+        # context recur from prompt to prompt, so each h is priced once, not once per token
+        self._thresholds: dict[int, list[float]] = {}
+        self._h = self._thresholds.setdefault(self._context_len, [])
 
     def begin_round(self, state: RoundState) -> None:
         self._context_len = state.context_len
         self._survive = 1.0
+        self._h = self._thresholds.setdefault(state.context_len, [])
 
     def threshold(self, k: int, context_len: int) -> float:
         """h of eq. 12 for a candidate set of k drafts (or the fixed ``rejection_threshold``)."""
@@ -59,4 +64,7 @@ class AcceptanceGuided(PredictedStop):
 
     def stops(self, signal: TokenSignal) -> bool:
         self._survive *= self.p_accept(signal)
-        return 1.0 - self._survive >= self.threshold(signal.index, self._context_len)
+        h, k = self._h, signal.index
+        while len(h) < k:
+            h.append(self.threshold(len(h) + 1, self._context_len))
+        return 1.0 - self._survive >= h[k - 1]

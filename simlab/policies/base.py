@@ -38,13 +38,15 @@ class Decision(enum.Enum):
     DROP = "drop"  # stop; discard the token just drafted and verify the ones before it (DEL Alg. 1)
 
 
-@dataclass(frozen=True, slots=True)
-class Serial:
+class Serial(NamedTuple):
     """Draft up to ``max_draft`` tokens one by one, then verify them in one target forward.
 
     With ``fixed=True`` the policy promises to draft exactly ``max_draft`` tokens whatever the
     signals say (vanilla SD), so executors may skip asking it after each token. ``layer``
     names the exit layer of a self-speculative draft (None: the separate draft model).
+
+    A named tuple (immutable, as plans are shared) rather than a frozen dataclass: many
+    policies plan a new one every round, and a tuple is built several times faster.
     """
 
     max_draft: int
@@ -280,6 +282,13 @@ class Policy(ABC):
     def on_draft(self, signal: TokenSignal) -> Decision:
         """After each drafted token of a serial round (not called for ``Serial(fixed=True)``)."""
         return Decision.DRAFT
+
+    def stop_rule(self) -> Callable[[TokenSignal], bool] | None:
+        """The test of a drafted token that :meth:`on_draft` answers VERIFY on, for a policy whose
+        ``on_draft`` answers only VERIFY or DRAFT (None: ask ``on_draft``). The draft loop then
+        calls the test in its place: the simulator decides once per simulated draft token, and
+        one call fewer per token is a large share of a replayed round."""
+        return None
 
     def observe(self, outcome: Outcome) -> None:
         """After each target verification."""

@@ -19,8 +19,10 @@ class Autoregressive(Policy):
     summary = "autoregressive decoding: the target alone, one token per forward"
     paper = "SPIDE §4.1, baseline (i) (docs/policies/fixed.md)"
 
+    PLAN = Serial(0, fixed=True)
+
     def plan(self, state: RoundState) -> Plan:
-        return Serial(0, fixed=True)
+        return self.PLAN
 
 
 class VanillaSD(Policy):

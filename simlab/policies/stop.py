@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections import deque
-from typing import Any
+from typing import Any, Callable
 
 from simlab.policies.base import (
     POSITIVE,
@@ -53,6 +53,10 @@ class StopRule(Policy):
 
     def on_draft(self, signal: TokenSignal) -> Decision:
         return Decision.VERIFY if self.stops(signal) else Decision.DRAFT
+
+    def stop_rule(self) -> Callable[[TokenSignal], bool] | None:
+        # a subclass that decides otherwise in on_draft keeps being asked through it
+        return self.stops if type(self).on_draft is StopRule.on_draft else None
 
     @abstractmethod
     def stops(self, signal: TokenSignal) -> bool:
@@ -110,24 +114,27 @@ class PredictedStop(StopRule):
     acceptance head, ``simlab calibrate predictor``) or, untrained, the draft's confidence.
 
     Predictors may use the acceptance of the last :data:`RECENT_WINDOW` checked tokens; it is
-    tracked from the outcomes and restarts (at 1.0) with each prompt.
+    tracked from the outcomes and restarts (at 1.0) with each prompt. The rate only moves when
+    an outcome arrives, so it is computed then, not for every drafted token that reads it.
     """
 
     def __init__(self, context, **values: Any):
         super().__init__(context, **values)
         self.predictor = context.predictor or ConfidencePredictor()
         self._recent: deque[bool] = deque(maxlen=RECENT_WINDOW)
+        self._recent_rate = 1.0
 
     def reset(self, prompt: PromptInfo) -> None:
         self._recent.clear()
+        self._recent_rate = 1.0
 
     def observe(self, outcome: Outcome) -> None:
         checked = len(outcome.checked)
         self._recent.extend([True] * outcome.accepted + [False] * (checked - outcome.accepted))
+        self._recent_rate = sum(self._recent) / len(self._recent) if self._recent else 1.0
 
     def p_accept(self, signal: TokenSignal) -> float:
-        recent = sum(self._recent) / len(self._recent) if self._recent else 1.0
-        return self.predictor.predict_accept(signal, recent)
+        return self.predictor.predict_accept(signal, self._recent_rate)
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "predictor": self.predictor.name}

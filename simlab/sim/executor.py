@@ -129,6 +129,7 @@ class SimExecutor:
         rows = grid.target_rows(corun=False)
         cum = grid.draft_cumulative(NO_LAYER, False)
         last_ctx = len(cum) - 1
+        parallel_prices = (grid.draft_cumulative(NO_LAYER, corun), grid.target_rows(corun))
         checked_hist, accepted_hist = positions.checked_hist, positions.accepted_hist
         drafts_before = positions.drafting_rounds()
         grown: list[int] = []  # the recorded tree node of each candidate of the current tree round
@@ -183,7 +184,8 @@ class SimExecutor:
                     tokens.extend(rp.token_at(t, t < c + accepted, layer) for t in range(c, c + accepted + 1))
                 answer = accepted
             elif kind is ParallelRound:
-                answer, clock = _parallel(clock, grid, rp, req, draft_dev, target_dev, corun, counts, positions, tokens)
+                answer, clock = _parallel(clock, grid, rp, req, draft_dev, target_dev, corun, counts, positions, tokens,
+                                          parallel_prices)
             elif kind is Shadow:  # DEL's shadow tokens: read from the last forward, no time
                 answer = rp.shadows(req.start, req.count)
             else:  # pragma: no cover - decode() yields only the types above
@@ -207,8 +209,11 @@ class SimExecutor:
 
 def _parallel(clock: float, grid: LatencyGrid, rp: PromptReplay, req: ParallelRound, draft_dev: Device,
               target_dev: Device, corun: bool, counts: Counts, positions: PositionStats,
-              tokens: list[int] | None) -> tuple[ParallelResult, float]:
-    """One parallel round from ``clock``: both forwards start then; the round ends with the later one."""
+              tokens: list[int] | None, prices: tuple[list[float], dict[int, list[float]]]) -> tuple[ParallelResult, float]:
+    """One parallel round from ``clock``: both forwards start then; the round ends with the later one.
+    ``prices``: the grid's cumulative draft steps and target rows for this topology, looked up
+    directly as the serial rounds in :meth:`SimExecutor._prompt` do (the same floats as
+    ``draft_seconds`` and ``target_forward``; a round costs a few lookups, not a few calls)."""
     c, m, s = req.start, req.pending, req.window
     path = rp.draft
     last = rp.n_tokens - 1  # the end token: always the target's (see rounds.py)
@@ -216,9 +221,15 @@ def _parallel(clock: float, grid: LatencyGrid, rp: PromptReplay, req: ParallelRo
     first_new = accepted_pending == m and c + m < last and path.accept[c + m]
     n_accepted = accepted_pending + first_new
     ctx = rp.prompt_len + c
-    draft_end = draft_dev.book(clock, grid.draft_seconds(ctx + m, s, NO_LAYER, corun), "draft (parallel)", c + m, s)
-    verify_end = target_dev.book(clock, grid.target_forward(1 + m, ctx, corun), "verify (parallel)", c, 1 + m,
-                                 n_accepted)
+    cum, rows = prices
+    start = ctx + m
+    if start + s <= grid.max_context:  # as draft_seconds decides
+        seconds = cum[start + s] - cum[start]
+    else:
+        seconds = grid.draft_seconds(start, s, NO_LAYER, corun)
+    draft_end = draft_dev.book(clock, seconds, "draft (parallel)", c + m, s)
+    row = rows.get(1 + m) or grid.target_row(1 + m, corun)
+    verify_end = target_dev.book(clock, row[ctx], "verify (parallel)", c, 1 + m, n_accepted)
     counts.target_calls += 1
     counts.draft_calls += s
     counts.drafted += s
@@ -228,7 +239,8 @@ def _parallel(clock: float, grid: LatencyGrid, rp: PromptReplay, req: ParallelRo
     positions.add(accepted_pending + 1 if accepted_pending < m else m + 1, n_accepted)
     if tokens is not None:
         tokens.extend(rp.token_at(t, t < c + n_accepted) for t in range(c, c + accepted_pending + 1))
-    result = ParallelResult(accepted_pending, first_new, SignalRun(rp, c, s, None, first=m + 1))
+    # tuple.__new__: the named tuples without their Python-level __new__ (every field given), as in decode()
+    result = tuple.__new__(ParallelResult, (accepted_pending, first_new, tuple.__new__(SignalRun, (rp, c, s, None, m + 1))))
     return result, max(draft_end, verify_end)
 
 

@@ -107,21 +107,26 @@ class PromptReplay:
         conf, ent, ends, scores = path.confidence, path.entropy, path.end, path.score
         n = self.n_tokens
         r = path.run[start]
-        i, t = first, start + first - 1
-        while i <= r + 1:  # on the true path
-            u = t
-            if t >= n:  # past the end token, where nothing was recorded
-                self.rollout_overruns += 1
-                u = n - 1
-            yield new(TokenSignal, (i, conf[u], ent[u], math.nan if scores is None else scores[u], ends[u]))
+        d = start + r  # the run's first rejected position (n when the run reaches the end)
+        nan = math.nan
+        # on the true path: positions start+first-1..d, each read as it is drafted (a range
+        # loop: this generator yields once per simulated draft token)
+        lo, hi = start + first - 1, min(d, n - 1) + 1
+        for t in range(lo, hi):
+            yield new(TokenSignal, (t - start + 1, conf[t], ent[t], nan if scores is None else scores[t], ends[t]))
+        t = max(lo, hi)
+        i = t - start + 1
+        if t == d:  # the run reaches past the end token, where nothing was recorded
+            self.rollout_overruns += 1
+            u = n - 1
+            yield new(TokenSignal, (i, conf[u], ent[u], nan if scores is None else scores[u], ends[u]))
             i += 1
             t += 1
-        d = start + r  # the run's first rejected position
         rollout = path.rollouts.get(d)
         if rollout is None:
             while True:
                 u = min(t, n - 1)
-                yield new(TokenSignal, (i, conf[u], ent[u], math.nan if scores is None else scores[u], ends[u]))
+                yield new(TokenSignal, (i, conf[u], ent[u], nan if scores is None else scores[u], ends[u]))
                 i += 1
                 t += 1
         rconf, rent, rends = rollout
@@ -130,7 +135,7 @@ class PromptReplay:
             if j > len(rconf):
                 self.rollout_overruns += 1
                 j = len(rconf)
-            yield new(TokenSignal, (i, rconf[j - 1], rent[j - 1], math.nan, rends[j - 1]))
+            yield new(TokenSignal, (i, rconf[j - 1], rent[j - 1], nan, rends[j - 1]))
             i += 1
             t += 1
 

@@ -1,0 +1,34 @@
+"""Print the README's table of every live policy on SmolLM2 from this directory's runs.
+
+Usage: python results/live/smollm2-all/table.py (tests/test_readme_figures.py checks that the
+README shows exactly this table).
+"""
+
+import json
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+HEADER = ("| policy | measured speedup | predicted | error | median per-prompt error (speedup / tok/s) "
+          "| target calls equal | mean acceptance length (vLLM), measured = predicted | lossless "
+          "| disturbed prompts | AD drift (median) |\n|---|---|---|---|---|---|---|---|---|---|")
+
+
+def row(run: dict) -> str:
+    mal = run["measured_mean_acceptance_length"]
+    same_mal = "=" if abs(mal - run["predicted_mean_acceptance_length"]) < 1e-9 else "≠"
+    return (f"| `{run['policy']}` | {run['measured_speedup']:.3f}× | {run['predicted_speedup']:.3f}× "
+            f"| {run['error_speedup']:+.1%} | {run['median_abs_error_speedup']:.1%} / "
+            f"{run['median_abs_error_tokens_per_s']:.1%} | {run['target_calls_equal']}/{run['prompts']} "
+            f"| {mal:.3f} {same_mal} | {run['lossless']}/{run['prompts']} | {run['disturbed']}/{run['prompts']} "
+            f"| {run['median_ad_drift']:+.1%} |")
+
+
+def table() -> str:
+    runs = [json.loads(p.read_text()) for p in sorted(HERE.glob("*.json"))]
+    order = (HERE / "run.sh").read_text()
+    runs.sort(key=lambda r: order.index(f" {r['policy']} ") if f" {r['policy']} " in order else len(order))
+    return "\n".join([HEADER, *map(row, runs)])
+
+
+if __name__ == "__main__":
+    print(table())

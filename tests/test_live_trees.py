@@ -1,6 +1,7 @@
-"""Tree attention on a real model (SmolLM2-135M): one forward over a flattened draft tree gives, at
-every node, the logits a plain forward over that node's root-to-node path gives, and the cache
-kept to one path continues as the path's own cache would (simlab/live/tree_attention.py)."""
+"""Tree attention on a real model (SmolLM2-135M): one forward over a flattened draft tree (the
+target's verification), or one forward per level (the draft's expansion), gives at every node the
+logits a plain forward over that node's root-to-node path gives, and the cache kept to one path
+continues as the path's own cache would (simlab/live/tree_attention.py)."""
 
 from __future__ import annotations
 
@@ -52,17 +53,38 @@ def _paths() -> list[list[int]]:
 
 
 def _tree_forward(m: _Model, tokens: list[int]) -> torch.Tensor:
+    """The verification's forward: the last committed token and every node, in one forward."""
     cached = m.length
     first = cached + 1
     visible = [[first + n for n in path] for path in _paths()]
     positions = [cached] + [cached + d for d in TREE.depths()]
-    inputs = tree_inputs(cached, 1, visible, positions, torch.float32, "cpu")
+    inputs = tree_inputs(cached, cached, 1, visible, positions, torch.float32, "cpu")
     return m.forward([PROMPT[-1]] + tokens, tree=inputs)
 
 
-def test_a_tree_forward_equals_the_forward_of_every_path(model):
+def _level_forwards(m: _Model, tokens: list[int]) -> torch.Tensor:
+    """The draft's way: the last committed token, then one forward per level, each over the
+    nodes of that level, whose rows must not see the earlier levels' other branches. Returns the
+    rows in the layout of :func:`_tree_forward`."""
+    rows = [m.forward([PROMPT[-1]])[-1]]
+    shared = m.length
+    slot: dict[int, int] = {}
+    depths = TREE.depths()
+    for depth in range(1, TREE.depth + 1):
+        level = [i for i in range(TREE.size) if depths[i] == depth]
+        for j, i in enumerate(level):
+            slot[i] = m.length + j
+        visible = [[slot[n] for n in _paths()[i]] for i in level]
+        inputs = tree_inputs(m.length, shared, 0, visible, [shared - 1 + depth] * len(level), torch.float32, "cpu")
+        rows += list(zip(level, m.forward([tokens[i] for i in level], tree=inputs)))
+    out = [rows[0]] + [row for _, row in sorted(rows[1:], key=lambda r: r[0])]
+    return torch.stack(out)
+
+
+@pytest.mark.parametrize("feed", [_tree_forward, _level_forwards], ids=["one-forward", "per-level"])
+def test_a_tree_forward_equals_the_forward_of_every_path(model, feed):
     tokens = _tokens()
-    tree_logits = _tree_forward(_prefilled(model), tokens)
+    tree_logits = feed(_prefilled(model), tokens)
     base = _prefilled(model)
     for i, path in enumerate(_paths()):
         chain = copy.deepcopy(base)

@@ -410,7 +410,7 @@ class LiveExecutor:
                 tree.slot[e] = cached + j
             visible = [[tree.slot[a] for a in tree.ancestry(e)] for e in expand]
             positions = [tree.base - 1 + tree.depths[e] for e in expand]
-            inputs = tree_inputs(cached, 0, visible, positions, _dtype(draft.model), draft.model.device)
+            inputs = tree_inputs(cached, tree.base, 0, visible, positions, _dtype(draft.model), draft.model.device)
             logits = self._timed(forwards, self._origin, draft, "draft", [tree.tokens[e] for e in expand],
                                  start + depth, tree=inputs)
         state.run.counts.draft_calls += 1
@@ -466,7 +466,7 @@ class LiveExecutor:
         for i, p in enumerate(tree.parents):
             visible.append([first + i] + (visible[p] if p != ROOT else []))
         positions = list(range(cached, first)) + [first - 1 + d for d in depths]
-        inputs = tree_inputs(cached, prefix, visible, positions, _dtype(target.model), target.model.device)
+        inputs = tree_inputs(cached, cached, prefix, visible, positions, _dtype(target.model), target.model.device)
         logits = self._timed(forwards, self._origin, target, "verify", feed + tokens, c, tree=inputs)[prefix - 1:]
         child = {(p, tok): i for i, (p, tok) in enumerate(zip(tree.parents, tokens))}
         path, node = [], ROOT

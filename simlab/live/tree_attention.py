@@ -31,16 +31,18 @@ from simlab.errors import SimlabError
 from simlab.trees.draft_tree import ROOT
 
 
-def tree_inputs(cached: int, prefix: int, visible: list[list[int]], positions: list[int], dtype: torch.dtype,
-                device) -> tuple[torch.Tensor, torch.Tensor]:
+def tree_inputs(cached: int, shared: int, prefix: int, visible: list[list[int]], positions: list[int],
+                dtype: torch.dtype, device) -> tuple[torch.Tensor, torch.Tensor]:
     """The 4-D additive attention mask and the position ids of a forward that feeds ``prefix``
     tokens of the committed sequence (causal) and then ``len(visible)`` tree nodes, after
-    ``cached`` cache entries. Every row sees the cached entries; a prefix row also the prefix
-    rows up to itself; node row i also the prefix rows and the cache indices ``visible[i]``
-    (its ancestors' and its own). ``positions`` holds every fed token's position id."""
+    ``cached`` cache entries of which the first ``shared`` are the committed prefix (the rest:
+    tree nodes fed by earlier forwards of the round). Every row sees the shared entries; a
+    prefix row also the prefix rows up to itself; node row i also the prefix rows and the cache
+    indices ``visible[i]`` (its ancestors' and its own, wherever they were fed). ``positions``
+    holds every fed token's position id."""
     q = prefix + len(visible)
     allowed = torch.zeros(q, cached + q, dtype=torch.bool)
-    allowed[:, :cached] = True
+    allowed[:, :shared] = True
     allowed[:prefix, cached:cached + prefix] = torch.ones(prefix, prefix, dtype=torch.bool).tril()
     allowed[prefix:, cached:cached + prefix] = True
     for i, seen in enumerate(visible):

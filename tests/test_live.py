@@ -1,8 +1,8 @@
 """`simlab live` on a real model, SmolLM2-135M drafting for itself with its first 24 layers.
 
-The live decoder must emit exactly the target's greedy tokens under every policy, and for
-serial policies the simulator, replaying a trace of the same prompts, must predict exactly the
-live target calls and MAT.
+The live decoder must emit exactly the target's greedy tokens under every policy, draft trees
+included, and the simulator, replaying a trace of the same prompts (recorded with the shipped
+tree trace's --topk 4 --tree-depth 4), must predict exactly the live target calls and MAT.
 """
 
 from __future__ import annotations
@@ -33,8 +33,7 @@ pytestmark = pytest.mark.slow
 LAYER = 24
 TOKENS = 24
 PROMPTS = "humaneval:2"
-# the oracle needs the future; tree policies are refused live until tree attention lands (issue 13)
-LIVE_POLICIES = sorted(name for name, cls in REGISTRY.items() if not cls.needs_future and not cls.drafts_trees)
+LIVE_POLICIES = sorted(name for name, cls in REGISTRY.items() if not cls.needs_future)  # the oracle sees the future
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +41,8 @@ def trace_dir(tmp_path_factory) -> Path:
     install("smollm2")
     out = tmp_path_factory.mktemp("live") / "selfspec"
     record(RecordConfig(target="smollm2", prompts=PROMPTS, out=out, max_new_tokens=TOKENS, exit_layers=str(LAYER),
-                        draft_layer=LAYER, rollout=8, latency_probe="k=1-4;ctx=64;repeats=1", progress=False))
+                        draft_layer=LAYER, rollout=8, latency_probe="k=1-4;ctx=64;repeats=1", topk=4, tree_depth=4,
+                        progress=False))
     return out
 
 
@@ -225,7 +225,8 @@ def test_killed_live_run_leaves_a_whole_results_table(tmp_path, after):
 def test_bad_live_arguments_are_one_line(tmp_path):
     for args, fragment in ((["--draft", "smollm2", "--draft-layer", "3"], "either --draft"),
                            (["--draft-layer", "3", "--policy", "oracle"], "only in simulation"),
-                           (["--draft-layer", "3", "--policy", "nope"], "unknown policy")):
+                           (["--draft-layer", "3", "--policy", "nope"], "unknown policy"),
+                           (["--draft-layer", "3", "--policy", "eagle2", "--temperature", "0.7"], "greedily only")):
         proc = subprocess.run(simlab("live", "--target", "smollm2", *args), capture_output=True, text=True,
                               env={**os.environ})
         assert proc.returncode == 2, proc.stderr

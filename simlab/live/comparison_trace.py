@@ -2,7 +2,8 @@
 
 ``--trace``, or by default a shipped (or earlier cached) trace recorded with the same models,
 dtype, device, temperature, budget and chat template that holds every prompt of this run
-(matched by source and prompt length). If it was recorded on other hardware, or with
+(matched by source and prompt length) and, for a tree policy, tree data (``record --topk K
+--tree-depth D``). If it was recorded on other hardware, or with
 ``--reprobe``, its latencies are measured again now into a cached copy
 (``$SIMLAB_CACHE/live-traces``), once per machine: later runs here use that copy until
 ``--reprobe`` asks again. With no such trace, one is recorded there once.
@@ -25,12 +26,14 @@ from simlab.trace.io import Trace, read_trace
 from simlab.trace.schema import MANIFEST
 
 
-def _manifest_matches(trace_dir: Path, want: dict[str, Any]) -> bool:
+def _manifest_matches(trace_dir: Path, want: dict[str, Any], trees: bool = False) -> bool:
+    """The manifest has ``want``'s settings (and, with ``trees``, EAGLE-2 tree data)."""
     try:
         data = json.loads((trace_dir / MANIFEST).read_text())
     except (OSError, json.JSONDecodeError):
         return False
     plain = all(data.get(k) == v for k, v in want.items() if k != "chat_template")
+    plain = plain and (not trees or data.get("tree_depth", 0) > 0)
     return plain and data.get("extra", {}).get("chat_template") == want["chat_template"]
 
 
@@ -42,13 +45,15 @@ def _holds(trace_dir: Path, sources: set[tuple[str, int]]) -> bool:
     return sources <= set(zip(prompts["source"], prompts["prompt_len"].astype(int)))
 
 
-def find_trace(want: dict[str, Any], sources: set[tuple[str, int]], roots: list[Path]) -> Path | None:
-    """The first trace under ``roots`` whose manifest matches ``want`` and that holds ``sources``."""
+def find_trace(want: dict[str, Any], sources: set[tuple[str, int]], roots: list[Path],
+               trees: bool = False) -> Path | None:
+    """The first trace under ``roots`` whose manifest matches ``want`` (with ``trees``: that has
+    tree data) and that holds ``sources``."""
     for root in roots:
         if not root.is_dir():
             continue
         for d in sorted(p for p in root.iterdir() if (p / MANIFEST).is_file()):
-            if _manifest_matches(d, want) and _holds(d, sources):
+            if _manifest_matches(d, want, trees) and _holds(d, sources):
                 return d
     return None
 
@@ -88,15 +93,18 @@ def comparison_trace(setup: LiveSetup, log: Callable[[str], None]) -> Trace:
         if not _holds(found, sources):
             raise SimlabError(f"--trace {found} does not hold every prompt of --prompts {cfg.prompts}")
     else:
-        found = find_trace(want, sources, [TRACES, live_cache()])
-    # a recording is keyed by its prompts; a re-probed copy by the trace it copies
-    of = {"prompts": cfg.prompts} if found is None else {"copy_of": str(found.resolve())}
+        found = find_trace(want, sources, [TRACES, live_cache()], trees=setup.trees)
+    trees = setup.tree_data()
+    # a recording is keyed by its prompts (and tree data); a re-probed copy by the trace it copies
+    of = {"prompts": cfg.prompts, **({"trees": trees} if trees else {})} if found is None \
+        else {"copy_of": str(found.resolve())}
     key = hashlib.sha256(json.dumps({**want, **of, "hardware": setup.hardware}, sort_keys=True).encode()).hexdigest()[:12]
     cached = live_cache() / key
     if found is None:
         log(f"recording a comparison trace of {len(setup.prompts)} prompts into {cached} (once)")
+        tree_flags = dict(topk=trees[0], tree_depth=trees[1]) if trees else {}
         _record(setup, cached, cfg.prompts, resume=(cached / MANIFEST).exists(),
-                command="simlab live: comparison trace")
+                command="simlab live: comparison trace", **tree_flags)
         found = cached
     else:
         manifest = read_trace(found).manifest
@@ -109,8 +117,8 @@ def comparison_trace(setup: LiveSetup, log: Callable[[str], None]) -> Trace:
                 shutil.rmtree(cached, ignore_errors=True)
                 shutil.copytree(found, cached)
             _record(setup, cached, manifest.dataset, seed=manifest.seed, rollout=manifest.rollout_len,
-                    exit_layers=",".join(map(str, manifest.exit_layers)) or None,
-                    resume=True, reprobe=True, command="simlab live --reprobe")
+                    exit_layers=",".join(map(str, manifest.exit_layers)) or None, topk=manifest.topk,
+                    tree_depth=manifest.tree_depth, resume=True, reprobe=True, command="simlab live --reprobe")
             found = cached
     trace = read_trace(found)
     keep = trace.prompts[trace.prompts["source"].isin({s for s, _ in sources})]["prompt_id"]

@@ -13,6 +13,10 @@ executor runs the draft and the target:
   Leviathan et al. 2023, arXiv:2211.17192; SPIDE eq. 1);
 - rollback: both KV caches are cropped to the committed prefix (transformers >= 5:
   ``DynamicCache.crop`` takes the negative number of tokens to remove);
+- tree rounds (greedy): the draft expands a tree one forward per level over the nodes it grows,
+  the target verifies every node in one forward, each under a tree attention mask with position
+  ids by depth (:mod:`simlab.live.tree_attention`); the longest path of nodes that are the
+  target's argmax is accepted, and both caches keep only that path's entries;
 - parallel rounds (PEARL, SPIDE): the draft drafts while the target verifies, in two threads
   with one intra-op thread each on CPU (on 2 cores this overlap took 0.74x the time of running
   them one after the other, Qwen pair), restoring the full thread count afterwards.
@@ -37,10 +41,22 @@ from itertools import count
 import torch
 
 from simlab.errors import SimlabError
+from simlab.live.tree_attention import LiveTree, keep_entries, tree_inputs
 from simlab.metrics import Counts, PositionStats
 from simlab.policies.base import Policy, PromptInfo
-from simlab.rounds import DraftLoop, DraftRun, ParallelResult, ParallelRound, Shadow, Verify, decode
+from simlab.rounds import (
+    DraftLoop,
+    DraftRun,
+    ExpandTree,
+    ParallelResult,
+    ParallelRound,
+    Shadow,
+    Verify,
+    VerifyTree,
+    decode,
+)
 from simlab.signals import ShadowTokens, TokenSignal
+from simlab.trees.draft_tree import ROOT
 
 
 @dataclass
@@ -92,12 +108,15 @@ class _Model:
         self.length = 0
 
     @torch.inference_mode()
-    def forward(self, ids: list[int], hidden: bool = False) -> torch.Tensor:
+    def forward(self, ids: list[int], hidden: bool = False, tree: tuple | None = None) -> torch.Tensor:
         """Feed ``ids`` after the cached prefix; return logits for each fed position (len(ids), V).
-        With ``hidden``, every layer's hidden states at those positions are kept in ``hidden``."""
+        With ``hidden``, every layer's hidden states at those positions are kept in ``hidden``.
+        ``tree``: the (4-D mask, position ids) of a forward over tree nodes (:func:`tree_inputs`)."""
         device = self.model.device
         x = torch.tensor([ids], device=device)
-        out = self.model(input_ids=x, past_key_values=self.cache, use_cache=True, output_hidden_states=hidden)
+        mask, positions = tree if tree is not None else (None, None)
+        out = self.model(input_ids=x, past_key_values=self.cache, use_cache=True, output_hidden_states=hidden,
+                         attention_mask=mask, position_ids=positions)
         self.cache = out.past_key_values
         self.length += len(ids)
         self.hidden = tuple(h[0] for h in out.hidden_states) if hidden else None
@@ -108,6 +127,11 @@ class _Model:
         if length < self.length:
             crop_to(self.cache, length)
             self.length = length
+
+    def keep(self, entries: list[int]) -> None:
+        """Keep only the cache entries at ``entries`` (:func:`keep_entries`)."""
+        keep_entries(self.cache, entries)
+        self.length = len(entries)
 
 
 class LiveExecutor:
@@ -213,6 +237,12 @@ class LiveExecutor:
                 answer = self._parallel(state, draft, target, forwards, info, req, run)
             elif kind is Shadow:
                 answer = self._shadows(state, target, req)
+            elif kind is ExpandTree:
+                if req.depth == 1:
+                    state.tree = None
+                answer = self._expand_tree(state, draft, forwards, req.start, req.expand, req.topk)
+            elif kind is VerifyTree:
+                answer = self._verify_tree(state, draft, target, forwards, info, req, run)
             else:  # pragma: no cover
                 raise TypeError(f"unknown request {req!r}")
         wall = time.perf_counter() - t0
@@ -225,9 +255,9 @@ class LiveExecutor:
         return run
 
     def _timed(self, forwards, origin, model: _Model, what: str, ids: list[int], position: int,
-               hidden: bool = False) -> torch.Tensor:
+               hidden: bool = False, tree: tuple | None = None) -> torch.Tensor:
         start = time.perf_counter()
-        logits = model.forward(ids, hidden)
+        logits = model.forward(ids, hidden, tree)
         end = time.perf_counter()
         forwards.append(Forward(model.name, what, start - origin, end - origin, len(ids), position))
         return logits
@@ -360,8 +390,117 @@ class LiveExecutor:
         run.rounds.append({"mode": "parallel", "start": c, "drafted": s, "accepted": accepted + first_new})
         return ParallelResult(accepted, first_new, new)
 
+    def _expand_tree(self, state: "_PromptState", draft: _Model, forwards, start: int, expand: tuple[int, ...],
+                     topk: int) -> tuple[tuple[int, int, float], ...]:
+        """One draft forward of a tree round: the top-``topk`` children of every candidate of
+        ``expand`` (``(ROOT,)``: the committed prefix, which starts the round's tree), answered
+        as the simulator answers (:func:`simlab.sim.executor._expand`): (parent, rank,
+        probability) in the order of ``expand``, then rank; probabilities are the recorder's
+        (float32 raw softmax, :func:`~simlab.record.tree_expansion.top_k`)."""
+        from simlab.record.tree_expansion import top_k
+
+        if expand == (ROOT,):
+            feed = (state.prompt + state.out)[draft.length:]  # what the draft's cache lacks: the last token, or more
+            logits = self._timed(forwards, self._origin, draft, "draft", feed, start)[-1:]
+            tree = state.tree = LiveTree(draft.length)
+        else:
+            tree = state.tree
+            cached, depth = draft.length, tree.depths[expand[0]]
+            for j, e in enumerate(expand):
+                tree.slot[e] = cached + j
+            visible = [[tree.slot[a] for a in tree.ancestry(e)] for e in expand]
+            positions = [tree.base - 1 + tree.depths[e] for e in expand]
+            inputs = tree_inputs(cached, tree.base, 0, visible, positions, _dtype(draft.model), draft.model.device)
+            logits = self._timed(forwards, self._origin, draft, "draft", [tree.tokens[e] for e in expand],
+                                 start + depth, tree=inputs)
+        state.run.counts.draft_calls += 1
+        best = top_k(logits, topk)
+        answer = []
+        for j, e in enumerate(expand):
+            for rank in range(topk):
+                tree.add(e, rank, int(best.token[j, rank]))
+                answer.append((e, rank, float(best.prob[j, rank])))
+        return tuple(answer)
+
+    def _draft_fixed_tree(self, state: "_PromptState", draft: _Model, forwards, req: VerifyTree) -> list[int]:
+        """Draft a fixed tree for real: node (parent, rank) is the rank-th likeliest draft token
+        after its parent, so the draft expands, level by level, the nodes that have children
+        (``req.widths`` per level, as the simulator prices it). Returns each node's candidate."""
+        tree = req.tree
+        topk = max(tree.ranks) + 1
+        has_children = set(tree.parents)
+        depths = tree.depths()
+        nodes = [ROOT] * tree.size
+        self._expand_tree(state, draft, forwards, req.start, (ROOT,), topk)
+        for depth in range(1, tree.depth + 1):
+            level = [i for i in range(tree.size) if depths[i] == depth]
+            for i in level:  # the parents' level was drafted just before
+                p = tree.parents[i]
+                nodes[i] = state.tree.child[(ROOT if p == ROOT else nodes[p], tree.ranks[i])]
+            expand = tuple(nodes[i] for i in level if i in has_children)
+            if expand:
+                self._expand_tree(state, draft, forwards, req.start, expand, topk)
+        return nodes
+
+    def _verify_tree(self, state: "_PromptState", draft: _Model, target: _Model, forwards, info: PromptInfo,
+                     req: VerifyTree, run: LiveRun) -> int:
+        """One target forward over the last committed token and every node of ``req.tree`` under a
+        tree attention mask; greedy acceptance of the longest path of nodes that are the target's
+        argmax after their parent; both caches keep the committed prefix and that path only.
+        Answers how many nodes the accepted path holds (the round emits them and the target's
+        token after them)."""
+        if self.temperature != 0:
+            raise SimlabError("live tree decoding verifies greedily only (temperature 0)")
+        c, tree = req.start, req.tree
+        if tree.size and not req.grown:
+            nodes = self._draft_fixed_tree(state, draft, forwards, req)
+        else:
+            nodes = state.tree.nodes_of(tree.parents, tree.ranks) if tree.size else []
+        live = state.tree
+        tokens = [live.tokens[n] for n in nodes]
+        depths = tree.depths()
+        feed = state.out[target.length - state.pl:]  # the last committed token
+        cached, prefix = target.length, len(feed)
+        first = cached + prefix  # cache index of node 0
+        visible = []
+        for i, p in enumerate(tree.parents):
+            visible.append([first + i] + (visible[p] if p != ROOT else []))
+        positions = list(range(cached, first)) + [first - 1 + d for d in depths]
+        inputs = tree_inputs(cached, cached, prefix, visible, positions, _dtype(target.model), target.model.device)
+        logits = self._timed(forwards, self._origin, target, "verify", feed + tokens, c, tree=inputs)[prefix - 1:]
+        child = {(p, tok): i for i, (p, tok) in enumerate(zip(tree.parents, tokens))}
+        path, node = [], ROOT
+        while True:  # row 0 follows the last committed token, row i + 1 follows node i
+            best = int(logits[0 if node == ROOT else node + 1].argmax())
+            node = child.get((node, best))
+            if node is None:
+                break
+            path.append(node)
+        accepted = self._settle(state, info, c, [tokens[i] for i in path] + [best], len(path))
+        path = path[:accepted]
+        target.keep(list(range(first)) + [first + i for i in path])
+        if live is not None:  # the draft keeps the accepted nodes it fed (an expanded node's ancestors were fed too)
+            fed = [live.slot[nodes[i]] for i in path if nodes[i] in live.slot]
+            draft.keep(list(range(live.base)) + fed)
+        committed = c + accepted + 1
+        for model in state.models.values():
+            model.crop(state.pl + committed - 1)
+        state.tree = None
+        run.counts.target_calls += 1
+        run.counts.accepted += accepted
+        run.counts.drafted += tree.size
+        run.counts.num_drafts += tree.size > 0
+        run.positions.add(accepted + 1 if accepted < tree.depth else tree.depth, accepted)
+        run.rounds.append({"mode": "tree", "start": c, "drafted": tree.size, "accepted": accepted})
+        return accepted
+
     def close(self) -> None:
         self._pool.shutdown(wait=True)
+
+
+def _dtype(model) -> torch.dtype:
+    """The dtype a model computes in (its additive attention mask must be of it)."""
+    return next(model.parameters()).dtype
 
 
 def settle(out: list[int], eos: set[int], info: PromptInfo, c: int, emitted: list[int], accepted: int) -> int:
@@ -420,6 +559,7 @@ class _PromptState:
     shadow_start: int = 0  # generated position predicted by the last target forward's first row
     drafts: list[int] = field(default_factory=list)  # the current run's drafts / pending drafts
     q: list[torch.Tensor] = field(default_factory=list)  # their draft distributions
+    tree: LiveTree | None = None  # the current tree round's candidates
 
 
 _thread_lock = threading.Lock()

@@ -65,9 +65,10 @@ class LiveSetup:
             raise SimlabError(f"unknown policy {cfg.policy!r}; known policies: {', '.join(sorted(REGISTRY))}")
         if REGISTRY[cfg.policy].needs_future:
             raise SimlabError(f"policy {cfg.policy!r} sees the future; it exists only in simulation")
-        if REGISTRY[cfg.policy].drafts_trees:
-            raise SimlabError(f"policy {cfg.policy!r} drafts trees, which live decoding does not do yet (no tree "
-                              "attention); simulate it on a trace recorded with --topk K --tree-depth D")
+        self.trees = REGISTRY[cfg.policy].drafts_trees
+        if self.trees and cfg.temperature > 0:
+            raise SimlabError(f"policy {cfg.policy!r} drafts trees, which live decoding verifies greedily only "
+                              "(SpecInfer's multi-candidate sampling is not implemented): pass --temperature 0")
         if REGISTRY[cfg.policy].needs_shadows and cfg.draft_layer is None:
             raise SimlabError(f"policy {cfg.policy!r} drafts with the target's own exit layers: pass --draft-layer "
                               "instead of --draft")
@@ -95,6 +96,15 @@ class LiveSetup:
         self.chat = bool(cfg.chat_template and self.tokenizer.chat_template)
         self.ids = {p.prompt_id: render(p, self.tokenizer, self.chat).ids for p in self.prompts}
         self.hardware = machine.hardware_name(self.target_device)
+
+    def tree_data(self) -> tuple[int, int] | None:
+        """For a tree policy, the ``--topk K --tree-depth D`` a comparison trace is recorded with
+        when none is found: the policy's ``top_k`` and depth if given, else the shipped tree
+        trace's 4 and 4; None for other policies."""
+        if not self.trees:
+            return None
+        params = self.cfg.params
+        return params.get("top_k") or 4, params.get("depth") or params.get("max_draft") or 4
 
     def draft_name(self) -> str:
         return self.cfg.draft if self.cfg.draft else f"{self.cfg.target}[:{self.cfg.draft_layer}]"

@@ -48,8 +48,8 @@ MUTANTS = [
            "HF heuristic may fall to N = 0 (autoregressive)"),
     Mutant("simlab/sim/executor.py", 'row[pl + c], "verify"', 'row[pl + c + k], "verify"',
            "verify priced at context c + k"),
-    Mutant("simlab/sim/executor.py", "grid.draft_seconds(ctx + m, s, NO_LAYER, corun)",
-           "grid.draft_seconds(ctx, s, NO_LAYER, corun)", "parallel drafts priced before the pending ones"),
+    Mutant("simlab/sim/executor.py", "start = ctx + m\n", "start = ctx\n",
+           "parallel drafts priced before the pending ones"),
     Mutant("simlab/sim/executor.py", "grid.target_row(1)[prompt_len + 1 : prompt_len + n_tokens]",
            "grid.target_row(1)[prompt_len : prompt_len + n_tokens - 1]", "AD baseline one context too short"),
     Mutant("simlab/latency/model.py", "np.maximum((values[-1] - values[-2]) / (ks[-1] - ks[-2]), 0.0)",
@@ -65,13 +65,13 @@ MUTANTS = [
     Mutant("simlab/latency/grid.py", "return cum[context_len + k] - cum[context_len]",
            "return cum[context_len + k] - cum[context_len + 1]", "k draft steps priced as k - 1"),
     Mutant("simlab/policies/timing.py", "best = s\n", "best = s - 1\n", "eq. 6 window one short"),
-    Mutant("simlab/rounds.py", "RoundState(committed, budget - committed,", "RoundState(committed, budget + committed,",
+    Mutant("simlab/rounds.py", "(committed, budget - committed, len(pending)", "(committed, budget + committed, len(pending)",
            "policies told the wrong number of tokens left"),
-    Mutant("simlab/rounds.py", "Outcome(True, window, checked, accepted, emitted, res.first_new_accepted)",
-           "Outcome(True, window, checked, accepted, res.first_new_accepted)", "a parallel round's emitted count lost"),
+    Mutant("simlab/rounds.py", "(True, window, checked, accepted, emitted, res.first_new_accepted)",
+           "(True, window, checked, accepted, accepted, res.first_new_accepted)", "a parallel round's emitted count lost"),
     Mutant("simlab/sim/timeline.py", 'e.get("ph") == "M" and e["name"] == "process_name"',
            'e.get("ph") == "M" or e["name"] == "process_name"', "a timeline's title read from any metadata event"),
-    Mutant("simlab/trace/replay.py", "ent[j - 1], math.nan", "ent[j - 2], math.nan",
+    Mutant("simlab/trace/replay.py", "rent[j - 1], nan", "rent[j - 2], nan",
            "a rollout's entropy read one step behind its confidence"),
     Mutant("simlab/trace/tree_replay.py", "topk ** 2  # nodes per position", "topk * 2  # nodes per position",
            "recorded EAGLE-2 trees cut at the wrong node count (right only for top-2)"),
@@ -98,7 +98,7 @@ def killed(mutant: Mutant | None, tmp_path: Path) -> bool:
 
     The copy runs from ``tmp_path`` (with the tests and the data they read), so that nothing
     imports this checkout's unmutated ``simlab``."""
-    for part in ("simlab", "tests", "calibrate", "traces"):
+    for part in ("simlab", "tests", "calibrate", "traces", "results"):
         shutil.copytree(ROOT / part, tmp_path / part, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path)
     if mutant is not None:

@@ -235,7 +235,7 @@ def test_a_trace_from_other_hardware_is_reprobed_here_and_says_where_its_tokens_
     (out / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(SimlabError, match="hardware="):
         record(_config(out, **SELFSPEC, resume=True))
-    record(_config(out, **SELFSPEC, resume=True, reprobe=True, latency_probe="k=1;ctx=32;repeats=1"))
+    record(_config(out, **SELFSPEC, resume=True, reprobe=True, latency_probe="k=1;ctx=32;repeats=1;batch=1;batch_k=1"))
     after = read_trace(out)
     assert after.manifest.hardware == selfspec.manifest.hardware  # this machine's name
     assert after.manifest.extra["tokens_recorded_on"] == "Some Other CPU, 64 cores"

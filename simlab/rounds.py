@@ -88,7 +88,7 @@ class DraftLoop(NamedTuple):
 
         The simulator runs this loop once per simulated draft token, so it applies the rule of
         :meth:`decide` inline rather than calling it (a call per token is a large share of a
-        replayed round); tests/test_rounds.py pins the two to the same decisions."""
+        replayed round); tests/test_draft_end.py pins the two to the same decisions."""
         drafted: list[TokenSignal] = []
         if self.cap <= 0:
             return drafted, DRAFT

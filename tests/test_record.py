@@ -235,6 +235,8 @@ def test_a_trace_from_other_hardware_is_reprobed_here_and_says_where_its_tokens_
     (out / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(SimlabError, match="hardware="):
         record(_config(out, **SELFSPEC, resume=True))
+    with pytest.raises(SimlabError, match="put batch=1 among"):  # the kept batch-1 series would be the other CPU's
+        record(_config(out, **SELFSPEC, resume=True, reprobe=True, latency_probe="k=1;ctx=32;repeats=1;batch=2;batch_k=1"))
     record(_config(out, **SELFSPEC, resume=True, reprobe=True, latency_probe="k=1;ctx=32;repeats=1;batch=1;batch_k=1"))
     after = read_trace(out)
     assert after.manifest.hardware == selfspec.manifest.hardware  # this machine's name

@@ -237,6 +237,11 @@ def _prepare(cfg: RecordConfig) -> _Setup:
     if not probe.single and (existing is None or not cfg.reprobe):
         raise SimlabError(f"--latency-probe {cfg.latency_probe!r}: a new trace needs the single-sequence series "
                           "(batch=1 among the batch sizes); leaving it out is for --resume --reprobe of a trace")
+    if not probe.single and existing.manifest.hardware != manifest.hardware:
+        # the kept series would be another machine's under this machine's name
+        raise SimlabError(f"--latency-probe {cfg.latency_probe!r}: the trace's latencies were measured on "
+                          f"{existing.manifest.hardware}, this is {manifest.hardware}; put batch=1 among the batch "
+                          "sizes so that every series is measured here")
     return _Setup(
         prompts, target_ref, draft_ref, tokenizer, device, dtype, probe, exits, draft_layer, manifest, existing
     )
@@ -288,6 +293,7 @@ def record(cfg: RecordConfig) -> RecordResult:
                    "threads": torch.get_num_threads()}
         if setup.probe.single:
             latency = probed
+            manifest.extra.pop("batch_probe", None)  # an earlier batch-axis re-probe's samples are gone
             manifest.extra.update(latency_probe=setup.probe.to_dict(), **figures)
         else:  # a batch-axis re-probe: the batch sizes it measured replace theirs, the others are kept
             kept = latency[~latency["batch"].isin(setup.probe.batches)]

@@ -2,15 +2,19 @@
 # Every policy that decodes live, on SmolLM2-135M drafting with its own first 24 of 30 layers:
 # the first 3 HumanEval prompts x 128 tokens, greedy, predicted from traces/smollm2-selfspec (its
 # latencies re-probed once on the measuring machine, automatically). A policy whose .json exists
-# is skipped, so an interrupted run continues where it stopped.
+# is skipped, so an interrupted run continues where it stopped. REPROBE=1 measures the latencies
+# again (the first policy run does it, before its first decode) on a machine that has drifted.
 set -euo pipefail
 cd "$(dirname "$0")"
 SIMLAB=${SIMLAB:-simlab}
+reprobe=()
+[ "${REPROBE:-0}" = 1 ] && reprobe=(--reprobe)
 for policy in sd hf-heuristic hf-confidence svip adaedl dv specdecpp ags pacer pearl spide \
               spide-no-dyna-draft spide-no-para-verify layerskip del llama-cpp; do
     [ -s "$policy.json" ] && continue
     "$SIMLAB" live --target smollm2 --draft-layer 24 --prompts humaneval:3 --max-new-tokens 128 \
         --policy "$policy" --trace ../../../traces/smollm2-selfspec --out "$policy.csv" --log "$policy.log" \
-        --json > "$policy.json.part"
+        "${reprobe[@]}" --json > "$policy.json.part"
     mv "$policy.json.part" "$policy.json"
+    reprobe=()
 done

@@ -87,3 +87,15 @@ def test_serve_live_refuses_arrivals_in_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["serve", "--live", "--arrivals", str(times), "--trace", str(TRACE)])
     assert exc.value.code == 2 and "--arrivals" in capsys.readouterr().err
+
+
+def test_serve_live_waits_like_the_latency_probe_it_is_compared_with(monkeypatch, capsys):
+    """``record``'s probe runs with OpenMP threads waiting passively; a decode that lets them spin
+    is another program (simlab/openmp.py), so ``serve --live`` sets the same policy first."""
+    import os
+
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    with pytest.raises(SystemExit):
+        main(["serve", "--live", "--repeats", "0", "--trace", str(TRACE)])
+    assert "--repeats" in capsys.readouterr().err
+    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"

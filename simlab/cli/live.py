@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -11,6 +10,7 @@ import typer
 from simlab.cli import policy_options as opt
 from simlab.cli.app import app
 from simlab.cli.output import Force, console, err_console, frame_output, print_json
+from simlab.openmp import wait_passively
 from simlab.params import check_seed
 
 
@@ -51,7 +51,7 @@ def live(
     parallel rounds in two threads; each prompt is also decoded autoregressively (the speedup's
     denominator) and, unless --no-compare, the policy is simulated on a trace of the same prompts.
     """
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch starts OpenMP (see simlab record)
+    wait_passively()  # before torch loads OpenMP
     from simlab.live.report import LiveReport
     from simlab.live.session import LiveConfig, LiveSession
 

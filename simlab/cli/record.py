@@ -6,7 +6,6 @@ without the ``models`` extra.
 
 from __future__ import annotations
 
-import os
 import shlex
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ from pathlib import Path
 import typer
 
 from simlab.cli.app import app
+from simlab.openmp import wait_passively
 
 PROBE_HELP = "Latency points: 'k=1-17,24,32,64,128;ctx=128,512;repeats=5;corun=yes' (fields optional)."
 
@@ -52,9 +52,7 @@ def record_command(
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
 ) -> None:
     """Record a trace: per-position signals, divergence rollouts and forward latencies."""
-    # Before torch loads OpenMP: threads that spin while they wait turn a CPU shared with any
-    # other busy process into a 10x slowdown (measured on 2 cores); waiting passively does not.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    wait_passively()  # before torch loads OpenMP
     from simlab.record.recorder import RecordConfig, record
 
     result = record(

@@ -13,6 +13,7 @@ from simlab.cli.app import app
 from simlab.cli.output import Force, console, err_console, frame_output, print_json
 from simlab.cli.simulate import load_inputs, trace_label
 from simlab.errors import SimlabError
+from simlab.openmp import wait_passively
 from simlab.params import check_seed
 from simlab.serve.scheduler import DEFAULT_MAX_BATCH, DEFAULT_TOKEN_BUDGET, Scheduler
 from simlab.serve.tune import DEFAULT_BATCHES, DEFAULT_MAX_GAMMA, REQUESTS_PER_SLOT
@@ -259,6 +260,7 @@ def _serve_live(trace, latency, policy, params, batch, tokens, repeats, arrivals
     """``serve --live``: simlab.serve_live decodes the batch; print measured beside predicted."""
     from rich.table import Table
 
+    wait_passively()  # before torch loads OpenMP, as the latency probe it is compared with waited
     from simlab.serve_live import check, load_executor
 
     if arrivals is not None:

@@ -29,7 +29,8 @@ step (the draft model's, or the drafting exit layer's in a self-speculative trac
 context length, solo and (with a draft model) co-running, stored with a ``batch`` column.
 ``batch=1`` is the single-sequence series above; leaving it out of a re-probe
 (``record --resume --reprobe --latency-probe 'batch=2,4,8'``) keeps the trace's batch-1 samples
-and measures only the batch axis.
+and measures only the batch axis, on the machine that measured them (a trace from other
+hardware must re-probe batch 1 too, or its kept samples would be another machine's).
 
 Clocks: ``time.perf_counter`` on CPU; CUDA events on GPU, after a warm-up call per point.
 

@@ -99,3 +99,21 @@ def test_serve_live_waits_like_the_latency_probe_it_is_compared_with(monkeypatch
         main(["serve", "--live", "--repeats", "0", "--trace", str(TRACE)])
     assert "--repeats" in capsys.readouterr().err
     assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+
+
+@pytest.mark.parametrize("elsewhere", [True, False])
+def test_serve_live_says_when_its_prediction_is_priced_on_other_hardware(tmp_path, capsys, elsewhere):
+    import json
+    import shutil
+
+    from simlab.record.machine import hardware_name
+
+    copy = tmp_path / "t"
+    shutil.copytree(TRACE, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["hardware"] = "Some Other CPU, 64 cores" if elsewhere else hardware_name("cpu")
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    main(["serve", "--live", "--trace", str(copy), "--max-batch", "1", "--live-tokens", "2"])
+    err = capsys.readouterr().err
+    assert ("measured on Some Other CPU, 64 cores" in err) == elsewhere
+    assert ("re-probe a copy" in err) == elsewhere

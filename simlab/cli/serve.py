@@ -256,6 +256,18 @@ def _seconds(slo: float | None) -> str:
     return "none" if slo is None else f"{slo:g} s"
 
 
+def _warn_if_priced_elsewhere(tr, lat) -> None:
+    """Say so when the prediction is priced from another machine's latency samples: the counts
+    still compare, the timings do not."""
+    from simlab.record.machine import hardware_name
+
+    here = hardware_name("cpu")
+    if lat is None and tr.manifest.hardware != here:
+        err_console.print(f"[yellow]warning:[/] the trace's latencies were measured on {tr.manifest.hardware}, "
+                          f"this is {here}: predicted timings are that machine's (counts are unaffected); "
+                          "re-probe a copy of the trace here first (docs/serving.md)")
+
+
 def _serve_live(trace, latency, policy, params, batch, tokens, repeats, arrivals, out, force) -> None:
     """``serve --live``: simlab.serve_live decodes the batch; print measured beside predicted."""
     from rich.table import Table
@@ -272,6 +284,7 @@ def _serve_live(trace, latency, policy, params, batch, tokens, repeats, arrivals
     tr, lat = load_inputs(trace, latency)
     budget = min(tokens or tr.manifest.max_new_tokens, tr.manifest.max_new_tokens)
     executor = load_executor(tr)
+    _warn_if_priced_elsewhere(tr, lat)
     frame = check(tr, executor, policy, params, batch, budget, repeats, lat,
                   log=lambda m: err_console.print(m))
     if out:

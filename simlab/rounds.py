@@ -27,6 +27,9 @@ Bookkeeping rules, defined here only:
   its first new draft.
 - A serial round may end with ``Decision.DROP``: the token just drafted is discarded unverified
   (DEL's dynamic draft exit); it was drafted, so its draft step is still paid for.
+- A serial plan's ``min_draft`` discards a draft that ends shorter than it (after any DROP)
+  the same way, whole: the round verifies no draft (a plain target step) and its draft steps
+  are still paid for (llama.cpp's ``--draft-min``).
 - Policies with ``needs_shadows`` are shown every exit layer's token at the positions each
   target forward settled: position 0 after the prefill, and ``start..start+accepted`` after
   each serial verification (:class:`Shadow`).
@@ -265,6 +268,8 @@ def decode(policy: Policy, prompt: PromptInfo) -> Generator[Request, object, int
             pending = tuple(signals)
             continue
         k = len(signals)
+        if k < plan.min_draft:  # too short to verify: discarded whole (its draft steps were taken: paid)
+            signals, k = (), 0
         start = committed
         accepted = yield build(Verify, (start, k, plan.layer))
         committed += accepted + 1

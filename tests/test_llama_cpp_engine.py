@@ -92,6 +92,10 @@ def test_the_prediction_counts_verified_drafts_as_llama_cpp_does_not_the_dropped
     trace = hand_trace(["1" * 8], conf=[[0.9, 0.9, 0.3, 0.9, 0.9, 0.9, 0.9, 0.9]])
     row = compare.predict(trace, n_predict=0, draft_max=3, p_min=0.5).iloc[0]
     assert (row.predicted_n_drafted, row.predicted_n_accept, row.predicted_n_predict) == (4, 4, 7)
+    # --draft-min 2 (test_policies' draft_min case): the one-token draft at 1 and the empty one at
+    # 2 are discarded, so only the round at 3 adds to n_drafted
+    row = compare.predict(trace, n_predict=0, draft_max=3, p_min=0.5, draft_min=2).iloc[0]
+    assert (row.predicted_n_drafted, row.predicted_n_accept, row.predicted_n_predict) == (3, 3, 7)
 
 
 def test_a_split_gguf_is_joined_once_under_its_full_name_and_checked(tmp_path, monkeypatch):

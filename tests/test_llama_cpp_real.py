@@ -12,7 +12,9 @@ import pytest
 pytest.importorskip("transformers", reason="the chat template of the prompts needs the models extra")
 
 from simlab.cli import main  # noqa: E402
+from simlab.live import llama_cpp as compare  # noqa: E402
 from simlab.models import install  # noqa: E402
+from simlab.trace.io import read_trace  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -29,16 +31,16 @@ def trace(tmp_path_factory):
     return out
 
 
-def _run(trace, tmp_path, p_min: float) -> pd.DataFrame:
-    out = tmp_path / f"p{p_min}.csv"
+def _run(trace, tmp_path, p_min: float, draft_min: int) -> pd.DataFrame:
+    out = tmp_path / f"p{p_min}-m{draft_min}.csv"
     main(["llama-cpp", "run", "--trace", str(trace), "-n", str(N_PREDICT), "--draft-max", str(DRAFT_MAX),
-          "--p-min", str(p_min), "--out", str(out), "--quiet"])
+          "--p-min", str(p_min), "--draft-min", str(draft_min), "--out", str(out), "--quiet"])
     return pd.read_csv(out)
 
 
-@pytest.mark.parametrize("p_min", [0.0, 0.9])
-def test_llama_cpp_counts_equal_the_prediction(trace, tmp_path, p_min):
-    table = _run(trace, tmp_path, p_min)
+@pytest.mark.parametrize(("p_min", "draft_min"), [(0.0, 0), (0.9, 0), (0.9, 2)])
+def test_llama_cpp_counts_equal_the_prediction(trace, tmp_path, p_min, draft_min):
+    table = _run(trace, tmp_path, p_min, draft_min)
     assert len(table) == 2
     for counter in ("n_drafted", "n_accept", "n_predict"):
         assert table[f"measured_{counter}"].tolist() == table[f"predicted_{counter}"].tolist(), counter
@@ -46,3 +48,7 @@ def test_llama_cpp_counts_equal_the_prediction(trace, tmp_path, p_min):
     if p_min:  # confidence stops shortened some drafts: fewer verified than D per round
         rounds = table["measured_n_predict"] - table["measured_n_accept"]
         assert (table["measured_n_drafted"] < DRAFT_MAX * rounds).any()
+    if draft_min:  # the binary discarded short drafts: the rule without them predicts other counts
+        without = compare.predict(read_trace(trace), N_PREDICT, DRAFT_MAX, p_min, 0).set_index("prompt_id")
+        measured = table.set_index("prompt_id")["measured_n_drafted"].sort_index()
+        assert (measured != without["predicted_n_drafted"].sort_index()).any()

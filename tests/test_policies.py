@@ -349,9 +349,40 @@ def test_llama_cpp_n_predict_needs_a_trace_long_enough_for_its_last_round():
         simulate(conf_trace([0.9] * 20), "llama-cpp", n_predict=18)
 
 
-def test_llama_cpp_refuses_draft_min_it_does_not_model():
-    with pytest.raises(SimlabError, match="draft_min"):
-        REGISTRY["llama-cpp"](PolicyContext(latency=None), draft_min=2)
+def drafting(result):
+    """(position, tokens) of each draft run the simulator paid for."""
+    return [(s.args["position"], s.args["tokens"]) for s in result.timeline if s.device == "draft"]
+
+
+def test_llama_cpp_discards_a_draft_shorter_than_draft_min_after_paying_for_it():
+    # speculative.cpp draft(): `if (dp.result->size() < (size_t) params.n_min) dp.result->clear();`
+    # after drafting stopped, whatever stopped it. Positions 1..7, all the target's; p_min 0.5,
+    # draft_max 3, draft_min 2:
+    # - at 1: 1 (0.9) kept, 2 (0.3) dropped -> 1 kept < 2, discarded: 2 draft steps, target alone (1, 1, 0);
+    # - at 2: 2 (0.3) dropped -> 0 kept, discarded: 1 draft step, (2, 1, 0);
+    # - at 3: cap min(3, 8-3-1) = 3: 3..5 kept (3 >= 2), verified, all accepted + bonus 6: (3, 4, 3);
+    # - at 7: cap 8-7-1 = 0, a plain target step (7, 1, 0).
+    trace = conf_trace([0.9, 0.9, 0.3, 0.9, 0.9, 0.9, 0.9, 0.9])
+    result = simulate(trace, "llama-cpp", p_min=0.5, draft_min=2)
+    assert rounds(result) == [(1, 1, 0), (2, 1, 0), (3, 4, 3), (7, 1, 0)]
+    assert drafting(result) == [(1, 2), (2, 1), (3, 3)]
+    s = result.summary  # 6 draft steps paid, one verified draft (n_drafted, in test_llama_cpp_engine: 3)
+    assert (s.drafted, s.num_drafts, s.accepted, s.target_calls) == (6, 1, 3, 4)
+    # draft_min 1 discards only the empty draft, which verifies nothing anyway: p_min's rounds
+    assert rounds(simulate(trace, "llama-cpp", p_min=0.5, draft_min=1)) == [(1, 2, 1), (3, 4, 3), (7, 1, 0)]
+
+
+def test_llama_cpp_discards_a_draft_the_budget_cap_keeps_under_draft_min():
+    # p_min 0 (fixed drafts, no stop): 7 positions, at 5 the cap is 7-5-1 = 1 < draft_min 2, so the
+    # one drafted token is paid for and discarded, then 6 is a plain step. Without draft_min: (5, 2, 1).
+    result = simulate(conf_trace([0.9] * 7), "llama-cpp", draft_min=2)
+    assert rounds(result) == [(1, 4, 3), (5, 1, 0), (6, 1, 0)]
+    assert drafting(result) == [(1, 3), (5, 1)]
+    # speculative-simple with -n 6: caps 3, then 6-5 = 1 (drafted, discarded: 5 generated so
+    # far), then 0 = no limit: 3 drafts; 9 tokens > 6 ends the loop.
+    result = simulate(conf_trace([0.9] * 20), "llama-cpp", n_predict=6, draft_min=2)
+    assert rounds(result) == [(1, 4, 3), (5, 1, 0), (6, 4, 3)]
+    assert result.summary.tokens == 9
 
 
 def test_early_exit_policies_without_exit_layers_are_refused_by_name():

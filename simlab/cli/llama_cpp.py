@@ -125,6 +125,8 @@ def run_command(
     n_predict: int = typer.Option(64, "--n-predict", "-n", help="llama.cpp's -n: tokens to generate per prompt."),
     draft_max: int = typer.Option(3, "--draft-max", help="llama.cpp's --draft-max (the policy's draft_max)."),
     p_min: float = typer.Option(0.0, "--p-min", help="llama.cpp's --draft-p-min (the policy's p_min)."),
+    draft_min: int = typer.Option(0, "--draft-min", help="llama.cpp's --draft-min (the policy's draft_min): shorter "
+                                  "drafts are discarded."),
     out: Path | None = typer.Option(None, "--out", help="Per-prompt table, measured beside predicted (.csv)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
     reprobe: bool = typer.Option(False, "--reprobe", help="Time the steps again before predicting (not the trace's)."),
@@ -144,8 +146,8 @@ def run_command(
     m = trace.manifest
     if m.extra.get("engine") != "llama.cpp":
         raise SimlabError(f"{trace_path} was not recorded with llama.cpp; record one with `simlab llama-cpp record`")
-    if n_predict < 1 or draft_max < 1 or not 0.0 <= p_min <= 1.0:
-        raise SimlabError("-n and --draft-max must be >= 1 and --p-min within [0, 1]")
+    if n_predict < 1 or draft_max < 1 or draft_min < 0 or not 0.0 <= p_min <= 1.0:
+        raise SimlabError("-n and --draft-max must be >= 1, --draft-min >= 0 and --p-min within [0, 1]")
     binary, tool = _tools(jobs)
     pair = _pair(m.target_model, m.draft_model, int(m.extra.get("threads", 2)))
     latency = None
@@ -156,14 +158,15 @@ def run_command(
         first = trace.prompts.iloc[0]
         latency = time_steps(tool, pair, EnginePrompt(int(first.prompt_id), first.source, first.prompt_text))
     # the prediction is made (and kept) before anything is measured
-    predicted = compare.predict(trace, n_predict, draft_max, p_min, latency)
+    predicted = compare.predict(trace, n_predict, draft_max, p_min, draft_min, latency)
     load_before = os.getloadavg()[0]
     with tqdm(total=len(trace.prompts), desc="llama-speculative-simple", unit="prompt", disable=quiet,
               file=sys.stderr) as bar:
-        measured = compare.measure(binary, pair, trace, n_predict, draft_max, p_min,
+        measured = compare.measure(binary, pair, trace, n_predict, draft_max, p_min, draft_min,
                                    progress=lambda n: bar.update(n - bar.n))
     table = compare.compare(predicted, measured)
-    summary = {"trace": portable_path(trace_path), "n_predict": n_predict, "draft_max": draft_max, "p_min": p_min,
+    summary = {"trace": portable_path(trace_path), "n_predict": n_predict, "draft_max": draft_max,
+               "draft_min": draft_min, "p_min": p_min,
                "latency": "re-probed before the run" if reprobe else "the trace's",
                "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
                "command": shlex.join(["simlab", *sys.argv[1:]]),

@@ -2,9 +2,9 @@
 
 The prediction comes first and from a trace recorded earlier with llama.cpp as the engine
 (``simlab llama-cpp record``): the ``llama-cpp`` policy with the run's ``--draft-max``,
-``--draft-p-min`` and ``-n`` (its ``n_predict`` parameter, which applies speculative-simple's
-own end of generation) simulated on that trace. Then the real binary decodes each of the
-trace's prompts with the same arguments and its printed counters are read
+``--draft-min``, ``--draft-p-min`` and ``-n`` (its ``n_predict`` parameter, which applies
+speculative-simple's own end of generation) simulated on that trace. Then the real binary
+decodes each of the trace's prompts with the same arguments and its printed counters are read
 (:mod:`simlab.engines.llama_run`).
 
 Compared per prompt: ``n_drafted`` (drafts the target verified), ``n_accept``, ``n_predict``
@@ -32,13 +32,14 @@ from simlab.trace.io import Trace
 COUNTERS = ("n_drafted", "n_accept", "n_predict")
 
 
-def predict(trace: Trace, n_predict: int, draft_max: int, p_min: float,
+def predict(trace: Trace, n_predict: int, draft_max: int, p_min: float, draft_min: int = 0,
             latency: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per prompt, what the llama-cpp policy predicts speculative-simple prints for this trace;
     ``latency``: step latencies timed again (:func:`simlab.engines.llama_record.reprobe`) in
     place of the trace's."""
     sim = Simulator(trace if latency is None else replace(trace, latency=latency))
-    policy = make_policy("llama-cpp", sim.context(), draft_max=draft_max, p_min=p_min, n_predict=n_predict)
+    policy = make_policy("llama-cpp", sim.context(), draft_max=draft_max, draft_min=draft_min, p_min=p_min,
+                         n_predict=n_predict)
     runs = SimExecutor(sim.latency, sim.topology).run(sim.replay, policy).prompts
     return pd.DataFrame([_predicted(r.prompt_id, r.counts) for r in runs])
 
@@ -50,11 +51,11 @@ def _predicted(prompt_id: int, c: Counts) -> dict:
 
 
 def measure(binary: Path, pair: ModelPair, trace: Trace, n_predict: int, draft_max: int, p_min: float,
-            progress: Callable[[int], None] = lambda _: None) -> pd.DataFrame:
+            draft_min: int = 0, progress: Callable[[int], None] = lambda _: None) -> pd.DataFrame:
     """Per prompt, what llama-speculative-simple printed for the trace's prompts."""
     rows = []
     for i, p in enumerate(trace.prompts.itertuples(index=False)):
-        measured: EngineRun = run(binary, pair, p.prompt_text, n_predict, draft_max, 0, p_min)
+        measured: EngineRun = run(binary, pair, p.prompt_text, n_predict, draft_max, draft_min, p_min)
         rows.append({"prompt_id": int(p.prompt_id), "source": p.source,
                      **{f"measured_{k}": getattr(measured, k) for k in COUNTERS},
                      "measured_decode_s": measured.decode_seconds, "measured_tokens_per_s": measured.tokens_per_s})

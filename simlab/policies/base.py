@@ -44,6 +44,9 @@ class Serial(NamedTuple):
     With ``fixed=True`` the policy promises to draft exactly ``max_draft`` tokens whatever the
     signals say (vanilla SD), so executors may skip asking it after each token. ``layer``
     names the exit layer of a self-speculative draft (None: the separate draft model).
+    ``min_draft``: a draft that ends shorter than this (counted after a ``DROP``) is discarded
+    whole and the target verifies none of it — llama.cpp's ``--draft-min``, whose engine then
+    runs a plain target step rather than verify a draft it judges too short to pay off.
 
     A named tuple (immutable, as plans are shared) rather than a frozen dataclass: many
     policies plan a new one every round, and a tuple is built several times faster.
@@ -52,6 +55,7 @@ class Serial(NamedTuple):
     max_draft: int
     fixed: bool = False
     layer: int | None = None
+    min_draft: int = 0
 
 
 @dataclass(frozen=True, slots=True)

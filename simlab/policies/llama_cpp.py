@@ -2,7 +2,14 @@
 
 Rules from the llama.cpp tree vendored in the llama-cpp-python 0.3.36 sdist
 (docs/policies/llama-cpp.md): ``common/speculative.cpp``, the simple draft implementation's
-``draft()``, and ``examples/speculative-simple/speculative-simple.cpp``'s main loop.
+``draft()`` (``common_speculative_impl_draft_simple::draft``), and
+``examples/speculative-simple/speculative-simple.cpp``'s main loop.
+
+``--draft-min`` is ``draft()``'s last step: once drafting has stopped (the ``p_min`` stop, the
+``n_max`` cap or the round's budget cap), ``if (dp.result->size() < (size_t) params.n_min)
+{ dp.result->clear(); }``. The draft model has run for every token it sampled, and the main
+loop then evaluates ``[id_last]`` alone: a plain target step, and ``n_drafted`` does not grow
+("we ignore the discarded small drafts"). That is the round protocol's ``Serial.min_draft``.
 """
 
 from __future__ import annotations
@@ -23,37 +30,37 @@ from simlab.policies.base import (
 )
 from simlab.signals import TokenSignal
 
-# --draft-min: 0 (llama.cpp's default) is the only value modelled so far.
+# --draft-min and -n, whose 0 means "off" (llama.cpp's default --draft-min; simlab's budget rule for -n)
 NON_NEGATIVE = Kind(int, "integer ≥ 0", lambda name, value: check_positive_int(name, value, minimum=0))
 
 
 class LlamaCpp(Policy):
     """Draft greedily up to ``draft_max`` tokens, capped so the round cannot pass the generation
     budget; a drafted token whose top-1 probability is below ``p_min`` ends the draft and is
-    discarded unverified; the target verifies the rest greedily in one forward."""
+    discarded unverified; a draft left shorter than ``draft_min`` is discarded whole (the round
+    is a plain target step); the target verifies the rest greedily in one forward."""
 
     name = "llama-cpp"
-    summary = "llama.cpp speculative-simple: draft up to draft-max, stop and discard below p-min"
+    summary = "llama.cpp speculative-simple: draft up to draft-max, stop below p-min, discard drafts under draft-min"
     paper = "llama.cpp common/speculative.cpp, draft() of the simple draft (docs/policies/llama-cpp.md)"
     params = (
         Param("draft_max", 3, "--draft-max: most tokens drafted per round (common_params_speculative_draft.n_max)", COUNT),
-        Param("draft_min", 0, "--draft-min: shorter drafts are discarded (only 0 is modelled)", NON_NEGATIVE),
+        Param("draft_min", 0, "--draft-min: a draft that ends shorter than this is discarded whole, unverified "
+              "(n_min)", NON_NEGATIVE),
         Param("p_min", 0.0, "--draft-p-min: a drafted token with top-1 probability below it ends the draft, unkept", PROBABILITY),
         Param("n_predict", 0, "-n of the llama-speculative-simple run to predict, on a llama.cpp trace (0: the "
               "protocol's budget rule)", NON_NEGATIVE),
     )
-    choices = ("draft-min > 0 is refused: discarding a whole draft after drafting it is not a simlab "
-               "round shape yet; n-predict > 0 follows speculative-simple.cpp's own end of generation "
-               "(docs/policies/llama-cpp.md), which needs a trace recorded by `simlab llama-cpp record`")
+    choices = ("n-predict > 0 follows speculative-simple.cpp's own end of generation "
+               "(docs/policies/llama-cpp.md), which needs a trace recorded by `simlab llama-cpp record`; "
+               "a draft discarded by draft-min costs the draft steps it took and a one-token target step")
 
     def __init__(self, context, **values):
         super().__init__(context, **values)
-        if self.draft_min > 0:
-            raise SimlabError("llama-cpp: draft_min > 0 is not modelled yet (only 0, llama.cpp's default)")
         fixed = self.p_min == 0.0
-        self._plan = Serial(self.draft_max, fixed=fixed)
+        self._plan = Serial(self.draft_max, fixed=fixed, min_draft=self.draft_min)
         # speculative-simple.cpp's per-round cap n_predict - n_predict_so_far - 1, for the caps 1..draft_max - 1
-        self._capped = {cap: Serial(cap, fixed=fixed) for cap in range(1, self.draft_max)}
+        self._capped = {cap: Serial(cap, fixed=fixed, min_draft=self.draft_min) for cap in range(1, self.draft_max)}
 
     def reset(self, prompt: PromptInfo) -> None:
         # The last round may start at committed = n_predict + 1 and draft draft_max tokens; the
@@ -72,6 +79,7 @@ class LlamaCpp(Policy):
         # On a llama.cpp trace position 0 is the prompt's last token, so n_predict_so_far =
         # committed - 1 and the cap is n_predict - committed. A cap of 0 or less is clamped to 0,
         # which draft() reads as "no limit" (`dp.n_max > 0 && ...`): the round drafts draft_max.
+        # A cap below draft_min still drafts, then draft() discards what it drafted.
         return self._capped.get(self.n_predict - state.committed, self._plan)
 
     def done(self, committed: int) -> bool:

@@ -65,7 +65,7 @@ class CappedPolicy(Policy):
     def plan(self, state: RoundState):
         plan = self.inner.plan(state)
         if self.cap is not None and type(plan) is Serial and plan.max_draft > self.cap:
-            return Serial(self.cap, plan.fixed, plan.layer)
+            return Serial(self.cap, plan.fixed, plan.layer, plan.min_draft)
         return plan
 
     def on_draft(self, signal):

@@ -137,6 +137,7 @@ class Summary:
             draft_busy=_ratio(c.draft_busy_s, c.wall_time_s),
             target_busy=_ratio(c.target_busy_s, c.wall_time_s),
             drafted=c.drafted,
+            verified=c.verified,
             accepted=c.accepted,
             parallel_rounds=c.parallel_rounds,
             rollout_overruns=c.rollout_overruns,

@@ -157,6 +157,14 @@ def test_cost_is_target_calls_over_the_reference_and_nan_without_one():
     assert math.isnan(Summary.from_counts(c).cost)
 
 
+def test_verified_counts_the_drafts_the_target_checked_not_those_dropped():
+    # 7 drafted, 2 of them dropped unverified (a dynamic exit's or a p-min stop's last token)
+    c = Counts(tokens=6, target_calls=3, num_drafts=3, drafted=7, verified=5, accepted=3)
+    s = Summary.from_counts(c)
+    assert (s.drafted, s.verified, s.accepted, s.wasted_draft_tokens) == (7, 5, 3, 4)
+    assert s.to_dict()["verified"] == 5
+
+
 def test_cost_of_sd_at_the_reference_gamma_is_one():
     sim = Simulator(trace())
     ref = sim.reference()

@@ -91,6 +91,10 @@ def test_install_names():
         (["--target", "smollm2", "--max-new-tokens", "0", "--draft", "smollm2"], "--max-new-tokens"),
         (["--target", "smollm2"], "pass --draft, or --exit-layers"),
         (["--target", "smollm2", "--draft", "smollm2", "--latency-probe", "k=x"], "--latency-probe"),
+        (["--target", "smollm2", "--draft", "smollm2", "--rollout-layers", "1"], "--rollout-layers needs --exit-layers"),
+        (["--target", "smollm2", "--exit-layers", "1-3", "--rollout-layers", "2,5"], "--rollout-layers [5] are not among"),
+        (["--target", "smollm2", "--exit-layers", "1-3", "--rollout-layers", "1", "--rollout", "0"],
+         "--rollout must be at least 1"),
     ],
 )
 def test_record_input_errors_are_one_line_and_exit_2(tmp_path, capsys, args, message):

@@ -46,6 +46,8 @@ def test_smollm2_selfspec_trace_has_every_exit_layer():
     at24 = trace.layers[trace.layers.layer == 24].sort_values(["prompt_id", "pos"])
     pos = trace.positions.sort_values(["prompt_id", "pos"])
     assert at24.token.tolist() == pos.draft_token.tolist()
+    # the exit layers DEL drafts with on these prompts have their own rollouts (--rollout-layers)
+    assert m.rollout_layers == [1, 2, 3, 23] and sorted(set(trace.rollouts.layer)) == [-1, 1, 2, 3, 23]
 
 
 def test_smollm2_tree_trace_holds_top_k_and_eagle2_trees():

@@ -208,6 +208,25 @@ def test_drafting_past_a_rejection_reads_the_rollout_step_by_step():
     assert rp.rollout_overruns == 1
 
 
+def test_an_exit_layer_past_a_rejection_reads_its_own_rollout_else_its_teacher_forced_signals():
+    # the draft and exit layers 2 and 5 all diverge at d = 2; a run from 1 reads its 3rd and 4th
+    # tokens past d: layer 2 its own rollout, the draft its own, layer 5 (no rollouts of its own)
+    # its teacher-forced confidences at positions 3 and 4 (0.9: matches) -- unless 5 is the draft
+    # layer of a self-speculative trace, whose rollouts are the draft's
+    trace = hand_trace(["1101111"], layers={2: ["1101111"], 5: ["1101111"]})
+    rows = {"prompt_id": 0, "pos": 2, "step": [1, 2], "token": [5, 6], "draft_entropy": [1.5, 2.0]}
+    trace.rollouts = pd.concat([pd.DataFrame({**rows, "draft_conf": [0.7, 0.6], "layer": -1}),
+                                pd.DataFrame({**rows, "draft_conf": [0.5, 0.25], "layer": 2})], ignore_index=True)
+
+    def conf(replay, layer):
+        return [s.confidence for s in islice(replay.prompts[0].signals(1, layer, first=3), 2)]
+
+    replay = TraceReplay(trace)
+    assert (conf(replay, None), conf(replay, 2), conf(replay, 5)) == ([0.7, 0.6], [0.5, 0.25], [0.9, 0.9])
+    trace.manifest.draft_layer = 5
+    assert conf(TraceReplay(trace), 5) == [0.7, 0.6]
+
+
 def test_an_unrecorded_exit_layer_is_refused_with_the_layers_there_are():
     with pytest.raises(SimlabError, match=r"no early-exit signals for layer 3 \(layers: none\)$"):
         TraceReplay(hand_trace(["1101"])).prompts[0].path(3)

@@ -38,6 +38,12 @@ def record_command(
     draft_layer: int | None = typer.Option(
         None, "--draft-layer", help="Self-speculative: exit layer for the draft columns."
     ),
+    rollout_layers: str | None = typer.Option(
+        None, "--rollout-layers",
+        help="Exit layers that get their own divergence rollouts (DEL, LayerSkip): 'all', '1-3' or '1,8'; "
+        "with --resume, added to the prompts already recorded.",
+        show_default="the draft's only",
+    ),
     topk: int = typer.Option(0, "--topk", help="Store the draft's top-K candidates per position (tree policies)."),
     tree_depth: int = typer.Option(
         0, "--tree-depth", help="With --topk K: store EAGLE-2's candidate tree of top-k K and this depth per position."
@@ -69,6 +75,7 @@ def record_command(
             rollout=rollout,
             exit_layers=exit_layers,
             draft_layer=draft_layer,
+            rollout_layers=rollout_layers,
             topk=topk,
             tree_depth=tree_depth,
             latency_probe=latency_probe,
@@ -83,4 +90,6 @@ def record_command(
     typer.echo(
         f"{result.path}: {result.total} prompts, {result.tokens} tokens ({result.recorded} recorded now), "
         f"draft agreement {result.agreement:.3f}, {result.seconds:.0f} s"
+        + (f"; exit-layer rollouts of {result.layer_rollouts} prompt x layer pairs recorded now"
+           if result.layer_rollouts else "")
     )

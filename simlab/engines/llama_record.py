@@ -112,7 +112,7 @@ def parse_rows(text: str, prompt: EnginePrompt) -> dict[str, pd.DataFrame]:
     return {
         "prompts": _frame("prompts", [[pid, prompt.source, prompt_len, n_tokens, stop, prompt.text]]),
         "positions": _frame("positions", [[pid, *row] for row in by_kind["P"]]),
-        "rollouts": _frame("rollouts", [[pid, *row] for row in by_kind["R"]]),
+        "rollouts": _frame("rollouts", [[pid, *row, NO_LAYER] for row in by_kind["R"]]),
         "latency": _frame("latency", [[op, k, ctx, NO_LAYER, False, rep, s, 1] for op, k, ctx, rep, s in by_kind["L"]]),
     }
 

@@ -14,6 +14,7 @@ already normalised for Llama-style models; :func:`exit_logits` applies the norm 
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -81,3 +82,12 @@ def truncated(model, layer: int) -> Iterator[object]:
         yield model
     finally:
         decoder.layers = full
+
+
+def first_layers(cache, layer: int):
+    """A view of a transformers KV cache that holds only its first ``layer`` layers (their entries
+    shared, not copied): all that the :func:`truncated` model of that exit layer reads, so a
+    rollout branching from a full model's cache copies ``layer`` layers instead of all of them."""
+    view = copy.copy(cache)
+    view.layers = cache.layers[:layer]
+    return view

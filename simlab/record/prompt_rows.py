@@ -8,6 +8,8 @@
    draft;
 3. after every divergence the draft continues on its own for ``rollout`` tokens, all of a
    prompt's rollouts in one batch branching from the teacher-forced cache (``rollouts``);
+   ``layer_rollouts`` does the same for exit layers, after their own divergences, for a prompt
+   recorded now or earlier (``--rollout-layers``);
 4. with ``topk``, the draft's top-K candidates at every position, and with ``tree_depth`` the
    EAGLE-2 candidate tree from every position, branching from the same cache
    (``tree_expansion``).
@@ -19,6 +21,7 @@ generation (the ``*_seconds`` columns of prompts.parquet).
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
@@ -27,12 +30,13 @@ import pandas as pd
 import torch
 
 from simlab.record.decode import decode
-from simlab.record.forward import exit_logits, forced_pass, truncated
+from simlab.record.forward import exit_logits, first_layers, forced_pass, truncated
 from simlab.record.prompts import Prompt, render
 from simlab.record.rollouts import Rollout, rollouts
 from simlab.record.signals import PositionSignals, greedy_stats, position_signals
 from simlab.record.tree_expansion import Expansion, TopK, expansions, top_k
 from simlab.trace.io import empty_table
+from simlab.trace.schema import NO_LAYER
 
 
 @dataclass
@@ -151,7 +155,38 @@ def _layer_rows(m: Models, prompt_id: int, hidden: tuple[torch.Tensor, ...]) -> 
     return pd.concat(frames, ignore_index=True)
 
 
-def _rollout_rows(prompt_id: int, runs: list[Rollout]) -> pd.DataFrame:
+def forced_cache(m: Models, prompt_ids: list[int], path: np.ndarray):
+    """The target's KV cache of a recorded prompt and path, from one teacher-forced pass: what
+    :func:`layer_rollouts` branches from (an exit layer's entries of it are the layer's own, as
+    its first layers see the same tokens)."""
+    ids = torch.tensor([prompt_ids], device=m.target.device)
+    return forced_pass(m.target, ids, torch.as_tensor(path, dtype=torch.long)).cache
+
+
+def layer_rollouts(m: Models, prompt_id: int, prompt_len: int, cache, path: np.ndarray,
+                   layer_tokens: dict[int, np.ndarray]) -> Iterator[tuple[int, pd.DataFrame, float]]:
+    """Exit layers' own divergence rollouts on a recorded prompt (``--rollout-layers``).
+
+    At every position t where layer l's early-exit token (``layer_tokens[l]``, as layers.parquet
+    holds it) is not the target's (``path``), the layer continues from its own token for
+    ``m.rollout`` steps, as a layer drafting past its mistake does: step 1 is its greedy token
+    given ``prompt + path[:t] + its token``. All branch from ``cache`` (:func:`forced_cache`).
+    Yields ``(layer, rollout rows, seconds)`` layer by layer, so that a recorder can commit each
+    as it comes.
+    """
+    for layer, tokens in layer_tokens.items():
+        started = time.perf_counter()
+        diverged = [int(t) for t in np.flatnonzero(tokens != path)]
+        runs: list[Rollout] = []
+        if diverged:
+            first = [int(tokens[t]) for t in diverged]
+            with truncated(m.target, layer) as drafter:
+                runs = rollouts(drafter, first_layers(cache, layer), prompt_len, diverged, first, m.rollout,
+                                m.eos_token_ids)
+        yield layer, _rollout_rows(prompt_id, runs, layer), time.perf_counter() - started
+
+
+def _rollout_rows(prompt_id: int, runs: list[Rollout], layer: int = NO_LAYER) -> pd.DataFrame:
     if not runs:
         return empty_table("rollouts")
     return pd.DataFrame(
@@ -162,6 +197,7 @@ def _rollout_rows(prompt_id: int, runs: list[Rollout]) -> pd.DataFrame:
             "token": np.concatenate([r.tokens for r in runs]),
             "draft_conf": np.concatenate([r.conf for r in runs]),
             "draft_entropy": np.concatenate([r.entropy for r in runs]),
+            "layer": layer,
         }
     )
 

@@ -7,6 +7,12 @@ the first prompt, and committed with an empty prompt list so that a long recordi
 interrupted early keeps its probe; ``reprobe`` measures them again on a quieter machine,
 or on another one, whose name the manifest then carries, without recording the prompts again) and the prompts are recorded one by one
 (``prompt_rows``), the trace being rewritten after each (``writer``).
+
+``--rollout-layers`` gives exit layers their own divergence rollouts (what DEL or LayerSkip
+see drafting past a mistake with a layer other than the draft's). ``--resume`` adds them to the
+prompts already recorded, committing each prompt and layer as it is done, before recording any
+new prompt with all of them; a layer the trace already lists (the manifest's
+``rollout_layers``) is kept for new prompts without being asked again.
 """
 
 from __future__ import annotations
@@ -14,11 +20,12 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import torch
 from tqdm import tqdm
@@ -30,7 +37,7 @@ from simlab.params import check_seed
 from simlab.record import machine
 from simlab.record.decode import neutralise
 from simlab.record.latency import DEFAULT_PROBE, ProbePlan, probe_latency
-from simlab.record.prompt_rows import Models, record_prompt
+from simlab.record.prompt_rows import Models, forced_cache, layer_rollouts, record_prompt
 from simlab.record.prompts import Prompt, load_prompts
 from simlab.record.ranges import int_ranges
 from simlab.record.writer import ROW_TABLES, TraceWriter, agreement
@@ -71,6 +78,7 @@ class RecordConfig:
     seed: int = 0
     rollout: int = 16
     exit_layers: str | None = None  # "all", "20-29", "8,16,24"
+    rollout_layers: str | None = None  # exit layers with their own rollouts: "all", "1-3"; None: the draft's only
     draft_layer: int | None = None  # self-speculative: default the deepest exit layer
     topk: int = 0  # the draft's top-K per position (tree policies); 0: none
     tree_depth: int = 0  # EAGLE-2 candidate trees of top-k ``topk`` and this depth; 0: none
@@ -91,6 +99,7 @@ class RecordResult:
     tokens: int  # positions in the trace now
     agreement: float  # fraction of positions where the draft's greedy token is the target's
     seconds: float  # wall time of this call
+    layer_rollouts: int = 0  # (prompt, exit layer) rollout sets recorded by this call
 
 
 def _check_args(cfg: RecordConfig) -> None:
@@ -109,6 +118,8 @@ def _check_args(cfg: RecordConfig) -> None:
         raise SimlabError("--tree-depth expands each tree node into its top-K candidates: pass --topk K too")
     if cfg.draft is not None and cfg.draft_layer is not None:
         raise SimlabError("--draft-layer is for self-speculative traces; drop it or drop --draft")
+    if cfg.rollout_layers is not None and cfg.rollout < 1:
+        raise SimlabError("--rollout-layers records rollouts of --rollout tokens: --rollout must be at least 1")
 
 
 def check_vocab(draft_tok, target_tok, draft: str, target: str) -> None:
@@ -137,6 +148,26 @@ def _exit_layers(spec: str | None, layers: int) -> list[int]:
     return chosen
 
 
+def _rollout_layers(spec: str | None, exits: list[int], draft_layer: int) -> list[int]:
+    """The exit layers to give their own rollouts; the draft layer's are the draft's, recorded anyway."""
+    if spec is None:
+        return []
+    if not exits:
+        raise SimlabError("--rollout-layers needs --exit-layers: a layer's rollouts start where its recorded "
+                          "early-exit token differs from the target's")
+    if spec.strip() == "all":
+        chosen = exits
+    else:
+        try:
+            chosen = list(int_ranges(spec))
+        except ValueError as exc:
+            raise SimlabError(f"--rollout-layers: {exc} (or 'all')") from None
+    unknown = sorted(set(chosen) - set(exits))
+    if unknown:
+        raise SimlabError(f"--rollout-layers {unknown} are not among the exit layers {exits}")
+    return [layer for layer in chosen if layer != draft_layer]
+
+
 def _target_layers(ref: ModelRef) -> int:
     from transformers import AutoConfig
 
@@ -144,9 +175,14 @@ def _target_layers(ref: ModelRef) -> int:
     return int(config.get_text_config().num_hidden_layers)
 
 
-def _open_existing(cfg: RecordConfig, manifest: Manifest) -> Trace | None:
+def _open_existing(cfg: RecordConfig, manifest: Manifest, prompt_ids: set[int]) -> Trace | None:
     """The trace to continue (``--resume``), or None when this run starts a new one in ``cfg.out``
-    (an existing trace there is replaced only with ``--force``, once the first commit is written)."""
+    (an existing trace there is replaced only with ``--force``, once the first commit is written).
+
+    A trace from other hardware is continued only to measure its latencies here (``--reprobe``),
+    or to add exit layers' rollouts when it holds every prompt already: that run measures no
+    latency and records no prompt, and the manifest says where the rollouts were computed.
+    """
     if (cfg.out / MANIFEST).exists() and not cfg.force:
         if not cfg.resume:
             raise SimlabError(f"{cfg.out} already holds a trace; pass --resume to continue it, --force to "
@@ -156,8 +192,9 @@ def _open_existing(cfg: RecordConfig, manifest: Manifest) -> Trace | None:
         return None
     trace = read_trace(cfg.out, allow_empty=True)
     old, new = trace.manifest.to_dict(), manifest.to_dict()
+    layers_only = cfg.rollout_layers is not None and prompt_ids <= set(trace.prompts["prompt_id"].tolist())
     for name in RESUME_FIELDS:
-        if name == "hardware" and cfg.reprobe:  # re-measuring latencies on this machine is the point
+        if name == "hardware" and (cfg.reprobe or layers_only):
             continue
         if old[name] != new[name]:
             raise SimlabError(
@@ -181,6 +218,7 @@ class _Setup:
     probe: ProbePlan
     exit_layers: list[int]
     draft_layer: int
+    rollout_layers: list[int]  # asked for now, and those the trace to resume lists
     manifest: Manifest
     existing: Trace | None
 
@@ -206,6 +244,7 @@ def _prepare(cfg: RecordConfig) -> _Setup:
         draft_layer = cfg.draft_layer if cfg.draft_layer is not None else exits[-1]
         if draft_layer not in exits:
             raise SimlabError(f"--draft-layer {draft_layer} must be one of --exit-layers {exits}")
+    asked = _rollout_layers(cfg.rollout_layers, exits, draft_layer)
     manifest = Manifest(
         kind="recorded",
         draft_model=cfg.draft if cfg.draft is not None else f"{cfg.target}[:{draft_layer}]",
@@ -233,7 +272,7 @@ def _prepare(cfg: RecordConfig) -> _Setup:
             "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""),
         },
     )
-    existing = _open_existing(cfg, manifest)
+    existing = _open_existing(cfg, manifest, {p.prompt_id for p in prompts})
     if not probe.single and (existing is None or not cfg.reprobe):
         raise SimlabError(f"--latency-probe {cfg.latency_probe!r}: a new trace needs the single-sequence series "
                           "(batch=1 among the batch sizes); leaving it out is for --resume --reprobe of a trace")
@@ -242,9 +281,11 @@ def _prepare(cfg: RecordConfig) -> _Setup:
         raise SimlabError(f"--latency-probe {cfg.latency_probe!r}: the trace's latencies were measured on "
                           f"{existing.manifest.hardware}, this is {manifest.hardware}; put batch=1 among the batch "
                           "sizes so that every series is measured here")
-    return _Setup(
-        prompts, target_ref, draft_ref, tokenizer, device, dtype, probe, exits, draft_layer, manifest, existing
-    )
+    rollout_layers = set(asked)
+    if existing is not None:
+        rollout_layers |= set(existing.manifest.rollout_layers)
+    return _Setup(prompts, target_ref, draft_ref, tokenizer, device, dtype, probe, exits, draft_layer,
+                  sorted(rollout_layers), manifest, existing)
 
 
 def record(cfg: RecordConfig) -> RecordResult:
@@ -306,12 +347,19 @@ def record(cfg: RecordConfig) -> RecordResult:
     done = set(writer.table("prompts")["prompt_id"].tolist())
     todo = [p for p in setup.prompts if p.prompt_id not in done]
     writer.commit(started)
+    here = setup.manifest.hardware  # this machine (the manifest written keeps the trace's)
+    layer_sets = _add_layer_rollouts(cfg, setup.rollout_layers, models, writer, started, here)
 
     tokens, loop_started = 0, time.perf_counter()
     with tqdm(total=len(todo), unit="prompt", desc=cfg.out.name, file=sys.stderr, disable=not cfg.progress) as bar:
         for prompt in todo:
             rows = record_prompt(models, prompt)
             writer.add(rows)
+            if setup.rollout_layers:  # committed with the prompt, so every prompt holds the listed layers'
+                for _, layer_rows in _layer_rollouts(models, writer, rows["prompts"], rows["positions"],
+                                                     rows["layers"], setup.rollout_layers, here):
+                    writer.add({"rollouts": layer_rows})
+                    layer_sets += 1
             writer.commit(started)
             tokens += len(rows["positions"])
             rate = tokens / (time.perf_counter() - loop_started)
@@ -325,7 +373,80 @@ def record(cfg: RecordConfig) -> RecordResult:
         tokens=len(positions),
         agreement=agreement(positions),
         seconds=time.perf_counter() - started,
+        layer_rollouts=layer_sets,
     )
+
+
+def _add_layer_rollouts(cfg: RecordConfig, wanted: list[int], models: Models, writer: TraceWriter,
+                        started: float, hardware: str) -> int:
+    """Give the prompts already in the trace the rollouts of each ``wanted`` exit layer they lack,
+    committing each prompt and layer as it is done; return how many were added.
+
+    A prompt holds a layer's rollouts when the rollouts table has rows of that prompt and layer
+    (a commit writes them all at once), or when the layer never diverges from the target there.
+    The manifest's ``rollout_layers`` lists a layer once no prompt lacks it.
+    """
+    prompts, manifest = writer.table("prompts"), writer.manifest
+    if not wanted or prompts.empty:
+        manifest.rollout_layers = list(wanted)
+        return 0
+    rolled = writer.table("rollouts")
+    have = set(zip(rolled["prompt_id"].tolist(), rolled["layer"].tolist()))
+    positions, layers = writer.table("positions"), writer.table("layers")
+    lacking: dict[int, list[int]] = {}
+    for pid in prompts["prompt_id"].tolist():
+        path = _path(positions, pid)
+        tokens = _layer_tokens(layers, pid, [layer for layer in wanted if (pid, layer) not in have])
+        lacking[pid] = [layer for layer, t in tokens.items() if (t != path).any()]
+    pending = {layer: {pid for pid, todo in lacking.items() if layer in todo} for layer in wanted}
+    manifest.rollout_layers = [layer for layer in wanted if not pending[layer]]
+    added = 0
+    with tqdm(total=sum(map(len, lacking.values())), unit="layer", desc=f"{cfg.out.name} layer rollouts",
+              file=sys.stderr, disable=not cfg.progress) as bar:
+        for pid, todo in lacking.items():
+            if not todo:
+                continue
+            one = prompts[prompts["prompt_id"] == pid]
+            for layer, rows in _layer_rollouts(models, writer, one, positions, layers, todo, hardware):
+                writer.add({"rollouts": rows})
+                pending[layer].discard(pid)
+                manifest.rollout_layers = [layer for layer in wanted if not pending[layer]]
+                writer.commit(started)
+                added += 1
+                bar.set_postfix_str(f"prompt {pid}, layer {layer}")
+                bar.update(1)
+    return added
+
+
+def _path(positions: pd.DataFrame, prompt_id: int) -> np.ndarray:
+    """The target's tokens of one prompt, in order."""
+    return positions[positions["prompt_id"] == prompt_id].sort_values("pos")["target_token"].to_numpy(np.int64)
+
+
+def _layer_tokens(layers: pd.DataFrame, prompt_id: int, wanted: list[int]) -> dict[int, np.ndarray]:
+    """Each ``wanted`` exit layer's early-exit tokens of one prompt, in order of position."""
+    rows = layers[(layers["prompt_id"] == prompt_id) & layers["layer"].isin(wanted)].sort_values(["layer", "pos"])
+    return {int(layer): g["token"].to_numpy(np.int64) for layer, g in rows.groupby("layer", sort=True)}
+
+
+def _layer_rollouts(models: Models, writer: TraceWriter, prompt: pd.DataFrame, positions: pd.DataFrame,
+                    layers: pd.DataFrame, wanted: list[int], hardware: str) -> Iterator[tuple[int, pd.DataFrame]]:
+    """:func:`~simlab.record.prompt_rows.layer_rollouts` of the one prompt in ``prompt`` (a row of
+    prompts.parquet), each layer's cost summed into the manifest's ``extra["layer_rollouts"]``:
+    seconds and prompts per layer, the seconds of the teacher-forced passes they branch from, and
+    the ``hardware`` they were computed on (another than the trace's, see ``_open_existing``)."""
+    pid, ids = int(prompt["prompt_id"].iat[0]), [int(t) for t in prompt["prompt_token_ids"].iat[0]]
+    path = _path(positions, pid)
+    cost = writer.manifest.extra.setdefault("layer_rollouts", {"forced_pass_seconds": 0.0, "layers": {}})
+    cost["computed_on"] = sorted({*cost.get("computed_on", []), hardware})
+    t0 = time.perf_counter()
+    cache = forced_cache(models, ids, path)
+    cost["forced_pass_seconds"] = round(cost["forced_pass_seconds"] + time.perf_counter() - t0, 2)
+    for layer, rows, seconds in layer_rollouts(models, pid, len(ids), cache, path, _layer_tokens(layers, pid, wanted)):
+        entry = cost["layers"].setdefault(str(layer), {"prompts": 0, "seconds": 0.0})
+        entry["prompts"] += 1
+        entry["seconds"] = round(entry["seconds"] + seconds, 2)
+        yield layer, rows
 
 
 def _log(cfg: RecordConfig) -> Callable[[str], None]:

@@ -57,7 +57,8 @@ RULES: dict[str, dict[str, Rule]] = {
                   "draft_conf": PROB, "draft_entropy": ENTROPY, "q_target": PROB, "p_target": PROB,
                   "p_draft": PROB, "accept_prob": PROB},
     "rollouts": {"prompt_id": NATURAL, "pos": NATURAL, "step": POSITIVE, "token": NATURAL,
-                 "draft_conf": PROB, "draft_entropy": ENTROPY},
+                 "draft_conf": PROB, "draft_entropy": ENTROPY,
+                 "layer": Rule(NO_LAYER, what=f"null or below {NO_LAYER}")},
     "layers": {"prompt_id": NATURAL, "pos": NATURAL, "layer": POSITIVE, "token": NATURAL,
                "draft_conf": PROB, "draft_entropy": ENTROPY},
     "topk": {"prompt_id": NATURAL, "pos": NATURAL, "rank": NATURAL, "token": NATURAL, "prob": PROB},
@@ -130,9 +131,10 @@ def validate(trace: Trace) -> None:
     for name in ("prompts", "positions", "rollouts", "layers", "topk", "tree", "latency"):
         df = trace.table(name)
         if df is not None:
-            check_columns(name, df, where)
+            check_columns(name, with_defaults(name, df), where)
     _check_positions(trace, where)
     _check_layers(trace, where)
+    _check_rollout_layers(trace, where)
     _check_trees(trace, where)
     validate_latency(trace.latency, where)
 
@@ -180,6 +182,34 @@ def _check_layers(trace: Trace, where: str) -> None:
     if short:
         raise SimlabError(f"{where}: layers.parquet must cover every position of each prompt and layer; "
                           f"(prompt_id, layer) {short[0]} does not")
+
+
+def _check_rollout_layers(trace: Trace, where: str) -> None:
+    """Rollouts of an exit layer follow its recorded early-exit tokens, so the layer must be
+    recorded (and not be the draft layer, whose rollouts are the draft's); a layer the manifest
+    lists in ``rollout_layers`` has a rollout at every position where it diverges, as the
+    replay then never stands in for one."""
+    m = trace.manifest
+    rollouts = with_defaults("rollouts", trace.rollouts)
+    named = set(rollouts["layer"].unique().tolist()) - {NO_LAYER} | set(m.rollout_layers)
+    allowed = set(m.exit_layers) - {m.draft_layer}
+    if not named <= allowed:
+        raise SimlabError(f"{where}: rollouts of exit layers {sorted(named - allowed)}, which are not among "
+                          f"manifest.json's exit_layers {m.exit_layers} less the draft layer {m.draft_layer}")
+    if not m.rollout_layers:
+        return
+    keys = ["prompt_id", "layer", "pos"]
+    layers = trace.layers[trace.layers["layer"].isin(m.rollout_layers)]
+    layers = layers.merge(trace.positions[["prompt_id", "pos", "target_token"]], on=["prompt_id", "pos"])
+    diverged = layers.loc[layers["token"] != layers["target_token"], keys]
+    rolled = rollouts.loc[rollouts["layer"].isin(m.rollout_layers), keys].drop_duplicates()
+    missing = diverged.merge(rolled, on=keys, how="left", indicator=True)
+    missing = missing[missing["_merge"] == "left_only"]
+    if not missing.empty:
+        first = missing.iloc[0]
+        raise SimlabError(f"{where}: manifest.json lists rollout_layers {m.rollout_layers}, but exit layer "
+                          f"{first['layer']} has no rollout at prompt {first['prompt_id']}, position {first['pos']}, "
+                          f"where it diverged ({len(missing)} such positions)")
 
 
 def _check_trees(trace: Trace, where: str) -> None:

@@ -16,8 +16,15 @@ seed meets the same outcomes:
 What the draft shows while it drafts past a mistake comes from the divergence rollouts: after
 the first rejected position d of a run, the i-th further token's confidence is step i of the
 rollout recorded at d. When a policy drafts past the end of a recorded rollout (or past
-the prompt's end token), the last recorded signal is repeated and the overrun is counted; when no rollout was recorded at d (only
-possible on stochastic traces), the true path's signals stand in for it.
+the prompt's end token), the last recorded signal is repeated and the overrun is counted; when no rollout was recorded at d (for the
+draft, only possible on stochastic traces), the true path's signals stand in for it.
+
+An exit layer drafting (LayerSkip, DEL) reads its own rollouts where the trace holds them
+(``simlab record --rollout-layers``; the draft layer of a self-speculative trace has the
+draft's). Where it holds none for that layer and prompt, the layer's teacher-forced signals at
+the next positions stand in: the layer given the true prefix, not its own wrong token, which
+may be far less confident than the layer continuing its own path (DEL on SmolLM2's layer 1:
+0.78 where the live draft said 0.97), so a confidence-stopped round ends early.
 
 Whether a drafted token is an end token (``TokenSignal.end``, which stops the drafting of the
 policies that declare ``stops_at_draft_end``) is read from the recorded tokens — the draft's
@@ -38,6 +45,7 @@ import pandas as pd
 from simlab.errors import SimlabError
 from simlab.signals import ShadowTokens, TokenSignal
 from simlab.trace.io import Trace
+from simlab.trace.schema import NO_LAYER, with_defaults
 from simlab.trace.tree_replay import Expansions, group_expansions, target_ranks
 
 
@@ -98,9 +106,11 @@ class PromptReplay:
         (1-based) token on, produced as they are read (a run reads as far as its policy drafts).
 
         While every earlier token of the run was accepted the draft is on the true path and its
-        recorded signals are read; past the run's first rejection, the divergence rollout recorded
-        there (or, with none, the last recorded position). Reads past what was recorded repeat its
-        last entry and count a rollout overrun.
+        recorded signals are read; past the run's first rejection, this drafter's own divergence
+        rollout recorded there (the draft's, or exit layer ``layer``'s). With none there (a layer
+        recorded without ``--rollout-layers``, or a stochastic trace), its teacher-forced signals
+        at the following positions stand in (see the module docstring). Reads past what was
+        recorded repeat its last entry and count a rollout overrun.
         """
         new = tuple.__new__  # builds a TokenSignal several times faster than calling the class
         path = self.draft if layer is None else self.path(layer)
@@ -244,8 +254,11 @@ class TraceReplay:
                                         self.accept)),
         }
         scores = split(pos["predictor_score"].to_numpy(float)) if "predictor_score" in pos.columns else None
-        rollouts = _RolloutTable(trace.rollouts, eos)
-        layers = _group_layers(trace.layers, pos, eos) if trace.layers is not None else {}
+        by_layer = _rollout_tables(trace.rollouts, eos)
+        rollouts = by_layer.pop(NO_LAYER)
+        if trace.manifest.draft_layer != NO_LAYER:  # a self-speculative draft's rollouts are its layer's
+            by_layer.setdefault(trace.manifest.draft_layer, rollouts)
+        layers = _group_layers(trace.layers, pos, eos, by_layer) if trace.layers is not None else {}
         expansions = {}
         if trace.tree is not None:
             m = trace.manifest
@@ -337,8 +350,18 @@ class Rollouts:
         return self._groups.get(d)
 
 
+def _rollout_tables(df: pd.DataFrame, eos: np.ndarray) -> dict[int, "_RolloutTable"]:
+    """The rollouts table cut by whose continuation each row is: the draft's (``NO_LAYER``,
+    always present, perhaps empty) and each exit layer's that has its own."""
+    df = with_defaults("rollouts", df)
+    tables = {int(layer): _RolloutTable(rows, eos) for layer, rows in df.groupby("layer", sort=False)}
+    tables.setdefault(NO_LAYER, _RolloutTable(df.iloc[:0], eos))
+    return tables
+
+
 class _RolloutTable:
-    """A trace's rollouts table as sorted arrays, cut into :class:`Rollouts` per prompt."""
+    """Rows of a trace's rollouts table (one drafter's) as sorted arrays, cut into
+    :class:`Rollouts` per prompt."""
 
     def __init__(self, df: pd.DataFrame, eos: np.ndarray):
         df = _sorted(df, ["prompt_id", "pos", "step"])
@@ -353,8 +376,10 @@ class _RolloutTable:
         return Rollouts(self.pos[lo:hi], self.conf[lo:hi], self.ent[lo:hi], self.end[lo:hi])
 
 
-def _group_layers(df: pd.DataFrame, pos: pd.DataFrame, eos: np.ndarray) -> dict[int, dict[int, DraftPath]]:
-    """Per prompt and exit layer, a greedy draft path: accepted iff the early-exit token matches."""
+def _group_layers(df: pd.DataFrame, pos: pd.DataFrame, eos: np.ndarray,
+                  rollouts: dict[int, _RolloutTable]) -> dict[int, dict[int, DraftPath]]:
+    """Per prompt and exit layer, a greedy draft path: accepted iff the early-exit token matches;
+    with the layer's own divergence rollouts where ``rollouts`` has them."""
     target = pos[["prompt_id", "pos", "target_token"]]
     df = df.merge(target, on=["prompt_id", "pos"], how="inner").sort_values(["prompt_id", "layer", "pos"])
     out: dict[int, dict[int, DraftPath]] = {}
@@ -366,5 +391,6 @@ def _group_layers(df: pd.DataFrame, pos: pd.DataFrame, eos: np.ndarray) -> dict[
             confidence=g["draft_conf"].astype(float).tolist(),
             entropy=g["draft_entropy"].astype(float).tolist(),
             end=np.isin(g["token"].to_numpy(np.int64), eos).tolist(),
+            rollouts=rollouts[layer].of(pid) if layer in rollouts else {},
         )
     return out

@@ -8,6 +8,7 @@ directory::
       prompts.parquet     one row per finished prompt (the commit record, written last)
       positions.parquet   one row per generated position on the target's own output path
       rollouts.parquet    the draft's own continuation after each position where it diverged
+                          (``--rollout-layers``: also an exit layer's own, after its divergences)
       layers.parquet      optional: per exit layer, the early-exit token and confidence
       topk.parquet        optional (``--topk K``): the draft's top-K candidates at every position
       tree.parquet        optional (``--tree-depth D``): EAGLE-2's candidate tree at every position
@@ -67,6 +68,10 @@ TABLES: dict[str, dict[str, str]] = {
         "token": "int32",
         "draft_conf": "float32",
         "draft_entropy": "float32",
+        # whose continuation: -1 (NO_LAYER) the trace's draft; l >= 1 exit layer l, continuing
+        # from its own wrong token at a position where its early-exit token (layers.parquet)
+        # differs from the target's
+        "layer": "int32",
     },
     "layers": {
         "prompt_id": "int32",
@@ -104,9 +109,12 @@ TABLES: dict[str, dict[str, str]] = {
     },
 }
 
+NO_LAYER = -1
+
 # Columns added after traces were first shipped: a table written without one reads as if every
-# row held this value (latency samples probed before the batch axis are of one sequence).
-DEFAULTED_COLUMNS: dict[str, dict[str, object]] = {"latency": {"batch": 1}}
+# row held this value (latency samples probed before the batch axis are of one sequence;
+# rollouts recorded before exit layers had their own are the draft's).
+DEFAULTED_COLUMNS: dict[str, dict[str, object]] = {"latency": {"batch": 1}, "rollouts": {"layer": NO_LAYER}}
 
 
 def with_defaults(name: str, df):
@@ -124,7 +132,6 @@ class Topology(str, enum.Enum):
 
 OPTIONAL_TABLES = frozenset({"layers", "topk", "tree"})
 LATENCY_OPS = ("draft_step", "target_forward")
-NO_LAYER = -1
 NOT_IN_TOPK = -1  # a target token's rank when it is not among the draft's recorded top-K
 # No forward of any model on any hardware simlab targets takes an hour: a latency sample (or a
 # latency model's answer) above this is a unit mistake or corruption, not a measurement.
@@ -156,6 +163,10 @@ class Manifest:
     # Self-speculative traces (no separate draft model): the exit layer whose early-exit
     # signals fill the draft columns of positions.parquet, so serial policies run unchanged.
     draft_layer: int = NO_LAYER
+    # Exit layers whose own divergence rollouts every prompt holds (``--rollout-layers``;
+    # rollouts.parquet rows of that ``layer``). A layer joins the list once the last prompt
+    # lacking it has them, so a recording interrupted while adding a layer leaves it out.
+    rollout_layers: list[int] = field(default_factory=list)
     # Tree data (simlab.record.tree_expansion): K candidates per position in topk.parquet (0:
     # none), and the depth of the EAGLE-2 trees of top-k K in tree.parquet (0: none).
     topk: int = 0

@@ -182,6 +182,7 @@ def synth_trace(spec: SynthSpec, command: str | None = None) -> Trace:
                 "token": rng.integers(10, VOCAB, size=len(r_conf)),
                 "draft_conf": r_conf,
                 "draft_entropy": entropy_from_confidence(r_conf),
+                "layer": NO_LAYER,
             }))
         prompts.append({"prompt_id": pid, "source": f"synthetic/{spec.kind}/{pid}", "prompt_len": spec.prompt_len,
                         "n_tokens": n, "stop": "length", "prompt_text": ""})

@@ -130,3 +130,24 @@ def test_bad_input_gets_one_line_and_status_2(trace, tmp_path, args, message):
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("simlab: error:") and message in lines[0], proc.stderr
+
+
+def test_calibrate_fits_the_tree_series_and_its_profile_prices_trees(trace, tmp_path):
+    # the trace above with a tree axis: verifications 15% dearer than the 25 ms (+5%/token) chain,
+    # the draft's expansion of w nodes 1 + 0.6 (w - 1) draft steps
+    tr = read_trace(trace)
+    contexts = (128, 428)
+    tr.latency = pd.concat([
+        tr.latency,
+        noisy_latency(lambda k, c: 1.15 * 0.025 * (1 + 0.05 * (k - 1)), (2, 4, 8, 16, 32), contexts, op="target_tree",
+                      seed=2),
+        noisy_latency(lambda k, c: 0.0025 * (1 + 0.6 * (k - 1)), (2, 4, 8), contexts, op="draft_tree", seed=3),
+    ], ignore_index=True).fillna({"batch": 1})
+    write_trace(tr, tmp_path / "trees")
+    out = json.loads(simlab("calibrate", tmp_path / "trees", "--out", tmp_path / "p.json", "--plot",
+                            tmp_path / "fit.png", "--json").stdout)
+    assert {s["series"] for s in out["surfaces"]} == {"draft", "target", "target_tree", "draft_tree"}
+    assert set(out["held_out"]["by_series"]) == {"draft", "target", "target_tree", "draft_tree"}
+    model = load_profile(tmp_path / "p.json")
+    assert model.target_tree(16, 300) == pytest.approx(1.15 * model.target_forward(16, 300), rel=0.03)
+    assert model.draft_tree_factor(4, 300) == pytest.approx(2.8, rel=0.05)

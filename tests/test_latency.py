@@ -124,3 +124,56 @@ def test_a_synthetic_trace_retimed_by_a_profile_reads_its_table_at_the_traces_co
     assert set(lat["repeat"]) == {0} and not lat["corun"].any()  # one solo repeat, as measured once
     assert trace.manifest.notes == ("Synthetic trace: acceptance and latencies are generated, not measured. "
                                     f"Latencies tabulated from the profile {path} (hand), not measured.")
+
+
+# -- trees: the probe's tree axis, or chains where it is missing ---------------------------------
+
+CHAIN = {1: 0.3, 2: 0.6, 3: 0.9, 4: 0.6, 8: 0.8}
+
+
+def test_without_tree_samples_a_tree_is_priced_as_a_chain_exactly(table):
+    for k, ctx in ((1, 100), (3, 150), (12, 200)):
+        assert table.target_tree(k, ctx) == table.target_forward(k, ctx)
+        assert table.draft_tree_factor(k, ctx) == table.target_forward(k, ctx) / table.target_forward(1, ctx)
+
+
+def test_probed_tree_verifications_correct_the_chain_by_their_measured_ratio():
+    # tree verifications probed at k = 2 (1.5x the chain) and k = 8 (1.25x); in between the chain
+    # times the ratio linear in k, outside it the nearest probed ratio
+    lat = TableLatency.from_samples(latency_table(draft=0.1, verify=CHAIN, ctx=(100, 200), tree={2: 0.9, 8: 1.0}))
+    assert lat.target_tree(2, 100) == pytest.approx(0.9)
+    assert lat.target_tree(8, 150) == pytest.approx(1.0)
+    assert lat.target_tree(4, 100) == pytest.approx(0.6 * (1.5 - 2 / 6 * 0.25))  # k = 4's cheap chain, not 0.9-1.0
+    assert lat.target_tree(3, 100) == pytest.approx(0.9 * (1.5 - 1 / 6 * 0.25))
+    assert lat.target_tree(1, 100) == pytest.approx(0.3 * 1.5)
+    assert lat.target_tree(12, 100) == pytest.approx(1.0 * 1.25)  # the chain's extended slope, times 1.25
+    assert lat.target_forward(2, 100) == pytest.approx(0.6)  # chains do not move
+
+
+def test_probed_draft_expansions_correct_the_chain_stand_in():
+    # the draft's 2-node level measured at 3 steps (the target's chain says 0.6 / 0.3 = 2), its
+    # 4-node level at 4 (the chain: 2): corrections 1.5 and 2, linear between
+    lat = TableLatency.from_samples(latency_table(draft=0.1, verify=CHAIN, ctx=(100, 200), expand={2: 0.3, 4: 0.4}))
+    assert lat.draft_tree_factor(2, 100) == pytest.approx(3.0)
+    assert lat.draft_tree_factor(4, 100) == pytest.approx(4.0)
+    assert lat.draft_tree_factor(3, 100) == pytest.approx(0.9 / 0.3 * 1.75)
+    grid = LatencyGrid(lat, 300)
+    assert grid.tree_draft_seconds(100, (1, 2, 4)) == pytest.approx(0.3 + 0.1 * (3.0 - 1) + 0.1 * (4.0 - 1))
+    assert grid.tree_draft_seconds(100, (1, 1)) == grid.draft_seconds(100, 2)  # width one: the draft's steps
+
+
+def test_solo_tree_ratios_price_co_running_tree_forwards():
+    lat = TableLatency.from_samples(latency_table(draft=0.1, verify=CHAIN, ctx=(100, 200), corun=(2.0, 1.5),
+                                                  tree={2: 0.9}))
+    assert lat.target_tree(2, 100, corun=True) == pytest.approx(0.6 * 1.5 * 1.5)
+
+
+def test_tree_series_round_trip_through_a_profile(tmp_path):
+    lat = TableLatency.from_samples(latency_table(draft=0.1, verify=CHAIN, ctx=(100, 200), tree={2: 0.9, 8: 1.0},
+                                                  expand={2: 0.3}))
+    back = load_profile(save_profile(lat, tmp_path / "p.json"))
+    for k in (1, 3, 9):
+        assert back.target_tree(k, 130) == lat.target_tree(k, 130)
+        assert back.draft_tree_factor(k, 130) == lat.draft_tree_factor(k, 130)
+    plain = TableLatency.from_samples(latency_table(draft=0.1, verify=CHAIN)).to_profile()
+    assert "target_tree" not in plain and "draft_tree" not in plain  # profiles without them read as before

@@ -156,3 +156,32 @@ def test_co_running_samples_are_predicted_by_the_co_running_fit():
     model = fit_latency(pd.concat([solo, corun], ignore_index=True))
     # twice the solo cost beside the draft model: 0.2 + 0.02 k, not 0.1 + 0.01 k
     assert predict_samples(model, corun) == pytest.approx(0.2 + 0.02 * corun["k"].to_numpy(), rel=0.03)
+
+
+def test_tree_series_get_their_own_fits_and_round_trip(tmp_path):
+    # the probe's tree axis: verifications 20% dearer than the chain, the drafting exit layer's
+    # expansion of w nodes 1 + 0.5 (w - 1) of its steps; a self-speculative trace (exit layer 8)
+    def chain(k, x):
+        return 0.05 + 0.01 * k + 1e-5 * x
+
+    def step(w, x):
+        return (0.01 + 2e-6 * x) * (1 + 0.5 * (w - 1))
+
+    exits = samples(lambda layer, x: step(1, x) * layer / 8, ks=(4, 8), op="draft_step", layer=0)
+    exits["layer"], exits["k"] = exits["k"], 1
+    trees = pd.concat([samples(lambda k, x: 1.2 * chain(k, x), ks=(2, 4, 8, 16), op="target_tree", seed=3),
+                       samples(step, ks=(2, 4, 8), op="draft_tree", layer=8, seed=4)], ignore_index=True)
+    df = pd.concat([samples(chain), exits], ignore_index=True)
+    model = fit_latency(pd.concat([df, trees], ignore_index=True), draft_layer=8)
+    assert {("target_tree", False), ("draft_tree", False)} <= set(model.surfaces)
+    assert model.target_tree(8, 1024) == pytest.approx(1.2 * chain(8, 1024), rel=0.03)
+    assert model.target_forward(8, 1024) == pytest.approx(chain(8, 1024), rel=0.03)
+    assert model.draft_tree_factor(4, 1024) == pytest.approx(2.5, rel=0.05)
+    loaded = load_profile(save_profile(model, tmp_path / "trees.json"))
+    assert (loaded.target_tree(5, 700), loaded.draft_tree_factor(3, 700)) == (model.target_tree(5, 700),
+                                                                             model.draft_tree_factor(3, 700))
+    h = held_out(pd.concat([df, trees], ignore_index=True), draft_layer=8)
+    assert h.by_series["target_tree"] < 0.03 and h.by_series["draft_tree"] < 0.03  # 2% noise
+    chains = fit_latency(df, draft_layer=8)  # no tree axis: trees are priced as chains
+    assert chains.target_tree(8, 1024) == chains.target_forward(8, 1024)
+    assert chains.draft_tree_factor(4, 1024) == chains.target_forward(4, 1024) / chains.target_forward(1, 1024)

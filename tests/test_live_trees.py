@@ -1,7 +1,7 @@
 """Tree attention on a real model (SmolLM2-135M): one forward over a flattened draft tree (the
 target's verification), or one forward per level (the draft's expansion), gives at every node the
 logits a plain forward over that node's root-to-node path gives, and the cache kept to one path
-continues as the path's own cache would (simlab/live/tree_attention.py)."""
+continues as the path's own cache would (simlab/trees/attention.py)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ torch = pytest.importorskip("torch", reason="live decoding needs the models extr
 pytest.importorskip("transformers", reason="live decoding needs the models extra (transformers)")
 
 from simlab.live.executor import _Model  # noqa: E402
-from simlab.live.tree_attention import tree_inputs  # noqa: E402
 from simlab.models import install  # noqa: E402
 from simlab.models.load import load_model, resolve  # noqa: E402
+from simlab.trees.attention import LiveTree, tree_inputs, verify_inputs  # noqa: E402
 from simlab.trees.draft_tree import ROOT, static_tree  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -81,7 +81,31 @@ def _level_forwards(m: _Model, tokens: list[int]) -> torch.Tensor:
     return torch.stack(out)
 
 
-@pytest.mark.parametrize("feed", [_tree_forward, _level_forwards], ids=["one-forward", "per-level"])
+def _verify_inputs_forward(m: _Model, tokens: list[int]) -> torch.Tensor:
+    """:func:`_tree_forward` with the inputs the live decoder and the latency probe build."""
+    inputs = verify_inputs(m.length, 1, TREE.parents, TREE.depths(), torch.float32, "cpu")
+    return m.forward([PROMPT[-1]] + tokens, tree=inputs)
+
+
+def _live_tree_levels(m: _Model, tokens: list[int]) -> torch.Tensor:
+    """:func:`_level_forwards` with the inputs the live decoder and the latency probe build
+    (:meth:`LiveTree.feed`): each level's candidates are added when their parents are fed."""
+    rows = [m.forward([PROMPT[-1]])[-1]]
+    tree, candidate = LiveTree(m.length), {}
+    depths = TREE.depths()
+    for depth in range(1, TREE.depth + 1):
+        level = [i for i in range(TREE.size) if depths[i] == depth]
+        for i in level:
+            p = TREE.parents[i]
+            candidate[i] = tree.add(ROOT if p == ROOT else candidate[p], TREE.ranks[i], tokens[i])
+        inputs = tree.feed([candidate[i] for i in level], m.length, torch.float32, "cpu")
+        rows += list(zip(level, m.forward([tokens[i] for i in level], tree=inputs)))
+    out = [rows[0]] + [row for _, row in sorted(rows[1:], key=lambda r: r[0])]
+    return torch.stack(out)
+
+
+@pytest.mark.parametrize("feed", [_tree_forward, _level_forwards, _verify_inputs_forward, _live_tree_levels],
+                         ids=["one-forward", "per-level", "one-forward-as-live", "per-level-as-live"])
 def test_a_tree_forward_equals_the_forward_of_every_path(model, feed):
     tokens = _tokens()
     tree_logits = feed(_prefilled(model), tokens)

@@ -328,3 +328,75 @@ def test_probe_times_the_forward_a_verification_runs(smollm2):
         for k in (1, 5):
             assert stepper(k).shape[:2] == (1, k)
             assert stepper.cache.get_seq_length() == 20
+
+
+def _path(parents, node: int) -> list[int]:
+    """``node`` and its ancestors, root side first."""
+    out = []
+    while node >= 0:
+        out.append(node)
+        node = parents[node]
+    return out[::-1]
+
+
+def test_the_probe_times_tree_forwards_under_the_live_decoders_mask(smollm2):
+    """The tree axis times what tree decoding runs: the target's verification of k tokens and the
+    draft's expansion of k nodes, each under the mask and position ids the live decoder builds.
+    Every row of such a forward is the logits of a plain forward over that node's own path (the
+    mask is applied: siblings fed beside it are not seen), and the cache is back at its context
+    length after each call."""
+    from simlab.models.load import load_model, resolve
+    from simlab.record.latency import _expansion, _Stepper, probe_tree
+    from simlab.trees.attention import verify_inputs
+
+    model = load_model(resolve("smollm2"), "cpu", "float32")
+    ctx, k, vocab = 12, 6, model.config.vocab_size
+    gen = torch.Generator().manual_seed(0)
+    again = torch.Generator().set_state(gen.get_state())  # draws the stepper's random tokens again
+    parents, depths = probe_tree(k - 1)
+    assert (parents, depths) == ((-1, -1, 0, 0, 1), (1, 1, 2, 2, 2))
+
+    def plain(ids: list[int]) -> torch.Tensor:
+        return model(input_ids=torch.tensor([ids])).logits[0, -1]
+
+    with torch.inference_mode():
+        stepper = _Stepper(model, ctx, vocab, gen)
+        prompt = torch.randint(0, vocab, (1, ctx), generator=again)[0].tolist()
+        logits = stepper(k, verify_inputs(ctx, 1, parents, depths, torch.float32, "cpu"))[0]
+        fed = torch.randint(0, vocab, (1, k), generator=again)[0].tolist()
+        assert logits.shape[0] == k and stepper.cache.get_seq_length() == ctx
+        assert torch.allclose(logits[0], plain(prompt + fed[:1]), atol=1e-4)
+        for node in range(k - 1):
+            path = [fed[1 + n] for n in _path(parents, node)]
+            assert torch.allclose(logits[1 + node], plain(prompt + fed[:1] + path), atol=1e-4), node
+        logits = stepper(k, _expansion(k, ctx, torch.float32, "cpu"))[0]  # k children of the committed prefix
+        fed = torch.randint(0, vocab, (1, k), generator=again)[0].tolist()
+        assert stepper.cache.get_seq_length() == ctx
+        for j in range(k):
+            assert torch.allclose(logits[j], plain(prompt + fed[j:j + 1]), atol=1e-4), j
+
+
+def test_the_probes_tree_axis_is_recorded_per_drafter_solo_and_co_running(smollm2):
+    """``tree=3``: rows of op target_tree (the target) and draft_tree (the drafter: a draft model,
+    co-running too, or the drafting exit layer of a self-speculative pair) at k = 3; the axis is
+    the default where the recording stores trees, and needs the single-sequence series."""
+    from simlab.models.load import load_model, resolve
+    from simlab.record.latency import ProbePlan, probe_latency
+
+    assert ProbePlan.parse("").trees == () and ProbePlan.parse("tree=none", trees=True).trees == ()
+    assert ProbePlan.parse("", trees=True).trees == (1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 32, 64)
+    assert ProbePlan.parse("batch=2,4", trees=True).trees == ()  # a batch-axis re-probe leaves trees alone
+    with pytest.raises(SimlabError, match="batch=1"):
+        ProbePlan.parse("batch=2;tree=4")
+    model = load_model(resolve("smollm2"), "cpu", "float32")
+    plan = ProbePlan.parse("k=3;ctx=12;repeats=1;batch=1;tree=3")
+    selfspec = probe_latency(model, None, [24], plan, model.config.vocab_size, draft_layer=24)
+    assert sorted(zip(selfspec.op, selfspec.k, selfspec.layer, selfspec.corun)) == [
+        ("draft_step", 1, 24, False), ("draft_tree", 3, 24, False), ("target_forward", 3, -1, False),
+        ("target_tree", 3, -1, False)]
+    pair = probe_latency(model, model, [], plan, model.config.vocab_size)
+    trees = pair[pair.op.isin(["target_tree", "draft_tree"])]
+    assert sorted(zip(trees.op, trees.layer, trees.corun)) == [
+        ("draft_tree", -1, False), ("draft_tree", -1, True), ("target_tree", -1, False), ("target_tree", -1, True)]
+    with pytest.raises(SimlabError, match="tree expansions need"):
+        probe_latency(model, None, [], plan, model.config.vocab_size)

@@ -70,3 +70,12 @@ def test_the_top_k_table_holds_the_target_token_rank(traced):
     assert len(topk) == K * len(trace.positions)
     first = topk[topk["rank"] == 0]["token"].to_numpy()
     assert (first == trace.positions.sort_values("pos")["draft_token"].to_numpy()).all()
+
+
+def test_a_recording_of_trees_probes_tree_forwards_by_default(traced):
+    """``--topk`` without ``tree=`` in the probe: the target's tree verifications and the drafting
+    exit layer's expansions are timed at the default sizes, beside the chain forwards."""
+    lat = traced[0].latency
+    target, expand = lat[lat.op == "target_tree"], lat[lat.op == "draft_tree"]
+    assert sorted(target.k.unique()) == sorted(expand.k.unique()) == [1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 32, 64]
+    assert set(target.layer) == {-1} and set(expand.layer) == {LAYER} and set(lat.context_len) == {32}

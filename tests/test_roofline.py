@@ -63,6 +63,24 @@ def test_early_exit_steps_cost_grows_with_the_exit_layer():
     assert model.draft_step(256) == steps[1]
 
 
+def test_a_tree_verification_is_a_chain_plus_the_masks_reads(tmp_path):
+    """A tree of k tokens reads a k x (ctx + k) mask per layer beside what a chain of k reads,
+    and computes as much: the difference is that read while memory-bound, nothing once the
+    arithmetic dominates; the draft's expansion is its own w-token forward under the mask."""
+    model = rf.RooflineLatency("t", rf.model_shape("vicuna-13b"), rf.gpu_spec("a100-80g"), rf.model_shape("vicuna-68m"))
+    layers, bandwidth = model.target.layers, model.gpu.memory_bandwidth_gb_s * 1e9
+    for k, ctx in ((8, 512), (64, 2048)):
+        mask_s = layers * k * (ctx + k) * 2 / bandwidth  # bfloat16
+        assert model.target_tree(k, ctx) - model.target_forward(k, ctx) == pytest.approx(mask_s, rel=1e-6)
+        assert mask_s < 0.001 * model.target_forward(k, ctx)  # "usually negligible"
+    assert model.target_tree(4096, 512) == model.target_forward(4096, 512)  # compute-bound
+    assert model.draft_tree_factor(4, 512) == model.forward(model.draft, 4, 512, tree=True) / model.draft_step(512)
+    assert 1 < model.draft_tree_factor(4, 512) < 1.01  # a memory-bound draft: four nodes cost about one step
+    loaded = load_profile(save_profile(model, tmp_path / "p.json"))
+    assert (loaded.target_tree(8, 512), loaded.draft_tree_factor(4, 512)) == (model.target_tree(8, 512),
+                                                                             model.draft_tree_factor(4, 512))
+
+
 def test_profile_round_trips(tmp_path):
     model = rf.RooflineLatency("pair", rf.model_shape("deepseek-coder-33b"), rf.gpu_spec("a800-80g"),
                                rf.model_shape("deepseek-coder-1.3b"), "float16", rf.fit_overhead("hf-eager"))

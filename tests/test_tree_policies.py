@@ -96,6 +96,40 @@ def test_a_static_tree_by_hand():
     assert s.ad_wall_time_s == pytest.approx(4 * 1.0)
 
 
+def test_probed_tree_forwards_move_a_tree_round_by_exactly_what_they_cost_more():
+    # test_a_static_tree_by_hand's trace, on a table whose tree forwards were probed: the
+    # 5-token verification 4.5 s (the chain: 3.0 s), the 1-token one of the last round 1.2 s
+    # (1.0 s), the draft's 2-node level 3 draft steps (the chain stand-in: 1.5/1.0 = 1.5 steps).
+    # The run moves by 0.1 x (3 - 1.5) + 1.5 + 0.2 = 1.85 s: 0.1 + 0.3 + 4.5 + 1.2 = 6.1 s against 4.25.
+    verify = {1: 1.0, 2: 1.5, 3: 2.0, 4: 2.5, 5: 3.0}
+    chain = tree_trace([[0, 1, 0, 3, 0]], k=4, latency=latency_table(draft=0.1, verify=verify))
+    probed = tree_trace([[0, 1, 0, 3, 0]], k=4, latency=latency_table(draft=0.1, verify=verify, tree={1: 1.2, 5: 4.5},
+                                                                      expand={2: 0.3}))
+    runs = {}
+    for name, trace in (("chain", chain), ("probed", probed)):
+        sim = Simulator(trace, topology="two-devices")
+        closed = sim.run("tree-static", {"shape": "2x1"}, with_cost=False).summary
+        protocol = sim.run("tree-static", {"shape": "2x1"}, with_cost=False, keep_tokens=True).summary
+        assert closed.wall_time_s == protocol.wall_time_s  # the closed form prices as the executor does
+        runs[name] = closed
+    assert runs["chain"].wall_time_s == pytest.approx(4.25)
+    assert runs["probed"].wall_time_s - runs["chain"].wall_time_s == pytest.approx(1.85, rel=1e-12)
+    assert runs["probed"].wall_time_s == pytest.approx(6.1, rel=1e-12)
+    assert runs["probed"].ad_wall_time_s == runs["chain"].ad_wall_time_s == pytest.approx(4.0)  # no tree in AD
+    assert (runs["probed"].target_calls, runs["probed"].accepted) == (runs["chain"].target_calls, 2)
+
+
+def test_ags_tree_prices_its_threshold_with_the_probed_tree_verification():
+    # eq. 12's T_v is the verification the tree will get: with tree forwards probed at 2x the
+    # chain, h = 1 - T_d / T_v = 1 - 0.1 / 2.6 (the chain's: 1 - 0.1 / 1.3)
+    chain = {k: 1.0 + 0.1 * k for k in range(1, 12)}
+    trace = tree_trace([[0] * 12], k=2, expansion=eagle_example, depth=3,
+                       latency=latency_table(draft=0.1, verify=chain, tree={k: 2 * s for k, s in chain.items()}))
+    policy = REGISTRY["ags-tree"](Simulator(trace, topology="two-devices").context(), max_draft=3)
+    policy.plan(RoundState(1, 10, 0, 11))
+    assert policy.threshold(2) == pytest.approx(1 - 0.1 / 2.6)
+
+
 def test_a_static_tree_accepts_a_second_candidate_that_a_chain_cannot():
     trace = tree_trace([[0, 1, 1, 1, 1, 1, 1]], k=2)
     sim = Simulator(trace)
@@ -361,6 +395,25 @@ def test_tree_policies_in_closed_form_are_the_protocol_on_synthetic_recordings(s
     sim = Simulator(synthetic_tree_trace(seed), topology="two-devices")
     for policy, params in GROWING + STATIC:
         assert assert_closed_form_is_the_protocol(sim, policy, params)
+
+
+def test_tree_policies_in_closed_form_are_the_protocol_with_probed_tree_forwards():
+    # the probe's tree axis at a few sizes, each a little dearer than the chain (verifications
+    # 10% + 1% per token, expansions 0.8 steps per node): the closed form still prices every round
+    # as the executor does, and the prices are the probed ones
+    trace = synthetic_tree_trace(0)
+    lat = trace.latency
+    chain = lat[(lat.op == "target_forward") & lat.k.isin([1, 2, 5, 9, 17, 40])]
+    steps = lat[lat.op == "draft_step"]
+    expand = pd.concat([steps.assign(op="draft_tree", k=w, seconds=steps.seconds * (1 + 0.8 * (w - 1))) for w in (2, 3, 6)])
+    trace.latency = pd.concat([lat, chain.assign(op="target_tree", seconds=chain.seconds * (1.1 + 0.01 * chain.k)), expand],
+                              ignore_index=True)
+    sim = Simulator(trace, topology="two-devices")
+    for policy, params in GROWING + STATIC:
+        assert assert_closed_form_is_the_protocol(sim, policy, params)
+    chain_priced = Simulator(synthetic_tree_trace(0), topology="two-devices")
+    for policy in ("eagle2", "tree-static"):
+        assert sim.run(policy, {}).summary.wall_time_s > chain_priced.run(policy, {}).summary.wall_time_s
 
 
 def test_a_recording_that_lacks_an_expansion_is_refused_alike():

@@ -22,6 +22,8 @@ from simlab.errors import SimlabError
 DEFAULT_COMMAND = "fit"
 REPORT_CONTEXT = 512  # context length of the roofline summary table
 REPORT_KS = (1, 2, 4, 8, 16, 32)
+# the size each fitted series is measured in (the draft-model step has none)
+SIZE_NAMES = {"exit": "layer", "target": "k", "target_tree": "k", "draft_tree": "nodes"}
 
 
 class _DefaultToFit(TyperGroup):
@@ -57,10 +59,12 @@ def fit(
 ) -> None:
     """Fit T_d(ctx) and T_v(k, ctx) to a trace's latency samples by least squares.
 
-    Each series (draft step, early-exit step, target forward; solo and co-running; per batch
-    size where the trace was probed with a batch axis) gets the form with the smallest BIC: affine in k, piecewise-linear in k (hinge) or one intercept
-    per measured k (per-x), each with a context term. Prints R², the worst point and the
-    median error on samples left out of the fit (one repeat at a time).
+    Each series (draft step, early-exit step, target forward; with the probe's tree axis the
+    target's tree verification and the draft's tree expansion; solo and co-running; per batch
+    size where the trace was probed with a batch axis) gets the form with the smallest BIC:
+    affine in k, piecewise-linear in k (hinge) or one intercept per measured k (per-x), each
+    with a context term. Prints R², the worst point and the median error on samples left out
+    of the fit (one repeat at a time).
     """
     from simlab.latency.fitted import fit_latency, held_out
     from simlab.latency.model import save_profile
@@ -77,7 +81,7 @@ def fit(
                         source=f"least-squares fit of {tr.path} latency samples (simlab calibrate){busy}",
                         draft_layer=tr.manifest.draft_layer)
     try:
-        model.held_out = held_out(tr.latency, form=form).to_dict()
+        model.held_out = held_out(tr.latency, form=form, draft_layer=tr.manifest.draft_layer).to_dict()
     except SimlabError as exc:  # too few repeats: the fit still stands
         note = f"no held-out check: {exc}"
     path = save_profile(model, out)
@@ -96,7 +100,7 @@ def fit(
     fits = [(1, model), *sorted(model.batches.items())]  # batch sizes of the probe's batch axis
     for b, series, corun, s in ((b, sr, c, s) for b, m in fits for (sr, c), s in sorted(m.surfaces.items())):
         q, w = s.quality, s.quality["worst_point"]
-        size = "" if series == "draft" else f"{'k' if series == 'target' else 'layer'}={w['x']} "
+        size = "" if series == "draft" else f"{SIZE_NAMES[series]}={w['x']} "
         batch = f" x{b} sequences" if b > 1 else ""
         table.add_row(f"{series}{' (co-run)' if corun else ''}{batch}", s.form, str(q["samples"]),
                       "-" if q["r2"] != q["r2"] else f"{q['r2']:.3f}", f"{100 * q['median_abs_rel_err']:.1f}%",

@@ -5,7 +5,16 @@ Series (each solo and, where the trace has them, co-running):
 
 - ``draft``:  the draft model's one-token step, ``x`` = 1 (affine in context only);
 - ``exit``:   self-speculative draft steps through the target's first ℓ layers, ``x`` = ℓ;
-- ``target``: a target forward of k new tokens, ``x`` = k.
+- ``target``: a target forward of k new tokens, ``x`` = k;
+- ``target_tree``: a target forward of k tokens under a tree attention mask (a tree's
+  verification), ``x`` = k; ``draft_tree``: the drafter's forward over w tree nodes (one
+  level's expansion), ``x`` = w — both where the trace was probed with a tree axis.
+
+A tree verification is the ``target_tree`` surface where it was fitted, else the chain's
+``target`` surface; a level of w nodes costs ``draft_tree(w) / draft step`` steps where that was
+fitted, else the target's growth from 1 to w tokens (:func:`~simlab.latency.model.chain_factor`).
+A fit is smooth in k, so unlike the median table (:mod:`simlab.latency.model`) it needs no
+chain staircase to lean on between probed sizes.
 
 Samples of batched forwards (the probe's batch axis: B sequences x k tokens) are fitted the
 same way, one set of surfaces per batch size (``batches``).
@@ -23,24 +32,26 @@ import numpy as np
 import pandas as pd
 
 from simlab.errors import SimlabError
-from simlab.latency.model import PROFILE_KINDS, TableLatency, check_k, profile_header
+from simlab.latency.model import PROFILE_KINDS, TableLatency, chain_factor, check_k, profile_header
 from simlab.latency.surface import FORMS, Surface, available_forms, fit_best
 from simlab.trace.schema import NO_LAYER, with_defaults
 
-SERIES = ("draft", "exit", "target")
+SERIES = ("draft", "exit", "target", "target_tree", "draft_tree")
 
 
 def series_of(samples: pd.DataFrame) -> pd.Series:
     """The series name of each latency sample."""
-    return pd.Series(
-        np.where(samples["op"] == "target_forward", "target", np.where(samples["layer"] == NO_LAYER, "draft", "exit")),
-        index=samples.index,
-    )
+    op = samples["op"].to_numpy()
+    return pd.Series(np.select([op == "target_forward", op == "target_tree", op == "draft_tree",
+                                samples["layer"].to_numpy() == NO_LAYER],
+                               ["target", "target_tree", "draft_tree", "draft"], "exit"), index=samples.index)
 
 
 def size_of(samples: pd.DataFrame) -> pd.Series:
-    """The ``x`` of each sample: k for target forwards, the exit layer for early-exit steps."""
-    return pd.Series(np.where(samples["layer"] == NO_LAYER, samples["k"], samples["layer"]), index=samples.index)
+    """The ``x`` of each sample: the exit layer for early-exit steps, k (new tokens, or tree
+    nodes) for every other forward."""
+    exit_step = (samples["op"] == "draft_step") & (samples["layer"] != NO_LAYER)
+    return pd.Series(np.where(exit_step, samples["layer"], samples["k"]), index=samples.index)
 
 
 @dataclass
@@ -84,6 +95,19 @@ class FittedLatency:
     def target_forward(self, k: int, context_len, corun: bool = False):
         check_k(k)
         return self._surface("target", corun)(k, context_len)
+
+    def target_tree(self, k: int, context_len, corun: bool = False):
+        """The tree verification surface where the probe had a tree axis, else the chain's."""
+        if ("target_tree", False) not in self.surfaces:
+            return self.target_forward(k, context_len, corun)
+        check_k(k)
+        return self._surface("target_tree", corun)(k, context_len)
+
+    def draft_tree_factor(self, w: int, context_len, corun: bool = False):
+        """The expansion surface over the draft step where probed, else :func:`chain_factor`."""
+        if ("draft_tree", False) not in self.surfaces:
+            return chain_factor(self, w, context_len, corun)
+        return self._surface("draft_tree", corun)(w, context_len) / self.draft_step(context_len, NO_LAYER, corun)
 
     def to_profile(self) -> dict:
         profile = {
@@ -158,14 +182,20 @@ def _fit_single(samples: pd.DataFrame, name: str, hardware: str, form: str, sour
 
 
 def predict_samples(model, samples: pd.DataFrame) -> np.ndarray:
-    """The model's seconds for every row of a latency table."""
+    """The model's seconds for every row of a latency table (a draft tree forward: the drafter's
+    step times the model's factor, as the simulator prices it)."""
     out = np.empty(len(samples))
     for i, row in enumerate(with_defaults("latency", samples).itertuples(index=False)):
         m = model if row.batch == 1 else model.batches[int(row.batch)]
+        k, ctx, corun = int(row.k), int(row.context_len), bool(row.corun)
         if row.op == "target_forward":
-            out[i] = m.target_forward(int(row.k), int(row.context_len), bool(row.corun))
+            out[i] = m.target_forward(k, ctx, corun)
+        elif row.op == "target_tree":
+            out[i] = m.target_tree(k, ctx, corun)
+        elif row.op == "draft_tree":
+            out[i] = m.draft_tree_factor(k, ctx, corun) * m.draft_step(ctx, NO_LAYER, corun)
         else:
-            out[i] = m.draft_step(int(row.context_len), int(row.layer), bool(row.corun))
+            out[i] = m.draft_step(ctx, int(row.layer), corun)
     return out
 
 
@@ -184,11 +214,12 @@ class HeldOut:
         return dict(self.__dict__)
 
 
-def held_out(samples: pd.DataFrame, form: str = "auto") -> HeldOut:
+def held_out(samples: pd.DataFrame, form: str = "auto", draft_layer: int = NO_LAYER) -> HeldOut:
     """Leave one probe repeat out at a time: fit on the others, predict the left-out samples.
 
     The table baseline (medians of the training repeats) sees the same points, so it shows
-    what the fit costs or gains where both have data. Needs at least two repeats."""
+    what the fit costs or gains where both have data. Needs at least two repeats. ``draft_layer``:
+    the exit layer that drafts in a self-speculative trace (its tree forwards are priced in its steps)."""
     if samples["repeat"].nunique() < 2:
         raise SimlabError("held-out evaluation needs latency samples of at least two probe repeats")
     folds = samples["repeat"].to_numpy()
@@ -197,8 +228,10 @@ def held_out(samples: pd.DataFrame, form: str = "auto") -> HeldOut:
     for f in np.unique(folds):
         train, test = samples[folds != f], samples[folds == f]
         y = test["seconds"].to_numpy()
-        fitted_err[folds == f] = np.abs(predict_samples(fit_latency(train, form=form), test) / y - 1.0)
-        table_err[folds == f] = np.abs(predict_samples(TableLatency.from_samples(train), test) / y - 1.0)
+        fitted = fit_latency(train, form=form, draft_layer=draft_layer)
+        fitted_err[folds == f] = np.abs(predict_samples(fitted, test) / y - 1.0)
+        table = TableLatency.from_samples(train, draft_layer=draft_layer)
+        table_err[folds == f] = np.abs(predict_samples(table, test) / y - 1.0)
     series = series_of(samples).to_numpy()
     corun = samples["corun"].astype(bool).to_numpy()
     batch = with_defaults("latency", samples)["batch"].to_numpy()

@@ -27,11 +27,12 @@ class LatencyGrid:
         self.name = model.name
         self.max_context = int(max_context)
         self._ctx = np.arange(self.max_context + 1)
-        self._rows: dict[bool, dict[int, list[float]]] = {}
+        # (operation, corun) -> {size: row over context length}
+        self._rows: dict[tuple[str, bool], dict[int, list[float]]] = {}
         self._draft_cum: dict[tuple[int, bool], list[float]] = {}
         self._arrays: list[np.ndarray] = []  # for serial_rounds: [draft cumulative sums, 1-token row, 2-token row, ...]
 
-    def _column(self, fn, what: str) -> np.ndarray:
+    def _column(self, fn, what: str, unit: str = " s") -> np.ndarray:
         """``fn`` over every context length: one call on the array if the model takes arrays
         (the table model does), else one call per context length. A duration no device could
         take (a profile with a negative coefficient, a corrupt one) is the user's input to fix,
@@ -45,22 +46,35 @@ class LatencyGrid:
         bad = ~(np.isfinite(out) & (out > 0) & (out <= MAX_FORWARD_SECONDS))
         if bad.any():
             c = int(np.flatnonzero(bad)[0])
-            raise SimlabError(f"latency model {self.name!r} gives {out[c]:g} s for {what} at context {c}; a duration "
+            raise SimlabError(f"latency model {self.name!r} gives {out[c]:g}{unit} for {what} at context {c}; a duration "
                               f"must be positive and at most {MAX_FORWARD_SECONDS:g} s (check the profile's coefficients)")
         return out
 
+    def _row(self, op: str, size: int, corun: bool, fn, what: str, unit: str = " s") -> list[float]:
+        rows = self._rows.setdefault((op, corun), {})
+        row = rows.get(size)
+        if row is None:
+            row = rows[size] = self._column(fn, what, unit).tolist()
+        return row
+
     def target_row(self, k: int, corun: bool = False) -> list[float]:
         """Seconds of a k-token target forward, indexed by context length."""
-        rows = self.target_rows(corun)
-        row = rows.get(k)
-        if row is None:
-            row = self._column(lambda c: self.model.target_forward(k, c, corun), f"a {k}-token target forward").tolist()
-            rows[k] = row
-        return row
+        return self._row("target_forward", k, corun, lambda c: self.model.target_forward(k, c, corun),
+                         f"a {k}-token target forward")
 
     def target_rows(self, corun: bool = False) -> dict[int, list[float]]:
         """The rows tabulated so far, by k (filled by :meth:`target_row`); for hot loops."""
-        return self._rows.setdefault(corun, {})
+        return self._rows.setdefault(("target_forward", corun), {})
+
+    def target_tree_row(self, k: int, corun: bool = False) -> list[float]:
+        """Seconds of a tree verification over k tokens (the model's ``target_tree``), by context."""
+        return self._row("target_tree", k, corun, lambda c: self.model.target_tree(k, c, corun),
+                         f"a {k}-token tree verification")
+
+    def draft_tree_row(self, w: int, corun: bool = False) -> list[float]:
+        """A draft forward over w tree nodes in draft steps (the model's ``draft_tree_factor``), by context."""
+        return self._row("draft_tree", w, corun, lambda c: self.model.draft_tree_factor(w, c, corun),
+                         f"the draft's {w}-node tree forward", " draft steps")
 
     def draft_cumulative(self, layer: int = NO_LAYER, corun: bool = False) -> list[float]:
         """cum[c] = seconds of draft steps at context 0..c-1: k steps from c cost cum[c+k] - cum[c]."""
@@ -104,18 +118,28 @@ class LatencyGrid:
     def draft_step(self, context_len: int, layer: int = NO_LAYER, corun: bool = False) -> float:
         return self.draft_seconds(context_len, 1, layer, corun)
 
+    def target_tree(self, k: int, context_len: int, corun: bool = False) -> float:
+        if context_len > self.max_context:
+            return self.model.target_tree(k, context_len, corun)
+        return self.target_tree_row(k, corun)[context_len]
+
+    def draft_tree_factor(self, w: int, context_len: int, corun: bool = False) -> float:
+        if context_len > self.max_context:
+            return self.model.draft_tree_factor(w, context_len, corun)
+        return self.draft_tree_row(w, corun)[context_len]
+
     def tree_draft_seconds(self, context_len: int, widths: Sequence[int]) -> float:
         """Time of a tree's draft forwards, one per level, over ``widths[d]`` nodes at context
-        ``context_len + d``. A forward over w nodes is priced as a draft step times the target's
-        k=w over k=1 cost at that context: the draft's own multi-token forwards are not probed,
-        and this assumes they grow with k as the target's do (a CPU approximation; both are the
-        same kind of transformer). Width-one levels are exactly :meth:`draft_seconds`."""
+        ``context_len + d``: a forward over w nodes is a draft step times the model's
+        ``draft_tree_factor`` (the probed expansion, or the target's k=w over k=1 cost where the
+        draft's tree forwards were not probed: :mod:`simlab.latency.model`). Width-one levels
+        are exactly :meth:`draft_seconds`, so a width-one tree is priced as a chain's drafts."""
         seconds = self.draft_seconds(context_len, len(widths))
         for d, w in enumerate(widths):
             if w > 1:
                 ctx = context_len + d
                 step = self.draft_seconds(ctx, 1)
-                seconds += step * (self.target_forward(w, ctx) / self.target_forward(1, ctx) - 1.0)
+                seconds += step * (self.draft_tree_factor(w, ctx) - 1.0)
         return seconds
 
     def draft_seconds(self, context_len: int, k: int, layer: int = NO_LAYER, corun: bool = False) -> float:

@@ -5,11 +5,28 @@ The simulator never hard-codes a duration; it asks a :class:`LatencyModel` for
 - ``draft_step(context_len)``: one autoregressive draft token (or, with ``layer``, one
   early-exit step through the target's first ``layer`` decoder layers);
 - ``target_forward(k, context_len)``: one target forward over ``k`` new positions
-  (k = 1 is an autoregressive step; verifying γ drafts is k = γ + 1).
+  (k = 1 is an autoregressive step; verifying γ drafts is k = γ + 1);
+- ``target_tree(k, context_len)``: the target's verification of a draft tree, one forward over
+  ``k`` tokens (the last committed token and k − 1 nodes) under a tree attention mask;
+- ``draft_tree_factor(w, context_len)``: the draft's expansion of one tree level, one forward
+  over ``w`` nodes under a tree mask, as a multiple of its one-token step at that context (a
+  factor, because the simulator multiplies it into the step it already holds:
+  :meth:`~simlab.latency.grid.LatencyGrid.tree_draft_seconds`).
 
 ``corun=True`` asks for the duration while the other model runs on the same device (the
 one-device topology of parallel policies); a model without such measurements answers with
 the solo figure.
+
+Trees. A model without tree samples (every trace probed before the probe's tree axis, and any
+probed without it) prices a tree verification of k tokens as the chain forward of k tokens,
+``target_forward(k)``, and a level of w nodes as the target's growth from 1 to w tokens,
+``target_forward(w) / target_forward(1)`` (:func:`chain_factor`): the figures simlab gave
+before trees were probed, unchanged. With tree samples, :class:`TableLatency` corrects those
+chain prices by what the probe measured (:func:`probed_correction`): the chain price times the
+measured tree/chain ratio at the probed sizes, linear in k between them and held at the
+nearest probed size outside. A ratio, not the tree medians interpolated on their own, because
+on a CPU the cost is a staircase in k (see :mod:`simlab.record.latency`): a tree of 17 tokens
+costs what a 17-token chain costs, plus the mask's share, and the chain table knows the step.
 
 :class:`TableLatency` holds medians per measured point and interpolates: linearly in
 ``context_len`` (clamped at the ends of the measured range), linearly in ``k`` between
@@ -47,6 +64,32 @@ class LatencyModel(Protocol):
     def draft_step(self, context_len: int, layer: int = NO_LAYER, corun: bool = False) -> float: ...
 
     def target_forward(self, k: int, context_len: int, corun: bool = False) -> float: ...
+
+    def target_tree(self, k: int, context_len: int, corun: bool = False) -> float: ...
+
+    def draft_tree_factor(self, w: int, context_len: int, corun: bool = False) -> float: ...
+
+
+def chain_factor(model, w: int, context_len, corun: bool = False):
+    """A draft forward over ``w`` tree nodes in draft steps, where the draft's multi-token
+    forwards were not probed: the target's growth from 1 to ``w`` tokens (both are the same
+    kind of transformer; a CPU approximation)."""
+    return model.target_forward(w, context_len, corun) / model.target_forward(1, context_len, corun)
+
+
+def probed_correction(size: int, sizes: tuple[int, ...], measured: list, chain: list):
+    """The factor by which a tree forward of ``size`` costs more than its chain price: at the
+    probed ``sizes``, ``measured / chain`` (numbers, or arrays over context length); between
+    two of them linear in size; outside them the nearest one's (a tree forward's extra cost is
+    the mask's, a share of the forward that is not extrapolated)."""
+    ratios = [m / c for m, c in zip(measured, chain)]
+    if size <= sizes[0]:
+        return ratios[0]
+    if size >= sizes[-1]:
+        return ratios[-1]
+    i = int(np.searchsorted(sizes, size, side="right")) - 1
+    w = (size - sizes[i]) / (sizes[i + 1] - sizes[i])
+    return ratios[i] * (1 - w) + ratios[i + 1] * w
 
 
 def profile_header(kind: str, model) -> dict:
@@ -120,6 +163,11 @@ class TableLatency:
     # Forwards of B > 1 sequences (probed with a batch axis): one table per batch size, whose
     # k-token forward is B sequences x k tokens each (simlab.latency.batch prices batches with them).
     batches: dict[int, "TableLatency"] = field(default_factory=dict)
+    # Forwards under a tree attention mask (the probe's tree axis), corun -> {k: curve}: the
+    # target's verification of k tokens, the draft's expansion of k nodes. Empty: trees are
+    # priced as chains (module docstring).
+    target_trees: dict[bool, dict[int, Curve]] = field(default_factory=dict)
+    draft_trees: dict[bool, dict[int, Curve]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.draft:
@@ -161,6 +209,31 @@ class TableLatency:
         ks = tuple(sorted(curves))
         return _interp_k(k, ks, [curves[x](context_len) for x in ks])
 
+    def target_tree(self, k: int, context_len, corun: bool = False):
+        """Seconds of a tree verification over k tokens: the chain's, corrected by the probed
+        tree samples where there are some (module docstring)."""
+        chain = self.target_forward(k, context_len, corun)
+        probed = _probed(self.target_trees, corun)
+        if probed is None:
+            return chain
+        use, curves = probed
+        ks = tuple(sorted(curves))
+        return chain * probed_correction(k, ks, [curves[x](context_len) for x in ks],
+                                         [self.target_forward(x, context_len, use) for x in ks])
+
+    def draft_tree_factor(self, w: int, context_len, corun: bool = False):
+        """A draft forward over w tree nodes in draft steps: :func:`chain_factor`, corrected by
+        the probed expansions where there are some (module docstring)."""
+        factor = chain_factor(self, w, context_len, corun)
+        probed = _probed(self.draft_trees, corun)
+        if probed is None:
+            return factor
+        use, curves = probed
+        ws = tuple(sorted(curves))
+        step = self.draft_step(context_len, NO_LAYER, use)
+        return factor * probed_correction(w, ws, [curves[x](context_len) / step for x in ws],
+                                          [chain_factor(self, x, context_len, use) for x in ws])
+
     # -- construction and files -------------------------------------------------------------
 
     @classmethod
@@ -182,18 +255,19 @@ class TableLatency:
             .median()
         )
         draft: dict[tuple[int, bool], Curve] = {}
-        target: dict[bool, dict[int, Curve]] = {}
         for (layer, corun), g in med[med["op"] == "draft_step"].groupby(["layer", "corun"]):
             draft[(int(layer), bool(corun))] = Curve.from_points(g["context_len"], g["seconds"])
-        for (corun, k), g in med[med["op"] == "target_forward"].groupby(["corun", "k"]):
-            target.setdefault(bool(corun), {})[int(k)] = Curve.from_points(g["context_len"], g["seconds"])
-        return cls(name=name, draft=draft, target=target, hardware=hardware, source="trace samples (medians)",
-                   draft_layer=draft_layer)
+        return cls(name=name, draft=draft, target=_k_curves(med, "target_forward"), hardware=hardware,
+                   source="trace samples (medians)", draft_layer=draft_layer,
+                   target_trees=_k_curves(med, "target_tree"), draft_trees=_k_curves(med, "draft_tree"))
 
     def to_profile(self) -> dict:
         profile = self._curves()
         if self.batches:
             profile["batches"] = [{"batch": b, **t._curves()} for b, t in sorted(self.batches.items())]
+        for key, series in (("target_tree", self.target_trees), ("draft_tree", self.draft_trees)):
+            if series:  # a profile without tree samples reads as before
+                profile[key] = _k_list(series)
         return {**profile_header("table", self), **profile}
 
     def _curves(self) -> dict:
@@ -203,11 +277,7 @@ class TableLatency:
                 {"layer": layer, "corun": corun, **curve.to_dict()}
                 for (layer, corun), curve in sorted(self.draft.items())
             ],
-            "target_forward": [
-                {"corun": corun, "k": k, **curve.to_dict()}
-                for corun, curves in sorted(self.target.items())
-                for k, curve in sorted(curves.items())
-            ],
+            "target_forward": _k_list(self.target),
         }
 
     @classmethod
@@ -215,6 +285,9 @@ class TableLatency:
         table = cls._from_curves(data)
         try:
             table.batches = {int(d["batch"]): cls._from_curves({**data, **d}) for d in data.get("batches", [])}
+            # tree forwards are single-sequence: the batch tables have none
+            table.target_trees = _read_k_list(data.get("target_tree", []))
+            table.draft_trees = _read_k_list(data.get("draft_tree", []))
         except (KeyError, TypeError, ValueError) as exc:
             raise SimlabError(f"latency profile {data.get('name', '?')!r} is malformed ({exc!r})") from exc
         return table
@@ -228,11 +301,7 @@ class TableLatency:
                 )
                 for d in data["draft_step"]
             }
-            target: dict[bool, dict[int, Curve]] = {}
-            for d in data["target_forward"]:
-                target.setdefault(bool(d.get("corun", False)), {})[int(d["k"])] = Curve.from_points(
-                    d["context_len"], d["seconds"]
-                )
+            target = _read_k_list(data["target_forward"])
         except (KeyError, TypeError, ValueError) as exc:
             raise SimlabError(f"latency profile {data.get('name', '?')!r} is malformed ({exc!r})") from exc
         return cls(
@@ -243,6 +312,35 @@ class TableLatency:
             source=str(data.get("source", "")),
             draft_layer=int(data.get("draft_layer", NO_LAYER)),
         )
+
+
+def _probed(series: dict[bool, dict[int, Curve]], corun: bool) -> tuple[bool, dict[int, Curve]] | None:
+    """The co-running state whose tree samples answer for ``corun`` (solo ones stand in for
+    co-running ones, as elsewhere) and their curves; None without tree samples."""
+    for use in (corun, False):
+        if series.get(use):
+            return use, series[use]
+    return None
+
+
+def _k_curves(med: pd.DataFrame, op: str) -> dict[bool, dict[int, Curve]]:
+    """corun -> {k: curve over context length} of one operation's medians."""
+    out: dict[bool, dict[int, Curve]] = {}
+    for (corun, k), g in med[med["op"] == op].groupby(["corun", "k"]):
+        out.setdefault(bool(corun), {})[int(k)] = Curve.from_points(g["context_len"], g["seconds"])
+    return out
+
+
+def _k_list(series: dict[bool, dict[int, Curve]]) -> list[dict]:
+    return [{"corun": corun, "k": k, **curve.to_dict()}
+            for corun, curves in sorted(series.items()) for k, curve in sorted(curves.items())]
+
+
+def _read_k_list(items: list[dict]) -> dict[bool, dict[int, Curve]]:
+    out: dict[bool, dict[int, Curve]] = {}
+    for d in items:
+        out.setdefault(bool(d.get("corun", False)), {})[int(d["k"])] = Curve.from_points(d["context_len"], d["seconds"])
+    return out
 
 
 # kind -> constructor from a profile dict; other latency models (fitted, roofline) register here.

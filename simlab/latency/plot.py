@@ -1,8 +1,8 @@
 """A picture of a latency fit: measured samples, their medians and the fitted curves.
 
-One panel per fitted series (draft step, early-exit step, target forward; solo and
-co-running): seconds against k (or the exit layer), one colour per measured context length;
-the draft-model step, which has no size, against the context length.
+One panel per fitted series (draft step, early-exit step, target forward, tree verification and
+expansion; solo and co-running): seconds against k (or the exit layer, or the nodes), one colour
+per measured context length; the draft-model step, which has no size, against the context length.
 """
 
 from __future__ import annotations
@@ -19,8 +19,10 @@ from simlab.trace.schema import with_defaults
 
 FORMATS = (".png", ".svg", ".pdf")
 PANELS_PER_ROW = 3
-TITLES = {"draft": "draft step", "exit": "early-exit draft step", "target": "target forward"}
-X_LABELS = {"exit": "exit layer", "target": "k (new tokens)"}
+TITLES = {"draft": "draft step", "exit": "early-exit draft step", "target": "target forward",
+          "target_tree": "target tree verification", "draft_tree": "draft tree expansion"}
+X_LABELS = {"exit": "exit layer", "target": "k (new tokens)", "target_tree": "k (last token + nodes)",
+            "draft_tree": "nodes"}
 
 
 def plot_fit(model: FittedLatency, samples: pd.DataFrame, path: str | Path) -> Path:

@@ -23,6 +23,12 @@ Co-running (both models on one GPU) is not modelled: the papers run draft and ta
 separate GPUs, and co-running questions get the solo figure. A model larger than one GPU's
 memory is assumed split layer-wise over several GPUs that run one after another (Hugging
 Face's ``device_map="auto"``), which at batch 1 takes the time of one GPU reading all weights.
+
+Draft trees: a tree verification over k tokens is the chain forward of k tokens plus the
+reads of the tree attention mask (:func:`ideal_seconds` says why nothing else differs), and the
+draft's expansion of w nodes is the drafter's own w-token forward under a mask (the measured
+tables, which have no such forward unless the probe's tree axis timed it, stand the target's
+k-growth in for it: :func:`~simlab.latency.model.chain_factor`).
 """
 
 from __future__ import annotations
@@ -145,13 +151,25 @@ class Overhead:
     source: str = ""
 
 
-def ideal_seconds(shape: ModelShape, gpu: GpuSpec, k, ctx, dtype_bytes: int, layers: int | None = None):
-    """The roofline time of a forward over ``k`` new tokens at context ``ctx`` (an array is fine)."""
+def ideal_seconds(shape: ModelShape, gpu: GpuSpec, k, ctx, dtype_bytes: int, layers: int | None = None,
+                  tree: bool = False):
+    """The roofline time of a forward over ``k`` new tokens at context ``ctx`` (an array is fine).
+
+    ``tree``: the forward runs under a tree attention mask (a draft tree's verification, or a
+    draft's expansion of a level; :mod:`simlab.trees.attention`). Its arithmetic is a
+    chain's of k tokens — the attention term above already counts every query against every
+    key, ``k·(ctx + k)``, with nothing skipped for causality, and a masked score costs what an
+    unmasked one does — so what differs is memory: each layer also reads the k × (ctx + k)
+    additive mask, in the model's dtype (shared by every head). That is small beside the
+    weights (k = 64 at context 2048 in bfloat16: 0.27 MB a layer, against 0.4 GB a layer of a 7B
+    model): a tree verification of k tokens costs a chain of k plus well under a percent while
+    the forward is memory-bound, and exactly a chain of k once it is compute-bound."""
     ell = shape.layers if layers is None else layers
     ctx = np.asarray(ctx, dtype=float)
     weights = shape.params(ell)
     kv_bytes = ell * 2 * shape.kv * shape.hd * (ctx + k) * dtype_bytes
-    mem_s = (dtype_bytes * weights + kv_bytes) / (gpu.memory_bandwidth_gb_s * 1e9)
+    mask_bytes = ell * k * (ctx + k) * dtype_bytes if tree else 0.0
+    mem_s = (dtype_bytes * weights + kv_bytes + mask_bytes) / (gpu.memory_bandwidth_gb_s * 1e9)
     flops = 2.0 * k * weights + ell * 4.0 * k * (ctx + k) * shape.heads * shape.hd
     out = np.maximum(mem_s, flops / (gpu.matmul_tflops * 1e12))
     return float(out) if out.ndim == 0 else out
@@ -196,10 +214,10 @@ class RooflineLatency:
     def hardware(self) -> str:
         return self.gpu.label or self.gpu.name
 
-    def forward(self, shape: ModelShape, k: int, ctx, layers: int | None = None):
+    def forward(self, shape: ModelShape, k: int, ctx, layers: int | None = None, tree: bool = False):
         ell = shape.layers if layers is None else layers
         fixed = ell * self.overhead.per_layer_s + self.overhead.per_forward_s
-        return ideal_seconds(shape, self.gpu, k, ctx, DTYPE_BYTES[self.dtype], layers) + fixed
+        return ideal_seconds(shape, self.gpu, k, ctx, DTYPE_BYTES[self.dtype], layers, tree) + fixed
 
     def batch_forward(self, ks, ctxs, draft: bool, layer: int = NO_LAYER) -> float:
         """One forward of a batch (see :func:`batch_ideal_seconds`) by the draft (``draft``; an
@@ -231,6 +249,18 @@ class RooflineLatency:
     def target_forward(self, k: int, context_len, corun: bool = False):
         check_k(k)
         return self.forward(self.target, k, context_len)
+
+    def target_tree(self, k: int, context_len, corun: bool = False):
+        """A tree verification over k tokens: the chain's forward plus the mask's reads
+        (:func:`ideal_seconds`), and the framework's overhead as for any forward."""
+        check_k(k)
+        return self.forward(self.target, k, context_len, tree=True)
+
+    def draft_tree_factor(self, w: int, context_len, corun: bool = False):
+        """The drafter's own forward over w nodes under a tree mask, in its one-token steps: the
+        roofline knows the draft's shape, so it needs none of the table's stand-ins."""
+        shape, ell = self._drafter(NO_LAYER)
+        return self.forward(shape, w, context_len, ell, tree=True) / self.forward(shape, 1, context_len, ell)
 
     def gpus_needed(self, shape: ModelShape) -> int:
         return math.ceil(shape.total_params * DTYPE_BYTES[self.dtype] / (self.gpu.memory_gb * 1e9))

@@ -15,7 +15,7 @@ executor runs the draft and the target:
   ``DynamicCache.crop`` takes the negative number of tokens to remove);
 - tree rounds (greedy): the draft expands a tree one forward per level over the nodes it grows,
   the target verifies every node in one forward, each under a tree attention mask with position
-  ids by depth (:mod:`simlab.live.tree_attention`); the longest path of nodes that are the
+  ids by depth (:mod:`simlab.trees.attention`); the longest path of nodes that are the
   target's argmax is accepted, and both caches keep only that path's entries;
 - parallel rounds (PEARL, SPIDE): the draft drafts while the target verifies, in two threads
   with one intra-op thread each on CPU (on 2 cores this overlap took 0.74x the time of running
@@ -41,7 +41,6 @@ from itertools import count
 import torch
 
 from simlab.errors import SimlabError
-from simlab.live.tree_attention import LiveTree, keep_entries, tree_inputs
 from simlab.metrics import Counts, PositionStats
 from simlab.policies.base import Policy, PromptInfo
 from simlab.rounds import (
@@ -56,6 +55,7 @@ from simlab.rounds import (
     decode,
 )
 from simlab.signals import ShadowTokens, TokenSignal
+from simlab.trees.attention import LiveTree, keep_entries, verify_inputs
 from simlab.trees.draft_tree import ROOT
 
 
@@ -111,7 +111,7 @@ class _Model:
     def forward(self, ids: list[int], hidden: bool = False, tree: tuple | None = None) -> torch.Tensor:
         """Feed ``ids`` after the cached prefix; return logits for each fed position (len(ids), V).
         With ``hidden``, every layer's hidden states at those positions are kept in ``hidden``.
-        ``tree``: the (4-D mask, position ids) of a forward over tree nodes (:func:`tree_inputs`)."""
+        ``tree``: the (4-D mask, position ids) of a forward over tree nodes (:mod:`simlab.trees.attention`)."""
         device = self.model.device
         x = torch.tensor([ids], device=device)
         mask, positions = tree if tree is not None else (None, None)
@@ -405,12 +405,8 @@ class LiveExecutor:
             tree = state.tree = LiveTree(draft.length)
         else:
             tree = state.tree
-            cached, depth = draft.length, tree.depths[expand[0]]
-            for j, e in enumerate(expand):
-                tree.slot[e] = cached + j
-            visible = [[tree.slot[a] for a in tree.ancestry(e)] for e in expand]
-            positions = [tree.base - 1 + tree.depths[e] for e in expand]
-            inputs = tree_inputs(cached, tree.base, 0, visible, positions, _dtype(draft.model), draft.model.device)
+            depth = tree.depths[expand[0]]
+            inputs = tree.feed(expand, draft.length, _dtype(draft.model), draft.model.device)
             logits = self._timed(forwards, self._origin, draft, "draft", [tree.tokens[e] for e in expand],
                                  start + depth, tree=inputs)
         state.run.counts.draft_calls += 1
@@ -462,11 +458,7 @@ class LiveExecutor:
         feed = state.out[target.length - state.pl:]  # the last committed token
         cached, prefix = target.length, len(feed)
         first = cached + prefix  # cache index of node 0
-        visible = []
-        for i, p in enumerate(tree.parents):
-            visible.append([first + i] + (visible[p] if p != ROOT else []))
-        positions = list(range(cached, first)) + [first - 1 + d for d in depths]
-        inputs = tree_inputs(cached, cached, prefix, visible, positions, _dtype(target.model), target.model.device)
+        inputs = verify_inputs(cached, prefix, tree.parents, depths, _dtype(target.model), target.model.device)
         logits = self._timed(forwards, self._origin, target, "verify", feed + tokens, c, tree=inputs)[prefix - 1:]
         child = {(p, tok): i for i, (p, tok) in enumerate(zip(tree.parents, tokens))}
         path, node = [], ROOT

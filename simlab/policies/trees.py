@@ -200,7 +200,7 @@ class AcceptanceGuidedTree(GrowingTree):
         """h of eq. 12 after the draft forwards so far, for ``candidates`` drafted nodes."""
         if self.rejection_threshold is not None:
             return self.rejection_threshold
-        t_v = self._latency.target_forward(min(candidates, self.nodes) + 1, self._context_len)
+        t_v = self._latency.target_tree(min(candidates, self.nodes) + 1, self._context_len)
         return _eq12(t_v, self._latency.tree_draft_seconds(self._context_len, self._widths))
 
     def keep(self, candidates: Candidates, frontier: list[int]) -> Sequence[int]:

@@ -32,6 +32,23 @@ context length, solo and (with a draft model) co-running, stored with a ``batch`
 and measures only the batch axis, on the machine that measured them (a trace from other
 hardware must re-probe batch 1 too, or its kept samples would be another machine's).
 
+Trees (``tree=1-9,17,32,64``; the default when the recording stores draft trees, ``--topk``,
+and none otherwise): tree policies verify a tree of nodes in one target forward under a tree
+attention mask, and the draft expands a level of w nodes in one forward under such a mask
+(:mod:`simlab.trees.attention`). A 4-D mask is not the causal one a chain forward gets: the
+attention reads it from memory, and a kernel that takes any mask may stand in for a causal one
+(on a GPU, PyTorch's flash attention takes none). So for every size k in ``tree`` the
+probe times the target's verification of a tree of k tokens (the last committed token and
+k - 1 nodes: ``op = target_tree``) and the drafter's expansion of k nodes (``op = draft_tree``;
+the draft model, or the drafting exit layer of a self-speculative trace, whose ``layer`` it
+records) at every context length, solo and (with a draft model) co-running, with the inputs
+the live decoder builds (:func:`~simlab.trees.attention.verify_inputs`,
+:meth:`~simlab.trees.attention.LiveTree.feed`). The tree is binary, in breadth-first order; its
+shape changes which mask entries are open, not the arithmetic. The sizes default to those of the
+chain series so that the two are compared where both were measured (the latency model prices a
+tree as the chain times their measured ratio: :mod:`simlab.latency.model`). Tree forwards are of
+one sequence, so the tree axis needs ``batch=1``.
+
 Clocks: ``time.perf_counter`` on CPU; CUDA events on GPU, after a warm-up call per point.
 
 Co-running figures (``corun=True``): parallel policies (PEARL, SPIDE) run the draft while the
@@ -48,7 +65,7 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 
 import pandas as pd
@@ -58,15 +75,18 @@ from simlab.errors import SimlabError
 from simlab.record.forward import truncated
 from simlab.record.ranges import int_ranges
 from simlab.trace.schema import NO_LAYER
+from simlab.trees.attention import LiveTree, verify_inputs
+from simlab.trees.draft_tree import ROOT, DraftTree
 
 DEFAULT_PROBE = "k=1-17,24,32,64,128;ctx=128,512;repeats=5;batch=1,2,4,8;batch_k=1-9"
-FIELDS = ("k", "ctx", "repeats", "corun", "batch", "batch_k")
+DEFAULT_TREE = "1-9,17,32,64"  # the tree axis of a recording that stores draft trees (--topk)
+FIELDS = ("k", "ctx", "repeats", "corun", "batch", "batch_k", "tree")
 CORUN_VERIFY_K = 4
 
 
 @dataclass(frozen=True)
 class ProbePlan:
-    """Which points to time: ``k=1-17,24,32,64,128;ctx=128,512;repeats=5;corun=yes;batch=1,2,4,8;batch_k=1-9``."""
+    """Which points to time: ``k=1-17,24,32,64,128;ctx=128,512;repeats=5;corun=yes;batch=1,2,4,8;batch_k=1-9;tree=1-9,17,32,64``."""
 
     ks: tuple[int, ...]
     contexts: tuple[int, ...]
@@ -74,23 +94,33 @@ class ProbePlan:
     corun: bool = True  # only when there is a separate draft model
     batches: tuple[int, ...] = (1,)  # 1: the single-sequence series; B > 1: B sequences x batch_ks
     batch_ks: tuple[int, ...] = ()
+    trees: tuple[int, ...] = ()  # tree sizes: tokens of a verification, nodes of a draft's expansion
 
     @classmethod
-    def parse(cls, spec: str) -> ProbePlan:
+    def parse(cls, spec: str, trees: bool = False) -> ProbePlan:
+        """The plan of ``spec``, every field it leaves out at :data:`DEFAULT_PROBE`'s value; the
+        tree axis is :data:`DEFAULT_TREE` where the recording stores draft trees (``trees``) and
+        measures the single-sequence series, else none (``tree=none`` leaves it out)."""
         fields = dict(_parse_field(item, spec) for item in DEFAULT_PROBE.split(";"))
         for item in filter(None, (s.strip() for s in spec.split(";"))):
             key, value = _parse_field(item, spec)
             fields[key] = value
+        batches = _int_list(fields["batch"], "batch", spec)
+        tree = fields.get("tree", DEFAULT_TREE if trees and 1 in batches else "none")
         plan = cls(
             ks=_int_list(fields["k"], "k", spec),
             contexts=_int_list(fields["ctx"], "ctx", spec),
             repeats=_int_list(fields["repeats"], "repeats", spec)[0],
             corun=_flag(fields.get("corun", "yes"), spec),
-            batches=_int_list(fields["batch"], "batch", spec),
+            batches=batches,
             batch_ks=_int_list(fields["batch_k"], "batch_k", spec),
+            trees=() if tree.lower() == "none" else _int_list(tree, "tree", spec),
         )
-        if plan.repeats < 1 or min(plan.ks + plan.contexts + plan.batches + plan.batch_ks) < 1:
-            raise SimlabError(f"--latency-probe {spec!r}: k, ctx, repeats, batch and batch_k must be at least 1")
+        if plan.repeats < 1 or min(plan.ks + plan.contexts + plan.batches + plan.batch_ks + plan.trees) < 1:
+            raise SimlabError(f"--latency-probe {spec!r}: k, ctx, repeats, batch, batch_k and tree must be at least 1")
+        if plan.trees and not plan.single:
+            raise SimlabError(f"--latency-probe {spec!r}: tree forwards are of one sequence and priced against the "
+                              "single-sequence chain forwards measured with them; put batch=1 among the batch sizes")
         return plan
 
     @property
@@ -107,7 +137,7 @@ def _parse_field(item: str, spec: str) -> tuple[str, str]:
     key = key.strip()
     if not sep or key not in FIELDS:
         raise SimlabError(f"--latency-probe {spec!r}: expected fields k=..., ctx=..., repeats=N, corun=yes|no, "
-                          "batch=..., batch_k=...")
+                          "batch=..., batch_k=..., tree=...|none")
     return key, value.strip()
 
 
@@ -142,9 +172,11 @@ class _Stepper:
     def _tokens(self, k: int) -> torch.Tensor:
         return torch.randint(0, self.vocab, (self.batch, k), generator=self.gen).to(self.model.device)
 
-    def __call__(self, k: int) -> torch.Tensor:
+    def __call__(self, k: int, tree: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """``tree``: the (4-D mask, position ids) of a forward under a tree attention mask."""
+        mask, positions = tree if tree is not None else (None, None)
         logits = self.model(input_ids=self._tokens(k), past_key_values=self.cache, use_cache=True,
-                            logits_to_keep=k).logits
+                            logits_to_keep=k, attention_mask=mask, position_ids=positions).logits
         self.cache.crop(-k)
         return logits
 
@@ -214,7 +246,7 @@ def _corun(fn: Callable[[], None], load: Callable[[], None], device: torch.devic
 def _ops(target, draft, exit_layers: list[int], plan: ProbePlan, ctx: int, vocab: int, gen,
          draft_layer: int = NO_LAYER) -> list[_Op]:
     """The points to time at one context length, each model holding a cache of ``ctx`` tokens."""
-    ops = _single_ops(target, draft, exit_layers, plan, ctx, vocab, gen) if plan.single else []
+    ops = _single_ops(target, draft, exit_layers, draft_layer, plan, ctx, vocab, gen) if plan.single else []
     for b in plan.batches:
         if b > 1:
             ops += _batch_ops(target, draft, draft_layer, plan, ctx, vocab, gen, b)
@@ -239,7 +271,8 @@ def _batch_ops(target, draft, draft_layer: int, plan: ProbePlan, ctx: int, vocab
     return ops
 
 
-def _single_ops(target, draft, exit_layers: list[int], plan: ProbePlan, ctx: int, vocab: int, gen) -> list[_Op]:
+def _single_ops(target, draft, exit_layers: list[int], draft_layer: int, plan: ProbePlan, ctx: int, vocab: int,
+                gen) -> list[_Op]:
     """The single-sequence points (batch 1)."""
     tgt = _Stepper(target, ctx, vocab, gen)
     ops = [_Op("target_forward", k, ctx, NO_LAYER, lambda k=k: tgt(k)) for k in plan.ks]
@@ -254,7 +287,51 @@ def _single_ops(target, draft, exit_layers: list[int], plan: ProbePlan, ctx: int
         if plan.corun:
             ops.append(_Op("draft_step", 1, ctx, NO_LAYER, lambda: drf(1), load=lambda: tgt(CORUN_VERIFY_K)))
             ops += [_Op("target_forward", k, ctx, NO_LAYER, lambda k=k: tgt(k), load=lambda: drf(1)) for k in plan.ks]
+    if plan.trees:
+        ops += _tree_ops(target, draft, draft_layer, plan, ctx, vocab, gen, tgt)
     return ops
+
+
+def _tree_ops(target, draft, draft_layer: int, plan: ProbePlan, ctx: int, vocab: int, gen, tgt: _Stepper) -> list[_Op]:
+    """Forwards under a tree attention mask, for every size of ``plan.trees``: the target's
+    verification of a tree of that many tokens (``tgt`` holds its cache), and the drafter's
+    expansion of that many nodes; solo and, with a draft model, co-running."""
+    layer, scope, drafting = NO_LAYER, nullcontext, draft
+    if draft is None:  # self-speculative: the drafting exit layer expands
+        layer, scope, drafting = draft_layer, partial(truncated, target, draft_layer), target
+    with scope():
+        drafter = _Stepper(drafting, ctx, vocab, gen)
+    ops = []
+    for k in plan.trees:
+        verify = verify_inputs(ctx, 1, *probe_tree(k - 1), _dtype(target), target.device)
+        expand = _expansion(k, ctx, _dtype(drafting), drafting.device)
+        ops.append(_Op("target_tree", k, ctx, NO_LAYER, lambda k=k, v=verify: tgt(k, v)))
+        ops.append(_Op("draft_tree", k, ctx, layer, lambda k=k, e=expand: drafter(k, e), scope=scope))
+    if draft is None or not plan.corun:
+        return ops
+    load = {"target_tree": lambda: drafter(1), "draft_tree": lambda: tgt(CORUN_VERIFY_K)}
+    return ops + [replace(op, load=load[op.op]) for op in ops]
+
+
+def probe_tree(nodes: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The parents and depths of the probe's tree of ``nodes`` nodes: binary, breadth-first (two
+    children of the root, two of each node after). Its shape sets which entries of the mask are
+    open, not how much the forward computes."""
+    tree = DraftTree(tuple(ROOT if i < 2 else i // 2 - 1 for i in range(nodes)), tuple(i % 2 for i in range(nodes)))
+    return tree.parents, tree.depths()
+
+
+def _expansion(nodes: int, ctx: int, dtype: torch.dtype, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The inputs of a draft's expansion of ``nodes`` candidates of the first level (children of
+    the committed prefix, whose ``ctx`` tokens the draft's cache holds), as the live decoder
+    feeds a level."""
+    tree = LiveTree(ctx)
+    return tree.feed([tree.add(ROOT, rank, 0) for rank in range(nodes)], ctx, dtype, device)
+
+
+def _dtype(model) -> torch.dtype:
+    """The dtype a model computes in (its additive attention mask is of it, as in live decoding)."""
+    return next(model.parameters()).dtype
 
 
 @torch.inference_mode()
@@ -268,7 +345,7 @@ def probe_latency(
     draft_layer: int = NO_LAYER,
 ) -> pd.DataFrame:
     """Latency samples (rows of latency.parquet) for the points of ``plan``; ``draft_layer``
-    is the exit layer that drafts batched steps when there is no draft model.
+    is the exit layer that drafts batched steps and tree expansions when there is no draft model.
 
     Repeats are interleaved (round r times every point, at every context length, once) so that
     a burst of load from elsewhere spreads over all points instead of biasing a few: timing
@@ -278,8 +355,8 @@ def probe_latency(
     """
     device = target.device
     gen = torch.Generator().manual_seed(0)
-    if draft is None and draft_layer == NO_LAYER and any(b > 1 for b in plan.batches):
-        raise SimlabError("batched draft steps need a draft model or a drafting exit layer")
+    if draft is None and draft_layer == NO_LAYER and (plan.trees or any(b > 1 for b in plan.batches)):
+        raise SimlabError("batched draft steps and tree expansions need a draft model or a drafting exit layer")
     ops = [op for ctx in plan.contexts
            for op in _ops(target, draft, exit_layers, plan, ctx, vocab, gen, draft_layer)]
     for op in ops:

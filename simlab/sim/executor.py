@@ -10,9 +10,9 @@ decoding) from a :class:`~simlab.trace.replay.TraceReplay`:
   and it accepts the deepest node whose path follows the target's tokens;
 - durations come from the latency model (tabulated once in a
   :class:`~simlab.latency.grid.LatencyGrid`); a serial round is k draft steps then one target
-  forward over k+1 positions; a tree round is one draft forward per level then one target
-  forward over its nodes + 1 (:meth:`~simlab.latency.grid.LatencyGrid.tree_draft_seconds`); a
-  parallel round runs both devices at once.
+  forward over k+1 positions; a tree round is one draft forward per level
+  (:meth:`~simlab.latency.grid.LatencyGrid.tree_draft_seconds`) then one tree verification over
+  its nodes + 1 (``target_tree``); a parallel round runs both devices at once.
 
 Time semantics are in :mod:`simlab.sim.devices`. Each prompt is one SimPy process. Its rounds
 never overlap one another, so they are priced on the prompt's local clock — a serial round
@@ -276,7 +276,7 @@ def _verify_tree(clock: float, grid: LatencyGrid, rp: PromptReplay, req: VerifyT
         clock = draft_dev.book(clock, grid.tree_draft_seconds(ctx, widths), "draft", c, n)
     ranks: Sequence[int] = rp.expansions.at(c).path_ranks if req.grown else rp.ranks[c : c + tree.depth]
     accepted = min(accepted_length(tree, ranks), rp.n_tokens - c - 1)  # the end token is the target's
-    clock = target_dev.book(clock, grid.target_forward(n + 1, ctx), "verify", c, n + 1, accepted)
+    clock = target_dev.book(clock, grid.target_tree(n + 1, ctx), "verify", c, n + 1, accepted)
     counts.target_calls += 1
     counts.accepted += accepted
     counts.drafted += n

@@ -28,11 +28,11 @@ growth, number for number (:class:`RecordedTrees`):
 - greedy verification accepts the leading nodes of the target's path through the recorded tree
   that are verified (:attr:`~simlab.trace.tree_replay.ExpansionAt.path_ranks`).
 
-Times repeat :meth:`~simlab.latency.grid.LatencyGrid.tree_draft_seconds` and the target forward
-of ``nodes + 1`` tokens with the same floating-point operations in the same order, and the
-clock and counts are summed as :mod:`simlab.sim.vanilla` sums them, so the results are bit for
-bit those of :class:`~simlab.sim.executor.SimExecutor` (``tests/test_tree_policies.py`` checks
-it on the shipped tree trace and on synthetic ones).
+Times repeat :meth:`~simlab.latency.grid.LatencyGrid.tree_draft_seconds` and the tree
+verification over ``nodes + 1`` tokens (``target_tree``) with the same floating-point operations
+in the same order, and the clock and counts are summed as :mod:`simlab.sim.vanilla` sums them,
+so the results are bit for bit those of :class:`~simlab.sim.executor.SimExecutor`
+(``tests/test_tree_policies.py`` checks it on the shipped tree trace and on synthetic ones).
 """
 from __future__ import annotations
 
@@ -69,11 +69,12 @@ class TreePrices:
     def __init__(self, grid: LatencyGrid):
         self.grid = grid
         self.cum = np.asarray(grid.draft_cumulative(NO_LAYER, False))
-        self.rows = TargetRows(grid)
+        self.verify = TargetRows(grid, grid.target_tree_row)
+        self.factors = TargetRows(grid, grid.draft_tree_row)
 
     def target(self, k: np.ndarray, ctx: np.ndarray) -> np.ndarray:
-        """Seconds of a ``k``-token target forward at context ``ctx`` (elementwise)."""
-        return self.rows(int(k.max(initial=1)))[k - 1, ctx]
+        """Seconds of a tree verification over ``k`` tokens at context ``ctx`` (elementwise)."""
+        return self.verify(int(k.max(initial=1)))[k - 1, ctx]
 
     def tree_draft(self, ctx: np.ndarray, widths: np.ndarray, levels: np.ndarray | None = None) -> np.ndarray:
         """:meth:`LatencyGrid.tree_draft_seconds` of the first ``levels`` (all, by default) of
@@ -82,15 +83,14 @@ class TreePrices:
             levels = np.full(len(ctx), widths.shape[1])
         cum = self.cum
         seconds = cum[ctx + levels] - cum[ctx]
-        rows = self.rows(int(widths.max(initial=1)))
+        factors = self.factors(int(widths.max(initial=1)))
         for d in range(widths.shape[1]):
             w = widths[:, d]
             wide = (w > 1) & (d < levels)
             if wide.any():
                 at = ctx + d
                 step = cum[at + 1] - cum[at]
-                ratio = rows[np.maximum(w, 1) - 1, at] / rows[0, at]
-                seconds = np.where(wide, seconds + step * (ratio - 1.0), seconds)
+                seconds = np.where(wide, seconds + step * (factors[np.maximum(w, 1) - 1, at] - 1.0), seconds)
         return seconds
 
 

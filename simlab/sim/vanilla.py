@@ -25,6 +25,7 @@ sums in prompt order — so the results are bit-for-bit those of
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,17 +38,18 @@ from simlab.trace.schema import NO_LAYER
 
 
 class TargetRows:
-    """The grid's target rows as one array, extended on demand: ``rows(sizes)[k][ctx]`` is the
-    seconds of a (k+1)-token target forward, for k < ``sizes``."""
+    """Rows of the grid as one array, extended on demand: ``rows(sizes)[k][ctx]`` is
+    ``row(k + 1)[ctx]`` for k < ``sizes``; ``row`` is the grid's k-token target forward
+    (:meth:`~simlab.latency.grid.LatencyGrid.target_row`) unless another row of it is named."""
 
-    def __init__(self, grid: LatencyGrid):
-        self.grid = grid
+    def __init__(self, grid: LatencyGrid, row: Callable[[int], list[float]] | None = None):
+        self.row = row or grid.target_row
         self._rows = np.empty((0, grid.max_context + 1))
 
     def __call__(self, sizes: int) -> np.ndarray:
         have = len(self._rows)
         if have < sizes:
-            more = [self.grid.target_row(j + 1) for j in range(have, sizes)]
+            more = [self.row(j + 1) for j in range(have, sizes)]
             self._rows = np.concatenate([self._rows, np.array(more)])
         return self._rows
 

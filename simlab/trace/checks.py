@@ -19,7 +19,14 @@ import numpy as np
 import pandas as pd
 
 from simlab.errors import SimlabError
-from simlab.trace.schema import LATENCY_OPS, MAX_FORWARD_SECONDS, NO_LAYER, Manifest, with_defaults
+from simlab.trace.schema import (
+    LATENCY_OPS,
+    MAX_FORWARD_SECONDS,
+    NO_LAYER,
+    REQUIRED_LATENCY_OPS,
+    Manifest,
+    with_defaults,
+)
 
 if TYPE_CHECKING:
     from simlab.trace.io import Trace
@@ -255,6 +262,6 @@ def validate_latency(lat: pd.DataFrame, where: str) -> None:
     ops = set(lat["op"].unique()) - set(LATENCY_OPS)
     if ops:
         raise SimlabError(f"{where}: latency.parquet has unknown ops {sorted(ops)}; expected {list(LATENCY_OPS)}")
-    for op in LATENCY_OPS:
+    for op in REQUIRED_LATENCY_OPS:
         if not ((lat["op"] == op) & (lat["batch"] == 1)).any():
             raise SimlabError(f"{where}: latency.parquet has no single-sequence (batch 1) {op!r} samples")

@@ -21,9 +21,15 @@ the accepted path are kept, moved up behind the prefix, and every other node's a
 (:func:`keep_entries`); the next round then continues from a cache that a chain forward over
 the accepted tokens would have left (tests/test_live_trees.py checks both equalities on a real
 model).
+
+The live decoder (:mod:`simlab.live.executor`) builds its forwards' inputs here, and so does the
+latency probe (:mod:`simlab.record.latency`), so that the probe times the forwards decoding
+runs; hence this module's place below both.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 
@@ -49,6 +55,20 @@ def tree_inputs(cached: int, shared: int, prefix: int, visible: list[list[int]],
         allowed[prefix + i, seen] = True
     mask = torch.zeros(q, cached + q, dtype=dtype).masked_fill_(~allowed, torch.finfo(dtype).min)
     return mask[None, None].to(device), torch.tensor([positions], device=device)
+
+
+def verify_inputs(cached: int, prefix: int, parents: Sequence[int], depths: Sequence[int], dtype: torch.dtype,
+                  device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The mask and position ids of the target's verification of a tree (node i's parent
+    ``parents[i]``, its depth ``depths[i]``): ``prefix`` committed tokens then every node, after
+    a cache of ``cached`` committed entries. The live decoder's forward, and the latency
+    probe's (:mod:`simlab.record.latency`), so that the probe times the forward decoding runs."""
+    first = cached + prefix  # cache index of node 0
+    visible: list[list[int]] = []
+    for i, p in enumerate(parents):
+        visible.append([first + i] + (visible[p] if p != ROOT else []))
+    positions = list(range(cached, first)) + [first - 1 + d for d in depths]
+    return tree_inputs(cached, cached, prefix, visible, positions, dtype, device)
 
 
 def keep_entries(cache, keep: list[int]) -> None:
@@ -88,6 +108,17 @@ class LiveTree:
         self.depths.append(1 if parent == ROOT else self.depths[parent] + 1)
         self.child[(parent, rank)] = c
         return c
+
+    def feed(self, expand: Sequence[int], cached: int, dtype: torch.dtype, device) -> tuple[torch.Tensor, torch.Tensor]:
+        """The mask and position ids of the draft's forward over the candidates ``expand`` (one
+        level's expansion), fed after ``cached`` cache entries, where it places them: each sees
+        the committed prefix and its ancestors, at the position of its depth. The live
+        decoder's forward, and the latency probe's."""
+        for j, e in enumerate(expand):
+            self.slot[e] = cached + j
+        visible = [[self.slot[a] for a in self.ancestry(e)] for e in expand]
+        positions = [self.base - 1 + self.depths[e] for e in expand]
+        return tree_inputs(cached, self.base, 0, visible, positions, dtype, device)
 
     def ancestry(self, c: int) -> list[int]:
         """``c`` and its ancestors (not the root), deepest first."""

@@ -38,7 +38,8 @@ Bookkeeping rules, defined here only:
 - A tree round (:class:`~simlab.policies.base.TreePlan`) drafts at most ``budget - committed - 1``
   levels (a fixed tree is cut to that depth) and verifies every node in one target forward;
   greedy verification accepts the longest path of nodes whose tokens are the target's, and the
-  round emits it plus the target's token. It is priced as a target forward of ``nodes + 1``
+  round emits it plus the target's token (live at temperature > 0 the path is sampled instead:
+  SpecInfer's multi-step speculative sampling, :mod:`simlab.live.executor`). It is priced as a target forward of ``nodes + 1``
   tokens and one draft forward per level over the nodes expanded there (the root, then the
   nodes with children); a width-one tree is a serial round of the same drafts, number for
   number. Tree rounds are not passed to ``observe`` (no tree policy adapts across rounds).

@@ -126,9 +126,12 @@ def test_a_live_session_hands_policies_the_simulators_context(session):
 
 
 def test_speculative_sampling_runs_to_the_budget(session):
+    """Chains, parallel rounds and trees (sampled for a fixed shape, top-k for a grown one) at
+    temperature > 0 on the real model: every round's caches stay consistent to the budget."""
     ex = LiveExecutor(session.executor.draft_model, session.executor.target_model, session.eos,
                       temperature=1.0, seed=5)
-    for policy in (session.make_policy("sd", {"gamma": 3}), EveryRoundParallel(None)):
+    for policy in (session.make_policy("sd", {"gamma": 3}), EveryRoundParallel(None),
+                   session.make_policy("tree-static", {"shape": "3x2x1"}), session.make_policy("eagle2", {"nodes": 8})):
         run = ex.run(policy, 0, session.ids[0], TOKENS)
         assert len(run.tokens) == TOKENS or run.tokens[-1] in session.eos
         assert 0 <= run.counts.accepted <= run.counts.drafted
@@ -226,11 +229,32 @@ def test_bad_live_arguments_are_one_line(tmp_path):
     for args, fragment in ((["--draft", "smollm2", "--draft-layer", "3"], "either --draft"),
                            (["--draft-layer", "3", "--policy", "oracle"], "only in simulation"),
                            (["--draft-layer", "3", "--policy", "nope"], "unknown policy"),
-                           (["--draft-layer", "3", "--policy", "eagle2", "--temperature", "0.7"], "greedily only")):
+                           (["--draft-layer", "3", "--policy", "eagle2", "--temperature", "0.7"], "--no-compare")):
         proc = subprocess.run(simlab("live", "--target", "smollm2", *args), capture_output=True, text=True,
                               env={**os.environ})
         assert proc.returncode == 2, proc.stderr
         assert fragment in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("temperature, policy", [(0.7, ["--policy", "eagle2", "--nodes", 8]),
+                                                  (0, ["--policy", "tree-static", "--shape", "3x2x1"])])
+def test_live_trees_without_a_comparison(tmp_path, temperature, policy):
+    """``--no-compare`` with tree policies: no trace bounds the trees, and at T > 0, where the
+    simulator has no sampled tree replay to compare with, it is how trees decode live (SpecInfer's
+    multi-step speculative sampling): no token-by-token verdict there, and no prediction."""
+    import json
+
+    proc = subprocess.run(simlab("live", "--target", "smollm2", "--draft-layer", LAYER, "--prompts", "humaneval:1",
+                                 "--max-new-tokens", TOKENS, "--temperature", temperature, "--seed", 3, *policy,
+                                 "--no-compare", "--json", "--quiet"), capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["prompts"] == 1 and summary["measured_num_drafts"] > 0
+    assert "predicted_speedup" not in summary and "target_calls_equal" not in summary
+    if temperature:
+        assert summary["lossless"].startswith("in distribution") and "NOT lossless" not in proc.stderr
+    else:
+        assert summary["lossless"] == 1
 
 
 def test_hf_assisted_generation_runs_the_same_fixed_gamma(session, greedy):

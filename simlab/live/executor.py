@@ -13,10 +13,19 @@ executor runs the draft and the target:
   Leviathan et al. 2023, arXiv:2211.17192; SPIDE eq. 1);
 - rollback: both KV caches are cropped to the committed prefix (transformers >= 5:
   ``DynamicCache.crop`` takes the negative number of tokens to remove);
-- tree rounds (greedy): the draft expands a tree one forward per level over the nodes it grows,
-  the target verifies every node in one forward, each under a tree attention mask with position
-  ids by depth (:mod:`simlab.trees.attention`); the longest path of nodes that are the
-  target's argmax is accepted, and both caches keep only that path's entries;
+- tree rounds: the draft expands a tree one forward per level over the nodes it grows, the
+  target verifies every node in one forward, each under a tree attention mask with position ids
+  by depth (:mod:`simlab.trees.attention`), and both caches keep only the accepted path's
+  entries. Greedy acceptance takes the longest path of nodes that are the target's argmax. At
+  temperature > 0 the path is chosen by SpecInfer's multi-step speculative sampling (Miao et al.,
+  "SpecInfer: Accelerating Large Language Model Serving with Tree-based Speculative Inference
+  and Verification", ASPLOS 2024, arXiv:2305.09781, Algorithm 2, VerifyStochastic): at a node,
+  its children are tried in order, each accepted with probability min(1, p(x)/q(x)) where q is
+  the distribution that child was drafted from; a rejection turns p into norm(max(0, p - q))
+  for the next child; when every child is rejected the round's last token is drawn from what p
+  has become (from p itself after an accepted leaf). This is lossless only if each child, given
+  everything drafted and judged before it, was drawn from the q it is judged with, so the
+  drafting differs by tree kind (:meth:`LiveExecutor._verify_tree`);
 - parallel rounds (PEARL, SPIDE): the draft drafts while the target verifies, in two threads
   with one intra-op thread each on CPU (on 2 cores this overlap took 0.74x the time of running
   them one after the other, Qwen pair), restoring the full thread count afterwards.
@@ -187,11 +196,17 @@ class LiveExecutor:
 
     def _correction(self, p: torch.Tensor, q: torch.Tensor | None) -> int:
         """The target's own token: after a rejection from norm(max(0, p - q)), else from p."""
+        return self._pick(self._residual(p, q))
+
+    def _residual(self, p: torch.Tensor, q: torch.Tensor | None) -> torch.Tensor:
+        """The target's distribution once it has rejected a draft drawn from ``q``:
+        norm(max(0, p - q)) (p where nothing is left, which a rejection then had probability 0;
+        p itself without a ``q``, and under greedy decoding, whose argmax a rejection leaves)."""
         if self.temperature == 0 or q is None:
-            return self._pick(p)
+            return p
         residual = torch.clamp(p - q, min=0)
         total = float(residual.sum())
-        return self._pick(residual / total if total > 0 else p)
+        return residual / total if total > 0 else p
 
     # -- one prompt -----------------------------------------------------------------------
 
@@ -399,6 +414,33 @@ class LiveExecutor:
         (float32 raw softmax, :func:`~simlab.record.tree_expansion.top_k`)."""
         from simlab.record.tree_expansion import top_k
 
+        logits, tree = self._tree_forward(state, draft, forwards, start, expand)
+        best = top_k(logits, topk)
+        answer = []
+        for j, e in enumerate(expand):
+            for rank in range(topk):
+                tree.add(e, rank, int(best.token[j, rank]))
+                answer.append((e, rank, float(best.prob[j, rank])))
+        return tuple(answer)
+
+    def _sample_children(self, state: "_PromptState", draft: _Model, forwards, start: int, expand: tuple[int, ...],
+                         count: int) -> None:
+        """One draft forward of a sampled tree (temperature > 0): ``count`` children of every
+        candidate of ``expand``, each an independent draw from the draft's distribution q at the
+        executor's temperature after that candidate (with replacement, so siblings may repeat a
+        token: each is a proposal of its own, as SpecInfer's SSMs are); q is kept as the
+        proposal of those children."""
+        logits, tree = self._tree_forward(state, draft, forwards, start, expand)
+        for j, e in enumerate(expand):
+            q = tree.proposal[e] = self._dist(logits[j])
+            for rank in range(count):
+                tree.add(e, rank, self._draw(q))
+
+    def _tree_forward(self, state: "_PromptState", draft: _Model, forwards, start: int,
+                      expand: tuple[int, ...]) -> tuple[torch.Tensor, LiveTree]:
+        """The draft forward over the candidates of ``expand`` (``(ROOT,)``: what the draft's
+        cache lacks of the committed prefix, which starts a new tree); returns its logits, a row
+        per candidate, and the round's tree."""
         if expand == (ROOT,):
             feed = (state.prompt + state.out)[draft.length:]  # what the draft's cache lacks: the last token, or more
             logits = self._timed(forwards, self._origin, draft, "draft", feed, start)[-1:]
@@ -410,24 +452,21 @@ class LiveExecutor:
             logits = self._timed(forwards, self._origin, draft, "draft", [tree.tokens[e] for e in expand],
                                  start + depth, tree=inputs)
         state.run.counts.draft_calls += 1
-        best = top_k(logits, topk)
-        answer = []
-        for j, e in enumerate(expand):
-            for rank in range(topk):
-                tree.add(e, rank, int(best.token[j, rank]))
-                answer.append((e, rank, float(best.prob[j, rank])))
-        return tuple(answer)
+        return logits, tree
 
     def _draft_fixed_tree(self, state: "_PromptState", draft: _Model, forwards, req: VerifyTree) -> list[int]:
         """Draft a fixed tree for real: node (parent, rank) is the rank-th likeliest draft token
-        after its parent, so the draft expands, level by level, the nodes that have children
-        (``req.widths`` per level, as the simulator prices it). Returns each node's candidate."""
+        after its parent (at temperature > 0: the rank-th independent draw from the draft's
+        distribution there, :meth:`_sample_children`), so the draft expands, level by level, the
+        nodes that have children (``req.widths`` per level, as the simulator prices it). Returns
+        each node's candidate."""
         tree = req.tree
         topk = max(tree.ranks) + 1
         has_children = set(tree.parents)
         depths = tree.depths()
         nodes = [ROOT] * tree.size
-        self._expand_tree(state, draft, forwards, req.start, (ROOT,), topk)
+        grow = self._sample_children if self.temperature > 0 else self._expand_tree
+        grow(state, draft, forwards, req.start, (ROOT,), topk)
         for depth in range(1, tree.depth + 1):
             level = [i for i in range(tree.size) if depths[i] == depth]
             for i in level:  # the parents' level was drafted just before
@@ -435,18 +474,37 @@ class LiveExecutor:
                 nodes[i] = state.tree.child[(ROOT if p == ROOT else nodes[p], tree.ranks[i])]
             expand = tuple(nodes[i] for i in level if i in has_children)
             if expand:
-                self._expand_tree(state, draft, forwards, req.start, expand, topk)
+                grow(state, draft, forwards, req.start, expand, topk)
         return nodes
 
     def _verify_tree(self, state: "_PromptState", draft: _Model, target: _Model, forwards, info: PromptInfo,
                      req: VerifyTree, run: LiveRun) -> int:
         """One target forward over the last committed token and every node of ``req.tree`` under a
-        tree attention mask; greedy acceptance of the longest path of nodes that are the target's
-        argmax after their parent; both caches keep the committed prefix and that path only.
-        Answers how many nodes the accepted path holds (the round emits them and the target's
-        token after them)."""
-        if self.temperature != 0:
-            raise SimlabError("live tree decoding verifies greedily only (temperature 0)")
+        tree attention mask, then the accepted path (:meth:`_accepted_path`); both caches keep
+        the committed prefix and that path only. Answers how many nodes the accepted path holds
+        (the round emits them and the target's token after them).
+
+        What is drafted at temperature > 0, and why it is lossless. Multi-step speculative
+        sampling emits the target's distribution when each child, given all drafted and judged
+        before it, is a draw from the q it is judged with (by induction over a node's children:
+        child x is emitted with probability min(p, q)(x), and a rejection, of probability
+        beta = 1 - sum min(p, q), leaves norm(max(0, p - q)) = (p - min(p, q)) / beta, whatever x
+        was). Two drafts satisfy that:
+
+        - a fixed tree (``tree-static``), whose shape looks at no token, is sampled: every child
+          an independent draw from the draft's distribution after its parent, judged with it
+          (SpecInfer's own case, its SSMs' proposals);
+        - a grown tree (``eagle2``, ``ags-tree``) keeps the top-k children it has at temperature
+          0: the policy chooses nodes from their draft probabilities, so children it sampled would
+          be kept or dropped by their own tokens, and a kept child would no longer be a draw from
+          q. A top-k child is a function of the draft's logits, a draw from the point mass on its
+          token, and is judged with that: accepted with probability p(x), after a rejection
+          p(x) = 0 and p renormalised (the rule of EAGLE-2's code, SafeAILab/EAGLE,
+          ``eagle/model/utils.py``, ``evaluate_posterior``, candidate probability 1). The policy
+          then decides from the numbers it is given at temperature 0.
+
+        tests/test_live_sampling.py enumerates every draw of both and checks the target's
+        distribution exactly."""
         c, tree = req.start, req.tree
         if tree.size and not req.grown:
             nodes = self._draft_fixed_tree(state, draft, forwards, req)
@@ -460,15 +518,9 @@ class LiveExecutor:
         first = cached + prefix  # cache index of node 0
         inputs = verify_inputs(cached, prefix, tree.parents, depths, _dtype(target.model), target.model.device)
         logits = self._timed(forwards, self._origin, target, "verify", feed + tokens, c, tree=inputs)[prefix - 1:]
-        child = {(p, tok): i for i, (p, tok) in enumerate(zip(tree.parents, tokens))}
-        path, node = [], ROOT
-        while True:  # row 0 follows the last committed token, row i + 1 follows node i
-            best = int(logits[0 if node == ROOT else node + 1].argmax())
-            node = child.get((node, best))
-            if node is None:
-                break
-            path.append(node)
-        accepted = self._settle(state, info, c, [tokens[i] for i in path] + [best], len(path))
+        proposals = [live.proposal.get(live.parents[n]) for n in nodes]  # None: a top-k child
+        path, last = self._accepted_path(logits, tree.parents, tokens, proposals)
+        accepted = self._settle(state, info, c, [tokens[i] for i in path] + [last], len(path))
         path = path[:accepted]
         target.keep(list(range(first)) + [first + i for i in path])
         if live is not None:  # the draft keeps the accepted nodes it fed (an expanded node's ancestors were fed too)
@@ -485,6 +537,39 @@ class LiveExecutor:
         run.positions.add(accepted + 1 if accepted < tree.depth else tree.depth, accepted)
         run.rounds.append({"mode": "tree", "start": c, "drafted": tree.size, "accepted": accepted})
         return accepted
+
+    def _accepted_path(self, logits: torch.Tensor, parents: tuple[int, ...], tokens: list[int],
+                       proposals: list[torch.Tensor | None]) -> tuple[list[int], int]:
+        """The nodes accepted from the root down, and the token after them (row 0 of ``logits``
+        follows the last committed token, row i + 1 node i). At each node its children are
+        judged in order (:meth:`_accepts`) against the target's distribution as the siblings
+        rejected before them left it (:meth:`_residual`); the first accepted is the next node.
+        Greedily that is the child that is the target's argmax. ``proposals[i]``: the
+        distribution node i was drawn from (None: a top-k child, see :meth:`_verify_tree`)."""
+        children: dict[int, list[int]] = {}
+        for i, parent in enumerate(parents):
+            children.setdefault(parent, []).append(i)
+        path, node = [], ROOT
+        while True:
+            p = self._dist(logits[0 if node == ROOT else node + 1])
+            for child in children.get(node, ()):
+                q = self._judged_with(p, tokens[child], proposals[child])
+                if self._accepts(p, q, tokens[child]):
+                    break
+                p = self._residual(p, q)
+            else:
+                return path, self._pick(p)
+            path.append(child)
+            node = child
+
+    def _judged_with(self, p: torch.Tensor, token: int, q: torch.Tensor | None) -> torch.Tensor | None:
+        """The proposal a tree node is judged with: ``q``, the distribution it was drawn from, or
+        for a top-k node (None) the point mass on its ``token``; greedy judging reads none."""
+        if q is not None or self.temperature == 0:
+            return q
+        mass = torch.zeros_like(p)
+        mass[token] = 1.0
+        return mass
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)

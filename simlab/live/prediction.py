@@ -6,13 +6,14 @@ gets (the one recipe, :mod:`simlab.sim.context`), so the live policy and the sim
 decide alike, and it simulates the policy once: the per-prompt prediction does not depend on
 what was measured, so writing the table after every prompt (``--out``) re-simulates nothing.
 Without a comparison trace (``--no-compare``) the context comes from the same recipe over the
-run's prompts and budget.
+run's prompts and budget, and its tree data are the trees the run drafts
+(:meth:`~simlab.live.setup.LiveSetup.tree_data`): no trace bounds them.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
@@ -64,7 +65,9 @@ class Prediction:
         lens = [len(ids) for ids in self.setup.ids.values()]
         budget = self.setup.cfg.max_new_tokens
         grid = tabulated(self.latency, max(lens) + budget) if self.latency is not None else None
-        return policy_context(grid, typical_context_len(lens, [budget]), self.setup.topology)
+        context = policy_context(grid, typical_context_len(lens, [budget]), self.setup.topology)
+        trees = self.setup.tree_data()
+        return replace(context, tree_topk=trees[0], tree_depth=trees[1]) if trees else context
 
     def simulated(self) -> SimResult | None:
         """The session's policy simulated on the comparison trace (once)."""

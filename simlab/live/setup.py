@@ -10,6 +10,7 @@ from typing import Any
 
 from simlab.errors import SimlabError
 from simlab.sim.devices import Topology
+from simlab.trees.draft_tree import parse_shape
 
 
 @dataclass
@@ -66,9 +67,9 @@ class LiveSetup:
         if REGISTRY[cfg.policy].needs_future:
             raise SimlabError(f"policy {cfg.policy!r} sees the future; it exists only in simulation")
         self.trees = REGISTRY[cfg.policy].drafts_trees
-        if self.trees and cfg.temperature > 0:
-            raise SimlabError(f"policy {cfg.policy!r} drafts trees, which live decoding verifies greedily only "
-                              "(SpecInfer's multi-candidate sampling is not implemented): pass --temperature 0")
+        if self.trees and cfg.temperature > 0 and cfg.compare:
+            raise SimlabError(f"policy {cfg.policy!r} drafts trees, which the simulator replays under greedy "
+                              "verification only: at --temperature > 0 decode it with --no-compare")
         if REGISTRY[cfg.policy].needs_shadows and cfg.draft_layer is None:
             raise SimlabError(f"policy {cfg.policy!r} drafts with the target's own exit layers: pass --draft-layer "
                               "instead of --draft")
@@ -99,12 +100,15 @@ class LiveSetup:
 
     def tree_data(self) -> tuple[int, int] | None:
         """For a tree policy, the ``--topk K --tree-depth D`` a comparison trace is recorded with
-        when none is found: the policy's ``top_k`` and depth if given, else the shipped tree
-        trace's 4 and 4; None for other policies."""
+        when none is found, and the trees a run without one (``--no-compare``) may draft: the
+        policy's ``top_k`` (a fixed shape's widest level) and depth if given, else the shipped
+        tree trace's 4 and 4; None for other policies."""
         if not self.trees:
             return None
         params = self.cfg.params
-        return params.get("top_k") or 4, params.get("depth") or params.get("max_draft") or 4
+        shape = params.get("shape")
+        widest = max(parse_shape(str(shape))) if shape else 0
+        return params.get("top_k") or max(widest, 4), params.get("depth") or params.get("max_draft") or 4
 
     def draft_name(self) -> str:
         return self.cfg.draft if self.cfg.draft else f"{self.cfg.target}[:{self.cfg.draft_layer}]"

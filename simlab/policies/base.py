@@ -210,7 +210,8 @@ class PolicyContext:
     predictor: AcceptancePredictor | None = None
     corun: bool = False
     best_gamma: Callable[[], int] | None = None
-    # tree data of the trace (manifest fields topk and tree_depth; 0: none) and its temperature
+    # tree data of the trace (manifest fields topk and tree_depth; 0: none) and its temperature;
+    # a live run without a trace gives the top-k and depth of the trees it drafts
     tree_topk: int = 0
     tree_depth: int = 0
     temperature: float = 0.0

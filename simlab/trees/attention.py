@@ -88,10 +88,12 @@ def keep_entries(cache, keep: list[int]) -> None:
 
 class LiveTree:
     """One round's draft candidates as the draft produced them: token, parent, depth of each,
-    which candidate is (parent, rank), and where the draft's cache holds the ones it has fed
-    (expanded). ``base``: the draft cache's length once it holds the committed prefix."""
+    which candidate is (parent, rank), where the draft's cache holds the ones it has fed
+    (expanded), and, for a candidate whose children were sampled (temperature > 0), the draft
+    distribution they were drawn from (``proposal``; none for top-k children). ``base``: the
+    draft cache's length once it holds the committed prefix."""
 
-    __slots__ = ("tokens", "parents", "depths", "child", "slot", "base")
+    __slots__ = ("tokens", "parents", "depths", "child", "slot", "proposal", "base")
 
     def __init__(self, base: int):
         self.tokens: list[int] = []
@@ -99,6 +101,7 @@ class LiveTree:
         self.depths: list[int] = []
         self.child: dict[tuple[int, int], int] = {}
         self.slot: dict[int, int] = {}
+        self.proposal: dict[int, torch.Tensor] = {}
         self.base = base
 
     def add(self, parent: int, rank: int, token: int) -> int:

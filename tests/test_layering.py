@@ -14,7 +14,7 @@ import simlab
 LAYERS = (
     ("errors",),
     ("atomic",),  # writes that never leave a half-written output
-    ("jsonfile", "paths", "params", "signals", "mapping", "metrics"),  # no domain knowledge
+    ("jsonfile", "paths", "params", "signals", "mapping", "metrics", "openmp"),  # no domain knowledge
     ("table_file",),  # result tables on disk (their list columns: metrics)
     ("trace",),  # the schema, IO, replay and synthetic traces
     ("latency", "models", "analytic", "engines", "trees"),

@@ -16,7 +16,8 @@ TRACE = ["1101111", "1111011"]
 def fake_setup(topology=Topology.ONE_DEVICE, budget=7):
     """The facts of a live run that the prediction reads (a real LiveSetup loads a tokenizer)."""
     cfg = SimpleNamespace(policy="sd", params={"gamma": 2}, seed=0, max_new_tokens=budget)
-    return SimpleNamespace(cfg=cfg, ids={0: [1] * 10, 1: [1] * 10}, topology=topology)
+    return SimpleNamespace(cfg=cfg, ids={0: [1] * 10, 1: [1] * 10}, topology=topology,
+                           tree_data=lambda: None)  # sd drafts no trees
 
 
 def outcome(source, seconds=1.0):

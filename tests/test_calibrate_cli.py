@@ -77,6 +77,27 @@ def test_roofline_check_states_the_error_against_pacer():
     assert out["overhead"]["per_layer_s"] > 0
 
 
+def test_roofline_summary_prices_tree_verification(tmp_path):
+    """A tree of n nodes is verified over n + 1 tokens with the mask's reads on top: at least the
+    chain forward of fewer tokens, growing with n, and on an H100 at batch 1 nearly flat (the
+    forward reads the weights once however many tokens it carries)."""
+    out = json.loads(simlab("calibrate", "roofline", "--target-config", "smollm2-135m", "--draft-layer", "24",
+                            "--gpu", "h100", "--out", tmp_path / "s.json", "--json").stdout)
+    from simlab.latency.model import load_profile
+
+    model = load_profile(tmp_path / "s.json")
+    trees = {r["nodes"]: r["target_ms"] for r in out["target_tree_ms"]}
+    assert sorted(trees) == [4, 16, 64]
+    for n, ms in trees.items():  # n nodes and the last committed token, plus a mask's reads (well under 1%)
+        assert ms == 1e3 * model.target_tree(n + 1, out["context_len"])
+        chain = 1e3 * model.target_forward(n + 1, out["context_len"])
+        assert chain < ms < 1.01 * chain
+    assert trees[4] < trees[16] < trees[64] < 1.5 * out["target_forward_ms"][0]["target_ms"]
+    text = simlab("calibrate", "roofline", "--target-config", "smollm2-135m", "--draft-layer", "24", "--gpu", "h100",
+                  "--out", tmp_path / "t.json").stdout
+    assert "tree of 64 nodes" in text
+
+
 def test_a_paper_setup_without_its_gpus(tmp_path):
     prof = tmp_path / "pacer.json"
     simlab("calibrate", "roofline", "--draft-config", "deepseek-coder-1.3b", "--target-config", "deepseek-coder-33b",

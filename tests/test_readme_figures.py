@@ -105,10 +105,13 @@ def test_the_readme_shows_every_live_policy_on_smollm2_as_the_runs_give_it():
     table = module.table()
     assert table in README
     assert table.count("\n| `") == 16  # every policy that decodes live: all but the oracle and the trees
+    trees = module.table(LIVE / "smollm2-tree")
+    assert trees in README
+    assert trees.count("\n| `") == 3  # tree-static, eagle2, ags-tree
 
 
 def test_every_live_run_has_equal_target_calls_in_simulation_and_live():
-    for csv in sorted([*LIVE.glob("*.csv"), *LIVE.glob("smollm2-all/*.csv")]):
+    for csv in sorted([*LIVE.glob("*.csv"), *LIVE.glob("smollm2-all/*.csv"), *LIVE.glob("smollm2-tree/*.csv")]):
         table = pd.read_csv(csv)
         assert (table["measured_target_calls"] == table["predicted_target_calls"]).all(), csv.name
         assert table["lossless"].all(), csv.name

@@ -22,6 +22,7 @@ from simlab.errors import SimlabError
 DEFAULT_COMMAND = "fit"
 REPORT_CONTEXT = 512  # context length of the roofline summary table
 REPORT_KS = (1, 2, 4, 8, 16, 32)
+REPORT_TREE_NODES = (4, 16, 64)  # tree sizes of the summary: a tree of n nodes is verified over k = n + 1 tokens
 # the size each fitted series is measured in (the draft-model step has none)
 SIZE_NAMES = {"exit": "layer", "target": "k", "target_tree": "k", "draft_tree": "nodes"}
 
@@ -157,10 +158,11 @@ def roofline(
     )
     path = save_profile(model, out)
     rows = [{"k": k, "target_ms": 1e3 * model.target_forward(k, REPORT_CONTEXT)} for k in REPORT_KS]
+    trees = [{"nodes": n, "target_ms": 1e3 * model.target_tree(n + 1, REPORT_CONTEXT)} for n in REPORT_TREE_NODES]
     draft_ms = 1e3 * model.draft_step(REPORT_CONTEXT) if model.draft or model.draft_layer != NO_LAYER else None
     if json_out:
         print_json({"profile": str(path), "context_len": REPORT_CONTEXT, "draft_step_ms": draft_ms,
-                    "target_forward_ms": rows, **model.to_profile()})
+                    "target_forward_ms": rows, "target_tree_ms": trees, **model.to_profile()})
         return
     o = model.overhead
     console.print(f"{model.name}: {model.target.name}" + (f" drafted by {model.draft.name}" if model.draft else "")
@@ -177,6 +179,8 @@ def roofline(
         table.add_row("draft step", f"{draft_ms:.2f}")
     for r in rows:
         table.add_row(f"target, k={r['k']}", f"{r['target_ms']:.2f}")
+    for r in trees:
+        table.add_row(f"target, tree of {r['nodes']} nodes", f"{r['target_ms']:.2f}")
     console.print(table)
     console.print(f"wrote {path}")
 

@@ -1,10 +1,12 @@
-"""Print the README's table of every live policy on SmolLM2 from this directory's runs.
+"""Print the README's table of every live policy on SmolLM2 from this directory's runs, or of
+another directory of runs made the same way (a run.sh and one POLICY.json per policy).
 
-Usage: python results/live/smollm2-all/table.py (tests/test_readme_figures.py checks that the
-README shows exactly this table).
+Usage: python results/live/smollm2-all/table.py [DIRECTORY] (tests/test_readme_figures.py checks
+that the README shows exactly these tables, for this directory and for ../smollm2-tree).
 """
 
 import json
+import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -23,12 +25,12 @@ def row(run: dict) -> str:
             f"| {run['median_ad_drift']:+.1%} |")
 
 
-def table() -> str:
-    runs = [json.loads(p.read_text()) for p in sorted(HERE.glob("*.json"))]
-    order = (HERE / "run.sh").read_text()
+def table(directory: Path = HERE) -> str:
+    runs = [json.loads(p.read_text()) for p in sorted(directory.glob("*.json"))]
+    order = (directory / "run.sh").read_text()
     runs.sort(key=lambda r: order.index(f" {r['policy']} ") if f" {r['policy']} " in order else len(order))
     return "\n".join([HEADER, *map(row, runs)])
 
 
 if __name__ == "__main__":
-    print(table())
+    print(table(Path(sys.argv[1]) if len(sys.argv) > 1 else HERE))

@@ -201,7 +201,12 @@ def test_trace_manifest_and_latency_samples(selfspec, sampled):
     s = selfspec.manifest
     assert (s.draft_model, s.draft_layer, s.n_layers, s.exit_layers) == ("smollm2[:24]", 24, 30, list(range(22, 30)))
     steps = selfspec.latency[selfspec.latency.op == "draft_step"]
-    assert sorted(steps.layer.unique()) == list(range(22, 30)) and not selfspec.latency.corun.any()
+    assert sorted(steps.layer.unique()) == list(range(22, 30))
+    # co-running: the drafting exit layer beside the target (as live parallel rounds run them), no other layer
+    corun = selfspec.latency[selfspec.latency.corun]
+    assert set(corun[corun.op == "draft_step"].layer) == {24} and set(corun.batch) == {1}
+    assert sorted(corun[corun.op == "target_forward"].k.unique()) == [1, 2]
+    assert (24, True) in TableLatency.from_samples(selfspec.latency).draft  # priced from its own samples
     assert set(steps[steps.batch == 2].layer) == {24}  # batched draft steps: the drafting exit layer
 
 
@@ -392,8 +397,8 @@ def test_the_probes_tree_axis_is_recorded_per_drafter_solo_and_co_running(smollm
     plan = ProbePlan.parse("k=3;ctx=12;repeats=1;batch=1;tree=3")
     selfspec = probe_latency(model, None, [24], plan, model.config.vocab_size, draft_layer=24)
     assert sorted(zip(selfspec.op, selfspec.k, selfspec.layer, selfspec.corun)) == [
-        ("draft_step", 1, 24, False), ("draft_tree", 3, 24, False), ("target_forward", 3, -1, False),
-        ("target_tree", 3, -1, False)]
+        ("draft_step", 1, 24, False), ("draft_step", 1, 24, True), ("draft_tree", 3, 24, False),
+        ("target_forward", 3, -1, False), ("target_forward", 3, -1, True), ("target_tree", 3, -1, False)]
     pair = probe_latency(model, model, [], plan, model.config.vocab_size)
     trees = pair[pair.op.isin(["target_tree", "draft_tree"])]
     assert sorted(zip(trees.op, trees.layer, trees.corun)) == [

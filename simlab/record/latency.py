@@ -56,7 +56,12 @@ target verifies on the same device. Each model is slower then, so it is timed ag
 other model runs in a second thread: on CPU each thread gets one intra-op thread (the cores
 are shared out), on GPU each thread its own CUDA stream. The background load is the draft
 stepping for target figures, and the target verifying ``CORUN_VERIFY_K`` tokens for draft
-figures. Solo figures use the process's normal thread count.
+figures. Solo figures use the process's normal thread count. A self-speculative pair co-runs
+too: its drafting exit layer runs as a model of its own over the target's weights
+(:func:`~simlab.models.early_exit.early_exit_draft`, with its own KV cache), as live parallel
+rounds run it. Without those figures its parallel rounds would be priced with the solo ones,
+which on a CPU err both ways: one intra-op thread per model makes a 2-token verify of SmolLM2
+faster than two threads do, and its 1-token verify and draft steps slower.
 """
 
 from __future__ import annotations
@@ -72,6 +77,7 @@ import pandas as pd
 import torch
 
 from simlab.errors import SimlabError
+from simlab.models.early_exit import early_exit_draft
 from simlab.record.forward import truncated
 from simlab.record.ranges import int_ranges
 from simlab.trace.schema import NO_LAYER
@@ -91,7 +97,7 @@ class ProbePlan:
     ks: tuple[int, ...]
     contexts: tuple[int, ...]
     repeats: int
-    corun: bool = True  # only when there is a separate draft model
+    corun: bool = True  # with a draft model, or the drafting exit layer of a self-speculative pair
     batches: tuple[int, ...] = (1,)  # 1: the single-sequence series; B > 1: B sequences x batch_ks
     batch_ks: tuple[int, ...] = ()
     trees: tuple[int, ...] = ()  # tree sizes: tokens of a verification, nodes of a draft's expansion
@@ -285,11 +291,20 @@ def _single_ops(target, draft, exit_layers: list[int], draft_layer: int, plan: P
         drf = _Stepper(draft, ctx, vocab, gen)
         ops.append(_Op("draft_step", 1, ctx, NO_LAYER, lambda: drf(1)))
         if plan.corun:
-            ops.append(_Op("draft_step", 1, ctx, NO_LAYER, lambda: drf(1), load=lambda: tgt(CORUN_VERIFY_K)))
-            ops += [_Op("target_forward", k, ctx, NO_LAYER, lambda k=k: tgt(k), load=lambda: drf(1)) for k in plan.ks]
+            ops += _corun_ops(tgt, drf, NO_LAYER, plan.ks, ctx)
+    elif plan.corun and draft_layer != NO_LAYER:  # the exit layer as a model of its own (module docstring)
+        ops += _corun_ops(tgt, _Stepper(early_exit_draft(target, draft_layer), ctx, vocab, gen), draft_layer, plan.ks, ctx)
     if plan.trees:
         ops += _tree_ops(target, draft, draft_layer, plan, ctx, vocab, gen, tgt)
     return ops
+
+
+def _corun_ops(tgt: _Stepper, drf: _Stepper, layer: int, ks: tuple[int, ...], ctx: int) -> list[_Op]:
+    """Each model timed while the other runs (module docstring): a draft step (of exit layer
+    ``layer`` for a self-speculative pair) beside the target verifying ``CORUN_VERIFY_K`` tokens,
+    and the target's k-token forwards beside draft steps."""
+    return [_Op("draft_step", 1, ctx, layer, lambda: drf(1), load=lambda: tgt(CORUN_VERIFY_K)),
+            *(_Op("target_forward", k, ctx, NO_LAYER, lambda k=k: tgt(k), load=lambda: drf(1)) for k in ks)]
 
 
 def _tree_ops(target, draft, draft_layer: int, plan: ProbePlan, ctx: int, vocab: int, gen, tgt: _Stepper) -> list[_Op]:

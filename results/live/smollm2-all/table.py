@@ -6,6 +6,7 @@ that the README shows exactly these tables, for this directory and for ../smollm
 """
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -27,8 +28,13 @@ def row(run: dict) -> str:
 
 def table(directory: Path = HERE) -> str:
     runs = [json.loads(p.read_text()) for p in sorted(directory.glob("*.json"))]
-    order = (directory / "run.sh").read_text()
-    runs.sort(key=lambda r: order.index(f" {r['policy']} ") if f" {r['policy']} " in order else len(order))
+    order = (directory / "run.sh").read_text()  # rows in the order its POLICIES list names them
+
+    def place(run: dict) -> int:
+        found = re.search(rf"(?<![\w-]){re.escape(run['policy'])}(?![\w-])", order)
+        return found.start() if found else len(order)
+
+    runs.sort(key=place)
     return "\n".join([HEADER, *map(row, runs)])
 
 

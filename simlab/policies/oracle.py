@@ -21,6 +21,9 @@ drafts at most K tokens per round on the same trace and latency model.
 
 from __future__ import annotations
 
+from itertools import chain, repeat
+from operator import add
+
 from simlab.errors import SimlabError
 from simlab.policies.base import (
     COUNT,
@@ -45,6 +48,7 @@ class Oracle(Policy):
     def __init__(self, context, **values):
         super().__init__(context, **values)
         self._choice: list[int] = []
+        self._plans = [Serial(k, fixed=True) for k in range(self.max_draft + 1)]  # a plan per k, built once
 
     def reset(self, prompt: PromptInfo) -> None:
         if prompt.replay is None:
@@ -60,16 +64,15 @@ class Oracle(Policy):
         best = [0.0] * (n + 1)
         choice = [0] * (n + 1)
         for c in range(n - 1, 0, -1):
-            seconds = rounds[c - 1]
             r = min(run[c], n - c - 1)  # a round from c emits min(k, r) + 1 tokens (rounds.py)
-            best_k, best_t = 0, float("inf")
-            for k in range(min(top_k, budget - c - 1) + 1):
-                t = seconds[k] + best[c + (k if k < r else r) + 1]
-                if t < best_t:
-                    best_k, best_t = k, t
-            best[c], choice[c] = best_t, best_k
+            # T(c, k) + best[c + min(k, r) + 1] for k = 0..min(K, budget - c - 1), added by map (C
+            # loops: one Python step per k was most of the oracle's time); the first k on ties
+            times = list(map(add, rounds[c - 1][: min(top_k, budget - c - 1) + 1],
+                             chain(best[c + 1 : c + r + 1], repeat(best[c + r + 1]))))
+            best[c] = min(times)
+            choice[c] = times.index(best[c])
         self.expected_seconds = best[1]
         return choice
 
     def plan(self, state: RoundState) -> Plan:
-        return Serial(self._choice[state.committed], fixed=True)
+        return self._plans[self._choice[state.committed]]

@@ -71,7 +71,7 @@ MUTANTS = [
            "(True, window, checked, accepted, accepted, res.first_new_accepted)", "a parallel round's emitted count lost"),
     Mutant("simlab/sim/timeline.py", 'e.get("ph") == "M" and e["name"] == "process_name"',
            'e.get("ph") == "M" or e["name"] == "process_name"', "a timeline's title read from any metadata event"),
-    Mutant("simlab/trace/replay.py", "rent[j - 1], nan", "rent[j - 2], nan",
+    Mutant("simlab/trace/replay.py", "rent[j], nan", "rent[j - 1], nan",
            "a rollout's entropy read one step behind its confidence"),
     Mutant("simlab/trace/tree_replay.py", "topk ** 2  # nodes per position", "topk * 2  # nodes per position",
            "recorded EAGLE-2 trees cut at the wrong node count (right only for top-2)"),

@@ -1,6 +1,7 @@
 """Greedy replay is exact: rounds counted by hand on small traces."""
 
 import math
+import random
 from itertools import islice
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 
 from simlab.errors import SimlabError
 from simlab.policies import REGISTRY
+from simlab.policies.oracle import schedule
 from simlab.signals import TokenSignal
 from simlab.sim.executor import SimExecutor
 from simlab.sim.run import Simulator
@@ -123,6 +125,34 @@ def test_oracle_is_the_fastest_serial_schedule_even_when_verify_is_not_monotone(
     assert rounds(res)[0] == (1, 4, 2)  # drafts 3 although only 2 will be accepted
     for gamma in range(1, 8):
         assert res.summary.wall_time_s <= sim.run("sd", {"gamma": gamma}, with_cost=False).summary.wall_time_s + 1e-12
+
+
+def scan(rounds, run, n, budget, top_k):
+    """The oracle's programme as its module docstring writes it: every k tried in turn."""
+    best, choice = [0.0] * (n + 1), [0] * (n + 1)
+    for c in range(n - 1, 0, -1):
+        r = min(run[c], n - c - 1)
+        best_k, best_t = 0, math.inf
+        for k in range(min(top_k, budget - c - 1) + 1):
+            t = rounds[c - 1][k] + best[c + min(k, r) + 1]
+            if t < best_t:
+                best_k, best_t = k, t
+        best[c], choice[c] = best_t, best_k
+    return best, choice
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_oracles_programme_is_the_scan_over_k(seed):
+    # schedule() takes the least round time past the accepted run at once: the same times and
+    # choices as trying every k, also where round times differ by less than the rounding of the
+    # time left after them (on such ties the scan keeps the first k)
+    rng = random.Random(seed)
+    n, top_k = 300, 16
+    budget = n + rng.choice([0, 5])
+    run = [min(int(rng.expovariate(0.25)), 40) for _ in range(n)]
+    rounds = [[1.0 + rng.choice([0.0, 1e-15, 2e-15, 3e-15, 1e-12, 0.5, -0.5]) for _ in range(top_k + 1)]
+              for _ in range(n - 1)]
+    assert schedule(rounds, run, n, budget, top_k) == scan(rounds, run, n, budget, top_k)
 
 
 def test_cost_is_relative_to_sd_at_its_best_gamma():

@@ -140,14 +140,13 @@ class PromptReplay:
                 i += 1
                 t += 1
         rconf, rent, rends = rollout
-        while True:
-            j = t - d
-            if j > len(rconf):
-                self.rollout_overruns += 1
-                j = len(rconf)
-            yield new(TokenSignal, (i, rconf[j - 1], rent[j - 1], nan, rends[j - 1]))
+        for j in range(t - d - 1, len(rconf)):  # the rollout's steps from this token's on
+            yield new(TokenSignal, (i, rconf[j], rent[j], nan, rends[j]))
             i += 1
-            t += 1
+        while True:  # past the recorded rollout
+            self.rollout_overruns += 1
+            yield new(TokenSignal, (i, rconf[-1], rent[-1], nan, rends[-1]))
+            i += 1
 
     def shadows(self, start: int, count: int) -> ShadowTokens:
         """Every recorded exit layer's token at positions ``start..start+count-1`` (DEL's shadow

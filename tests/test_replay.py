@@ -11,7 +11,9 @@ import pytest
 
 from simlab.errors import SimlabError
 from simlab.policies import REGISTRY
+from simlab.policies.base import Decision
 from simlab.policies.oracle import schedule
+from simlab.rounds import DraftLoop
 from simlab.signals import TokenSignal
 from simlab.sim.executor import SimExecutor
 from simlab.sim.run import Simulator
@@ -300,3 +302,26 @@ def test_replayed_signals_follow_their_definition(trace, seed, layer):
             want = [signal_by_definition(rp, start, first + k, at) for k in range(40)]
             assert repr(got) == repr([TokenSignal(*s) for s, _ in want])
             assert rp.rollout_overruns - before == sum(over for _, over in want)
+
+
+@pytest.mark.parametrize("trace, seed, layers", [
+    ("traces/synthetic-iid", 0, False),
+    ("traces/smollm2-selfspec", 0, True),  # exit layers with and without their own rollouts
+    ("results/live/smollm2-t07/traces/seed0", 3, False),  # stochastic: some rejections have no rollout
+])
+def test_draft_until_reads_what_a_draft_loop_over_the_signals_reads(trace, seed, layers):
+    # the simulator drafts a stop rule's round with draft_until, in one frame; DraftLoop.run over
+    # signals() is the definition: the same signals, the same ending, the same rollout overruns
+    rng = random.Random(seed)
+    prompts = TraceReplay(read_trace(ROOT / trace), seed=seed).prompts
+    for rp in prompts[:: max(1, len(prompts) // 6)]:
+        for start in [rng.randrange(rp.n_tokens) for _ in range(25)] + [rp.n_tokens - 1, rp.n_tokens - 2]:
+            layer = rng.choice([None, *rp.layers]) if layers else None
+            cap, level, at_end = rng.choice([1, 2, 5, 17, 40]), rng.choice([0.0, 0.3, 0.6, 0.9, 2.0]), rng.random() < 0.5
+            loop = DraftLoop(start, cap, layer, None, at_end, lambda s, level=level: s.confidence < level)
+            before = rp.rollout_overruns
+            drafted, decision = loop.run(rp.signals(start, layer))
+            by_loop = rp.rollout_overruns - before
+            got, stopped = rp.draft_until(start, layer, cap, loop.stops, at_end)
+            assert repr(got) == repr(drafted) and stopped == (decision is Decision.VERIFY)
+            assert rp.rollout_overruns - before == 2 * by_loop

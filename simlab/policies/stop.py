@@ -44,9 +44,11 @@ class StopRule(Policy):
     def __init__(self, context, **values: Any):
         super().__init__(context, **values)
         self._plan = Serial(self.max_draft) if self.max_draft is not None else None
+        self._begins = type(self).begin_round is not StopRule.begin_round  # else no call per round
 
     def plan(self, state: RoundState) -> Plan:
-        self.begin_round(state)
+        if self._begins:
+            self.begin_round(state)
         return self._plan or Serial(state.remaining)
 
     def begin_round(self, state: RoundState) -> None:
@@ -98,16 +100,18 @@ class AdaptiveStop(StopRule):
         self._rate = 0.0
 
     def observe(self, outcome: Outcome) -> None:
-        if not outcome.drafted:  # the last position of a prompt: nothing was drafted
+        drafted = outcome.drafted
+        if not drafted:  # the last position of a prompt: nothing was drafted
             return
-        self._rate = self.beta1 * self._rate + (1 - self.beta1) * outcome.accepted / outcome.drafted
-        if self._rate < self.target_rate:
-            moved = self.level + self.epsilon
-        elif outcome.drafted == self.max_draft:
-            moved = self.level
+        beta1, beta2, level = self.beta1, self.beta2, self.level  # (read once: this runs every round)
+        rate = self._rate = beta1 * self._rate + (1 - beta1) * outcome.accepted / drafted
+        if rate < self.target_rate:
+            moved = level + self.epsilon
+        elif drafted == self.max_draft:
+            moved = level
         else:
-            moved = self.level - self.epsilon
-        self.level = self.beta2 * self.level + (1 - self.beta2) * moved
+            moved = level - self.epsilon
+        self.level = beta2 * level + (1 - beta2) * moved
 
 
 class PredictedStop(StopRule):

@@ -318,10 +318,19 @@ def test_draft_until_reads_what_a_draft_loop_over_the_signals_reads(trace, seed,
         for start in [rng.randrange(rp.n_tokens) for _ in range(25)] + [rp.n_tokens - 1, rp.n_tokens - 2]:
             layer = rng.choice([None, *rp.layers]) if layers else None
             cap, level, at_end = rng.choice([1, 2, 5, 17, 40]), rng.choice([0.0, 0.3, 0.6, 0.9, 2.0]), rng.random() < 0.5
-            loop = DraftLoop(start, cap, layer, None, at_end, lambda s, level=level: s.confidence < level)
+            if rng.random() < 0.5:  # a stop rule, and how the simulator reads draft_until's answer
+                loop = DraftLoop(start, cap, layer, None, at_end, lambda s, level=level: s.confidence < level)
+                rule, go = loop.stops, False
+                decided = lambda said: Decision.DRAFT if said is False else Decision.VERIFY  # noqa: E731
+            else:  # on_draft, with every decision
+                loop = DraftLoop(start, cap, layer, lambda s, level=level: Decision.DROP if s.confidence < level / 2
+                                 else Decision.PARALLEL if s.index == 7 else Decision.VERIFY if s.confidence < level
+                                 else Decision.DRAFT, at_end)
+                rule, go = loop.on_draft, Decision.DRAFT
+                decided = lambda said: Decision.VERIFY if said is None else said  # noqa: E731
             before = rp.rollout_overruns
             drafted, decision = loop.run(rp.signals(start, layer))
             by_loop = rp.rollout_overruns - before
-            got, stopped = rp.draft_until(start, layer, cap, loop.stops, at_end)
-            assert repr(got) == repr(drafted) and stopped == (decision is Decision.VERIFY)
+            got, said = rp.draft_until(start, layer, cap, rule, at_end, go)
+            assert repr(got) == repr(drafted) and decided(said) is decision
             assert rp.rollout_overruns - before == 2 * by_loop

@@ -149,9 +149,13 @@ class SimExecutor:
                 unpaid_layer = NO_LAYER if req.layer is None else req.layer
                 continue
             if kind is DraftLoop:
-                if req.stops is not None:  # a stop rule: the replay drafts and tests in one frame
-                    drafted_now, stopped = draft_until(req.start, req.layer, req.cap, req.stops, req.stop_at_end)
-                    answer = drafted_now, VERIFY if stopped else DRAFT
+                # the replay drafts and asks the policy in one frame (a fixed plan: DraftLoop.run)
+                if req.stops is not None:  # a stop rule: False drafts on
+                    drafted_now, said = draft_until(req.start, req.layer, req.cap, req.stops, req.stop_at_end)
+                    answer = drafted_now, DRAFT if said is False else VERIFY
+                elif req.on_draft is not None:  # None: the end token stopped it
+                    drafted_now, said = draft_until(req.start, req.layer, req.cap, req.on_draft, req.stop_at_end, DRAFT)
+                    answer = drafted_now, VERIFY if said is None else said
                 else:
                     answer = req.run(signals(req.start, req.layer))
                 unpaid += len(answer[0])

@@ -148,12 +148,13 @@ class PromptReplay:
             yield new(TokenSignal, (i, rconf[-1], rent[-1], nan, rends[-1]))
             i += 1
 
-    def draft_until(self, start: int, layer: int | None, cap: int, stop: Callable[[TokenSignal], bool],
-                    stop_at_end: bool = False) -> tuple[list[TokenSignal], bool]:
-        """Up to ``cap`` signals of :meth:`signals` from ``start``, until ``stop`` of one is true
-        (or, with ``stop_at_end``, one is an end token): those signals, and whether a signal
-        ended them. What a draft loop with a stop rule reads from :meth:`signals`
-        (``simlab.rounds.DraftLoop.run``), rollout overruns included, drafted in one frame: the
+    def draft_until(self, start: int, layer: int | None, cap: int, stop: Callable[[TokenSignal], object],
+                    stop_at_end: bool = False, go: object = False) -> tuple[list[TokenSignal], object]:
+        """Up to ``cap`` signals of :meth:`signals` from ``start``, until ``stop`` of one answers
+        other than ``go`` (or, with ``stop_at_end``, one is an end token): those signals, and how
+        they ended — ``go`` at the cap, None at an end token, else ``stop``'s answer. What a
+        draft loop (``simlab.rounds.DraftLoop.run``: a stop rule and False, or ``on_draft`` and
+        DRAFT) reads from :meth:`signals`, rollout overruns included, drafted in one frame: the
         simulator drafts most tokens so, and a generator's resumption, its closing and a loop
         around it were most of a short round. tests/test_replay.py pins the two together."""
         new, nan = tuple.__new__, math.nan  # a TokenSignal without its Python-level __new__
@@ -167,18 +168,20 @@ class PromptReplay:
         for t in range(start, min(hi, start + cap)):  # on the true path
             signal = new(TokenSignal, (t - start + 1, conf[t], ent[t], nan if scores is None else scores[t], ends[t]))
             append(signal)
-            if (stop_at_end and signal.end) or stop(signal):
-                return drafted, True
+            said = None if stop_at_end and signal.end else stop(signal)
+            if said != go:
+                return drafted, said
         t, i = hi, hi - start + 1
         if i > cap:
-            return drafted, False
+            return drafted, go
         if t == d:  # the run reaches past the end token, where nothing was recorded
             self.rollout_overruns += 1
             u = n - 1
             signal = new(TokenSignal, (i, conf[u], ent[u], nan if scores is None else scores[u], ends[u]))
             append(signal)
-            if (stop_at_end and signal.end) or stop(signal):
-                return drafted, True
+            said = None if stop_at_end and signal.end else stop(signal)
+            if said != go:
+                return drafted, said
             t, i = t + 1, i + 1
         rollout = path.rollouts.get(d)
         if rollout is None:  # teacher-forced signals at the next positions, the last one repeated
@@ -186,24 +189,27 @@ class PromptReplay:
                 u = min(t, n - 1)
                 signal = new(TokenSignal, (i, conf[u], ent[u], nan if scores is None else scores[u], ends[u]))
                 append(signal)
-                if (stop_at_end and signal.end) or stop(signal):
-                    return drafted, True
+                said = None if stop_at_end and signal.end else stop(signal)
+                if said != go:
+                    return drafted, said
                 t += 1
-            return drafted, False
+            return drafted, go
         rconf, rent, rends = rollout
         for j in range(t - d - 1, min(len(rconf), t - d - 1 + cap - i + 1)):  # the rollout's steps
             signal = new(TokenSignal, (i, rconf[j], rent[j], nan, rends[j]))
             append(signal)
-            if (stop_at_end and signal.end) or stop(signal):
-                return drafted, True
+            said = None if stop_at_end and signal.end else stop(signal)
+            if said != go:
+                return drafted, said
             i += 1
         for i in range(i, cap + 1):  # past the recorded rollout
             self.rollout_overruns += 1
             signal = new(TokenSignal, (i, rconf[-1], rent[-1], nan, rends[-1]))
             append(signal)
-            if (stop_at_end and signal.end) or stop(signal):
-                return drafted, True
-        return drafted, False
+            said = None if stop_at_end and signal.end else stop(signal)
+            if said != go:
+                return drafted, said
+        return drafted, go
 
     def shadows(self, start: int, count: int) -> ShadowTokens:
         """Every recorded exit layer's token at positions ``start..start+count-1`` (DEL's shadow

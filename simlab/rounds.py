@@ -90,9 +90,11 @@ class DraftLoop(NamedTuple):
         reads no further than it drafts) until the policy decides or ``cap`` tokens are drafted.
         Returns the drafted signals and the last decision (DRAFT when the cap ended the run).
 
-        The simulator runs this loop once per simulated draft token, so it applies the rule of
-        :meth:`decide` inline rather than calling it (a call per token is a large share of a
-        replayed round); tests/test_draft_end.py pins the two to the same decisions."""
+        It applies the rule of :meth:`decide` inline rather than calling it (a call per token is
+        a large share of a replayed round); tests/test_draft_end.py pins the two to the same
+        decisions. The simulator drafts a round that has a stop rule or ``on_draft`` without
+        this loop, by ``PromptReplay.draft_until`` (the same loop fused with the replay's
+        signals; tests/test_replay.py pins the two together)."""
         drafted: list[TokenSignal] = []
         if self.cap <= 0:
             return drafted, DRAFT

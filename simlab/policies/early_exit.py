@@ -86,7 +86,7 @@ _UP, _DOWN = 1.0 + 1e-12, 1.0 - 1e-12
 # over 1 − α can dwarf the relative ones; it stays below _SLACK / (1 − α), with room to spare.
 _SLACK = 1e-15
 # ... and, from α alone: α·L below ℓ·_FALLS puts TPL(1) below TPL(0) by a relative 1e-6/(L + 1)
-# at least, above the error of any computed entry whatever the layer count
+# at least, above the error of a computed entry for any layer count below 10^5
 _FALLS = 1.0 - 1e-6
 
 

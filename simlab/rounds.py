@@ -90,9 +90,11 @@ class DraftLoop(NamedTuple):
         reads no further than it drafts) until the policy decides or ``cap`` tokens are drafted.
         Returns the drafted signals and the last decision (DRAFT when the cap ended the run).
 
-        The simulator runs this loop once per simulated draft token, so it applies the rule of
-        :meth:`decide` inline rather than calling it (a call per token is a large share of a
-        replayed round); tests/test_draft_end.py pins the two to the same decisions."""
+        It applies the rule of :meth:`decide` inline rather than calling it (a call per token is
+        a large share of a replayed round); tests/test_draft_end.py pins the two to the same
+        decisions. The simulator drafts a round that has a stop rule or ``on_draft`` without
+        this loop, by ``PromptReplay.draft_until`` (the same loop fused with the replay's
+        signals; tests/test_replay.py pins the two together)."""
         drafted: list[TokenSignal] = []
         if self.cap <= 0:
             return drafted, DRAFT
@@ -206,13 +208,11 @@ def decode(policy: Policy, prompt: PromptInfo) -> Generator[Request, object, int
     committed = 1
     pending: tuple[TokenSignal, ...] = ()
     policy.reset(prompt)
-    # Policies that keep the base class's no-op observe() are not sent outcomes (PEARL's parallel
-    # rounds are most of its simulation).
-    observes = type(policy).observe is not Policy.observe
+    observes = policy.observes()  # no outcomes are built for a policy that does not use them
     ends_early = type(policy).done is not Policy.done
     plan_round, prompt_len = policy.plan, prompt.prompt_len
     stop_at_end = policy.stops_at_draft_end
-    stops = policy.stop_rule()
+    stops, on_draft = policy.stop_rule(), policy.on_draft
     shadows = policy.needs_shadows
     # tuple.__new__ builds the named tuples of a round (requests, states, outcomes) without the
     # Python-level __new__ each named tuple has: several per simulated round, a large share of
@@ -231,18 +231,18 @@ def decode(policy: Policy, prompt: PromptInfo) -> Generator[Request, object, int
             window = min(plan.window, max(1, budget - committed - m - 1))
             res: ParallelResult = yield build(ParallelRound, (committed, m, window))
             new = res.new_signals  # read only as far as needed: most rounds drop their new drafts
-            if res.accepted_pending < m:
-                checked = pending[: res.accepted_pending + 1]
-                accepted = res.accepted_pending
-                pending = ()
-            else:
-                checked = (*pending, new[0])
-                accepted = m + res.first_new_accepted
-                pending = tuple(new[1:]) if res.first_new_accepted else ()
             emitted = res.accepted_pending + 1
-            committed += emitted
-            if observes:
+            # all pending drafts and the first new one accepted: the other new drafts stay pending
+            # (read in one pass, the accepted first one included)
+            fresh = tuple(new) if res.accepted_pending == m and res.first_new_accepted else ()
+            if observes:  # the checked drafts are read for an Outcome only (PEARL observes none)
+                if res.accepted_pending < m:
+                    checked, accepted = pending[:emitted], res.accepted_pending
+                else:
+                    checked, accepted = (*pending, fresh[0] if fresh else new[0]), m + res.first_new_accepted
                 policy.observe(build(Outcome, (True, window, checked, accepted, emitted, res.first_new_accepted)))
+            pending = fresh[1:]
+            committed += emitted
             continue
         if type(plan) is TreePlan:
             if pending:
@@ -253,15 +253,16 @@ def decode(policy: Policy, prompt: PromptInfo) -> Generator[Request, object, int
             raise PolicyError(f"{policy.name}: plan() must return Serial or Parallel, got {plan!r}")
         if pending:
             raise PolicyError(f"{policy.name}: planned a serial round with {len(pending)} drafts pending")
+        max_draft, fixed, layer, min_draft = plan
         cap = budget - committed - 1
-        if plan.max_draft < cap:
-            cap = plan.max_draft
-        if (plan.fixed and not stop_at_end) or cap <= 0:
-            signals = (yield build(DraftRun, (committed, cap, plan.layer))) if cap > 0 else ()
+        if max_draft < cap:
+            cap = max_draft
+        if (fixed and not stop_at_end) or cap <= 0:
+            signals = (yield build(DraftRun, (committed, cap, layer))) if cap > 0 else ()
             decision = VERIFY
         else:  # token by token: the policy decides, or (fixed plans) only the end token stops
-            drafted, decision = yield build(DraftLoop, (committed, cap, plan.layer, None if plan.fixed else policy.on_draft,
-                                                      stop_at_end, None if plan.fixed else stops))
+            drafted, decision = yield build(DraftLoop, (committed, cap, layer, None if fixed else on_draft,
+                                                      stop_at_end, None if fixed else stops))
             signals = tuple(drafted[:-1] if decision is DROP else drafted)
         if decision is PARALLEL:
             if not policy.parallel:
@@ -269,10 +270,10 @@ def decode(policy: Policy, prompt: PromptInfo) -> Generator[Request, object, int
             pending = tuple(signals)
             continue
         k = len(signals)
-        if k < plan.min_draft:  # too short to verify: discarded whole (its draft steps were taken: paid)
+        if k < min_draft:  # too short to verify: discarded whole (its draft steps were taken: paid)
             signals, k = (), 0
         start = committed
-        accepted = yield build(Verify, (start, k, plan.layer))
+        accepted = yield build(Verify, (start, k, layer))
         committed += accepted + 1
         if observes:
             policy.observe(build(Outcome, (False, k, signals[: accepted + 1], accepted, accepted + 1, False)))

@@ -6,13 +6,17 @@ position 0 is the prefill's; entropy is 1 − confidence. Unless said otherwise 
 target's forwards of prompt 0.
 """
 
+import dataclasses
+import math
+import random
+
 import pytest
 
 from simlab.errors import SimlabError
 from simlab.policies import REGISTRY, Outcome, PolicyContext
-from simlab.policies.base import Decision
+from simlab.policies.base import ConfidencePredictor, Decision
 from simlab.policies.dv import DraftVerify
-from simlab.policies.early_exit import Del, tpl_row
+from simlab.policies.early_exit import Del, row_max, tpl_argmax, tpl_row
 from simlab.policies.entropy import AdaEdl, acceptance_lower_bound
 from simlab.policies.hf import roc_threshold
 from simlab.signals import ShadowTokens, TokenSignal
@@ -216,6 +220,37 @@ def test_pacer_stops_after_a_block_whose_mean_is_at_most_the_grown_threshold():
 
 # -- PEARL ---------------------------------------------------------------------------------------------
 
+class EntropyPredictor:
+    """A predictor that names no signal field it reads (as a trained one): it must be asked."""
+
+    name = "entropy"
+
+    def predict_accept(self, signal, recent_acceptance):
+        return 1 - signal.entropy
+
+
+@pytest.mark.parametrize("name", ["specdecpp", "ags", "pacer"])
+def test_predicted_stops_read_the_predictors_answer(name):
+    # the untrained predictor names the field of the signal it answers with, which the policy
+    # then reads directly, taking no outcomes (it tracks the recent acceptance for predictors
+    # only); a predictor that names none is asked, and told the outcomes
+    context = Simulator(conf_trace([0.9] * 12)).context()
+    untrained = REGISTRY[name](context)
+    trained = REGISTRY[name](dataclasses.replace(context, predictor=EntropyPredictor()))
+    assert not untrained.observes() and trained.observes()
+    rng = random.Random(3)
+    for i in range(1, 30):
+        signal = TokenSignal(i, rng.random(), rng.random(), rng.random())
+        assert untrained.p_accept(signal) == ConfidencePredictor().predict_accept(signal, 0.5)
+        assert trained.p_accept(signal) == 1 - signal.entropy
+
+
+def test_outcomes_go_to_the_policies_that_use_them():
+    context = Simulator(conf_trace([0.9] * 12)).context()
+    assert REGISTRY["dv"](context).observes() and REGISTRY["spide"](context).observes()
+    assert not REGISTRY["pearl"](context).observes() and not REGISTRY["sd"](context).observes()
+
+
 def test_pearl_pre_verify_and_post_verify_rounds_by_hand():
     """Window 4 (draft 0.25 s, verify 1 s). Pre-verify at 1: rejected (emit the correction);
     pre-verify at 2: accepted, 3..5 pending; post-verify 3..6 all accepted, 7..9 pending;
@@ -280,6 +315,92 @@ def test_del_update_by_hand():
     assert policy.exit_layer == 2  # higher α and fewer layers: TPL(2, d) > TPL(5, d) for every d >= 1
     assert policy.on_draft(TokenSignal(1, 0.64, 0.36)) is Decision.DROP
     assert policy.on_draft(TokenSignal(1, 0.66, 0.34)) is Decision.DRAFT
+
+
+def argmax_moves(layer, d_max, n_layers):
+    """The α (< 1) on both sides of each place where the argmax of a TPL row moves on, to the last
+    bit: there the row's two best entries are too close to call."""
+    out = []
+    for d in range(d_max):
+        lo, hi = 0.0, math.nextafter(1.0, 0.0)
+        if row_max(tpl_row(hi, layer, d_max, n_layers))[1] <= d:
+            continue
+        while True:
+            mid = (lo + hi) / 2
+            if mid in (lo, hi):
+                break
+            if row_max(tpl_row(mid, layer, d_max, n_layers))[1] > d:
+                hi = mid
+            else:
+                lo = mid
+        out += [lo, hi]
+    return out
+
+
+@pytest.mark.parametrize("layer, d_max", [(1, 18), (2, 18), (7, 18), (15, 5), (29, 18), (3, 0), (4, 1)])
+def test_tpl_argmax_is_the_first_maximum_of_the_whole_row(layer, d_max):
+    # DEL's update searches each row from a guess instead of computing it whole: the same maximum
+    # and index, bit for bit, from every guess, on random α, α near 0 and 1, and α where the
+    # argmax moves (where the search gives up and computes the row)
+    rng = random.Random(layer)
+    alphas = [rng.random() for _ in range(200)] + [1 - 10.0 ** -k for k in range(1, 17)] + [0.0, 1.0, 5e-324]
+    alphas += argmax_moves(layer, d_max, 30)
+    for alpha in alphas:
+        expected = row_max(tpl_row(alpha, layer, d_max, 30))
+        for guess in range(-1, d_max + 2):
+            assert tpl_argmax(alpha, layer, d_max, 30, guess) == expected, (alpha, guess)
+
+
+class PlainDel:
+    """DEL_UPDATE written as plainly as the paper states it (every layer's whole TPL row, every
+    layer's τ): the reference for Del's faster update."""
+
+    def __init__(self, layers, n_layers, omega=0.95, d_max=18):
+        self.layers, self.n_layers, self.omega, self.d_max = layers, n_layers, omega, d_max
+        self.n, self.c, self.tcs, self.fcs = 0.0, dict.fromkeys(layers, 0.0), dict.fromkeys(layers, 0.0), dict.fromkeys(layers, 0.0)
+        self.alpha, self.tau = {}, {}
+
+    def update(self, shadows):
+        w = self.omega
+        self.n = w * self.n + len(shadows.matches[self.layers[0]])
+        for layer in self.layers:
+            match, conf = shadows.matches[layer], shadows.confidence[layer]
+            self.c[layer] = w * self.c[layer] + sum(match)
+            self.tcs[layer] = w * self.tcs[layer] + sum(c for c, m in zip(conf, match) if m)
+            self.fcs[layer] = w * self.fcs[layer] + sum(c for c, m in zip(conf, match) if not m)
+            c, mismatched = self.c[layer], self.n - self.c[layer]
+            self.alpha[layer] = c / self.n
+            matched_conf = self.tcs[layer] / c if c > 0 else 1.0
+            mismatched_conf = self.fcs[layer] / mismatched if mismatched > 1e-12 else 0.0
+            self.tau[layer] = (matched_conf + mismatched_conf) / 2
+        best = -1.0
+        for layer in self.layers:
+            row = tpl_row(self.alpha[layer], layer, self.d_max, self.n_layers)
+            if max(row) > best:
+                best, self.exit_layer, self.gamma = max(row), layer, row.index(max(row))
+
+
+def test_del_update_is_the_papers_update_bit_for_bit():
+    # Del keeps its sums in lists, computes only τ_E, skips rows that cannot win and searches the
+    # others (tpl_argmax): the same α, τ, exit layer and γ as the plain update, to the last bit,
+    # over prompts of random shadow tokens from layers that always, never or sometimes match
+    layers, rng = list(range(1, 30)), random.Random(5)
+    policy = Del(PolicyContext(latency=None, exit_layers=layers, n_layers=30))
+    for prompt in range(4):
+        plain = PlainDel(layers, 30)
+        policy.reset(None)
+        p_match = {layer: rng.choice([0.0, 1.0, rng.random(), 0.5 + layer / 60]) for layer in layers}
+        for start in range(60):
+            count = rng.choice([1, 1, 1, 2, 3, 7, 12])
+            shadows = ShadowTokens(start, {layer: [rng.random() < p_match[layer] for _ in range(count)] for layer in layers},
+                                   {layer: [rng.random() for _ in range(count)] for layer in layers})
+            plain.update(shadows)
+            policy.observe_shadows(shadows)
+            assert (policy.exit_layer, policy.gamma) == (plain.exit_layer, plain.gamma)
+            assert policy.alpha == plain.alpha and policy.tau == plain.tau
+            threshold = plain.tau[plain.exit_layer]
+            assert policy.on_draft(TokenSignal(1, threshold, 0.0)) is Decision.DRAFT
+            assert policy.on_draft(TokenSignal(1, math.nextafter(threshold, 0.0), 0.0)) is Decision.DROP
 
 
 def test_del_rounds_on_a_trace_with_early_exit_signals():

@@ -1,6 +1,7 @@
 """Greedy replay is exact: rounds counted by hand on small traces."""
 
 import math
+import random
 from itertools import islice
 from pathlib import Path
 
@@ -10,6 +11,9 @@ import pytest
 
 from simlab.errors import SimlabError
 from simlab.policies import REGISTRY
+from simlab.policies.base import Decision
+from simlab.policies.oracle import schedule
+from simlab.rounds import DraftLoop
 from simlab.signals import TokenSignal
 from simlab.sim.executor import SimExecutor
 from simlab.sim.run import Simulator
@@ -123,6 +127,34 @@ def test_oracle_is_the_fastest_serial_schedule_even_when_verify_is_not_monotone(
     assert rounds(res)[0] == (1, 4, 2)  # drafts 3 although only 2 will be accepted
     for gamma in range(1, 8):
         assert res.summary.wall_time_s <= sim.run("sd", {"gamma": gamma}, with_cost=False).summary.wall_time_s + 1e-12
+
+
+def scan(rounds, run, n, budget, top_k):
+    """The oracle's programme as its module docstring writes it: every k tried in turn."""
+    best, choice = [0.0] * (n + 1), [0] * (n + 1)
+    for c in range(n - 1, 0, -1):
+        r = min(run[c], n - c - 1)
+        best_k, best_t = 0, math.inf
+        for k in range(min(top_k, budget - c - 1) + 1):
+            t = rounds[c - 1][k] + best[c + min(k, r) + 1]
+            if t < best_t:
+                best_k, best_t = k, t
+        best[c], choice[c] = best_t, best_k
+    return best, choice
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_oracles_programme_is_the_scan_over_k(seed):
+    # schedule() takes the least round time past the accepted run at once: the same times and
+    # choices as trying every k, also where round times differ by less than the rounding of the
+    # time left after them (on such ties the scan keeps the first k)
+    rng = random.Random(seed)
+    n, top_k = 300, 16
+    budget = n + rng.choice([0, 5])
+    run = [min(int(rng.expovariate(0.25)), 40) for _ in range(n)]
+    rounds = [[1.0 + rng.choice([0.0, 1e-15, 2e-15, 3e-15, 1e-12, 0.5, -0.5]) for _ in range(top_k + 1)]
+              for _ in range(n - 1)]
+    assert schedule(rounds, run, n, budget, top_k) == scan(rounds, run, n, budget, top_k)
 
 
 def test_cost_is_relative_to_sd_at_its_best_gamma():
@@ -270,3 +302,35 @@ def test_replayed_signals_follow_their_definition(trace, seed, layer):
             want = [signal_by_definition(rp, start, first + k, at) for k in range(40)]
             assert repr(got) == repr([TokenSignal(*s) for s, _ in want])
             assert rp.rollout_overruns - before == sum(over for _, over in want)
+
+
+@pytest.mark.parametrize("trace, seed, layers", [
+    ("traces/synthetic-iid", 0, False),
+    ("traces/smollm2-selfspec", 0, True),  # exit layers with and without their own rollouts
+    ("results/live/smollm2-t07/traces/seed0", 3, False),  # stochastic: some rejections have no rollout
+])
+def test_draft_until_reads_what_a_draft_loop_over_the_signals_reads(trace, seed, layers):
+    # the simulator drafts a stop rule's round with draft_until, in one frame; DraftLoop.run over
+    # signals() is the definition: the same signals, the same ending, the same rollout overruns
+    rng = random.Random(seed)
+    prompts = TraceReplay(read_trace(ROOT / trace), seed=seed).prompts
+    for rp in prompts[:: max(1, len(prompts) // 6)]:
+        for start in [rng.randrange(rp.n_tokens) for _ in range(25)] + [rp.n_tokens - 1, rp.n_tokens - 2]:
+            layer = rng.choice([None, *rp.layers]) if layers else None
+            cap, level, at_end = rng.choice([1, 2, 5, 17, 40]), rng.choice([0.0, 0.3, 0.6, 0.9, 2.0]), rng.random() < 0.5
+            if rng.random() < 0.5:  # a stop rule, and how the simulator reads draft_until's answer
+                loop = DraftLoop(start, cap, layer, None, at_end, lambda s, level=level: s.confidence < level)
+                rule, go = loop.stops, False
+                decided = lambda said: Decision.DRAFT if said is False else Decision.VERIFY  # noqa: E731
+            else:  # on_draft, with every decision
+                loop = DraftLoop(start, cap, layer, lambda s, level=level: Decision.DROP if s.confidence < level / 2
+                                 else Decision.PARALLEL if s.index == 7 else Decision.VERIFY if s.confidence < level
+                                 else Decision.DRAFT, at_end)
+                rule, go = loop.on_draft, Decision.DRAFT
+                decided = lambda said: Decision.VERIFY if said is None else said  # noqa: E731
+            before = rp.rollout_overruns
+            drafted, decision = loop.run(rp.signals(start, layer))
+            by_loop = rp.rollout_overruns - before
+            got, said = rp.draft_until(start, layer, cap, rule, at_end, go)
+            assert repr(got) == repr(drafted) and decided(said) is decision
+            assert rp.rollout_overruns - before == 2 * by_loop

@@ -1,8 +1,12 @@
 """SPIDE (Xu et al.) on hand-built traces: Figure 2 round by round, the mapping table, eq. 6 and
 the two ablations of Table 5."""
 
+import math
+import random
+
 import pytest
 
+from simlab.mapping import ONE, SPIDE_EDGES, spide_bin
 from simlab.policies import PolicyContext
 from simlab.policies.base import Decision, RoundState
 from simlab.policies.spide import MappingTable, Spide, SpideNoDynaDraft, SpideNoParaVerify, confidence_bin
@@ -51,6 +55,15 @@ def test_confidence_intervals_are_the_twenty_of_figure_4():
     cases = {0.0: 0, 0.05: 0, 0.1: 1, 0.35: 3, 0.8999: 8, 0.9: 9, 0.905: 9, 0.91: 10, 0.97: 16, 0.99: 18,
              0.998: 18, 1 - 2**-9: 19, 0.9999: 19, 1.0: 19}
     assert {c: confidence_bin(c) for c in cases} == cases
+
+
+def test_confidence_bin_is_the_mappings_bin_at_every_edge():
+    # the scalar bisection the policy runs per token and simlab.mapping's array binning agree on
+    # each edge, the floats either side of it, and random confidences
+    edges = [*SPIDE_EDGES, ONE]
+    cases = [x for e in edges for x in (math.nextafter(e, -1.0), e, math.nextafter(e, 2.0))]
+    cases += [random.Random(0).random() for _ in range(1000)] + [math.nextafter(1.0, 2.0), 0.0]
+    assert [confidence_bin(c) for c in cases] == spide_bin(cases).tolist()
 
 
 def test_mapping_table_counts_per_interval_and_reads_mid_confidence_when_empty():

@@ -185,9 +185,14 @@ RECENT_WINDOW = 16
 
 
 class ConfidencePredictor:
-    """The untrained default: the draft's own top-1 probability taken as P(accept)."""
+    """The untrained default: the draft's own top-1 probability taken as P(accept).
+
+    ``reads`` names that field of the signal, its answer whatever the recent acceptance: a policy
+    may read the field directly (``operator.attrgetter``, one C call per drafted token) rather
+    than through :meth:`predict_accept`, and need not track the recent acceptance."""
 
     name = "confidence"
+    reads = "confidence"
 
     def predict_accept(self, signal: TokenSignal, recent_acceptance: float) -> float:
         return signal.confidence
@@ -297,6 +302,12 @@ class Policy(ABC):
 
     def observe(self, outcome: Outcome) -> None:
         """After each target verification."""
+
+    def observes(self) -> bool:
+        """Whether :meth:`observe` uses the outcomes: :func:`~simlab.rounds.decode` builds none
+        for a policy that does not (PEARL's parallel rounds are most of its simulation). By
+        default, whether the policy's class overrides :meth:`observe`."""
+        return type(self).observe is not Policy.observe
 
     def grow(self, candidates: Candidates) -> Sequence[int]:
         """In a growing tree round, after each draft forward: the candidates of the newest level

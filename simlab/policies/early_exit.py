@@ -57,14 +57,79 @@ class LayerSkip(Policy):
         return self._plan
 
 
+def tpl(alpha: float, lost: float, d: int, layer: int, n_layers: int) -> float:
+    """Token-per-Layer (DEL eq. 1) of drafting d tokens with exit layer ℓ, for α < 1 (``lost``
+    = 1 − α): the expected tokens of a round, (1 − α^(d+1))/(1 − α), over the layers it loads,
+    d·ℓ + L."""
+    return (1.0 - alpha ** (d + 1)) / lost / (d * layer + n_layers)
+
+
 def tpl_row(alpha: float, layer: int, d_max: int, n_layers: int) -> list[float]:
-    """Token-per-Layer (DEL eq. 1) for d = 0..d_max: expected tokens of a round,
-    (1 − α^(d+1))/(1 − α), over the layers it loads, d·ℓ + L (one list per layer: DEL
-    evaluates every layer and d after every verification)."""
+    """:func:`tpl` for d = 0..d_max (at α = 1, (d + 1)/(d·ℓ + L)): the row of one layer that
+    DEL's update maximises."""
     if alpha >= 1.0:
         return [(d + 1.0) / (d * layer + n_layers) for d in range(d_max + 1)]
     lost = 1.0 - alpha
-    return [(1.0 - alpha ** (d + 1)) / lost / (d * layer + n_layers) for d in range(d_max + 1)]
+    return [tpl(alpha, lost, d, layer, n_layers) for d in range(d_max + 1)]
+
+
+def row_max(row: list[float]) -> tuple[float, int]:
+    """The largest entry of a TPL row and its first index (§4.3's argmax: the first d on ties)."""
+    best = max(row)
+    return best, row.index(best)
+
+
+# "Clearly lower" (tpl_argmax): lower by far more than the few roundings of a computed entry
+# (a relative 2⁻⁵³ each, and pow's error, under one ulp in glibc's, musl's and macOS's libm) ...
+_UP, _DOWN = 1.0 + 1e-12, 1.0 - 1e-12
+# ... and than pow's error in absolute terms: 1 − α^(d+1) cancels as α nears 1, and that error
+# over 1 − α can dwarf the relative ones; it stays below _SLACK / (1 − α), with room to spare.
+_SLACK = 1e-15
+# ... and, from α alone: α·L below ℓ·_FALLS puts TPL(1) below TPL(0) by a relative 1e-6/(L + 1)
+# at least, above the error of a computed entry for any layer count below 10^5
+_FALLS = 1.0 - 1e-6
+
+
+def tpl_argmax(alpha: float, layer: int, d_max: int, n_layers: int, guess: int = 0) -> tuple[float, int]:
+    """``row_max(tpl_row(alpha, layer, d_max, n_layers))``, bit for bit, from a few entries of
+    the row: DEL evaluates every exit layer's row after every verification, and whole rows (a
+    pow per entry) were nearly all the time of a simulated DEL round.
+
+    Why a few entries suffice: 1 − α^(d+1) is concave in d and d·ℓ + L is positive and affine,
+    so TPL is quasi-concave in d (once it falls, it keeps falling). A d whose neighbours are
+    both lower holds the row's maximum, and every other entry is no higher than one of those
+    neighbours. A computed entry is off the real one by a few roundings; a neighbour lower by
+    far more than that (:data:`_UP`, :data:`_DOWN`, :data:`_SLACK`) is lower in reals too, so
+    every entry left uncomputed is below the computed maximum, which is therefore the row's
+    first maximum. From ``guess`` (the layer's d at the previous update: α moves little from one
+    verification to the next) the search climbs to such a d; where two entries are too close to
+    call, it computes the whole row. tests/test_policies.py pins it to :func:`row_max`.
+
+    Most rows need no entry at all: TPL(0) is exactly 1/L for every α < 1 ((1 − α)/(1 − α) is
+    one to the last bit), and TPL(1) = (1 + α)/(ℓ + L) is below it exactly when α < ℓ/L, so a
+    row with α clearly below ℓ/L falls from its first entry (exit layers that seldom match the
+    target's token have such rows).
+    """
+    if alpha >= 1.0:
+        return row_max(tpl_row(alpha, layer, d_max, n_layers))
+    if alpha * n_layers < layer * _FALLS:
+        return 1.0 / n_layers, 0
+    lost = 1.0 - alpha
+    slack = _SLACK / lost
+    d = min(max(guess, 0), d_max)
+    x = tpl(alpha, lost, d, layer, n_layers)
+    for step in (1, -1):
+        climbed = False
+        while 0 <= d + step <= d_max:
+            y = tpl(alpha, lost, d + step, layer, n_layers)
+            if y * _UP + slack < x * _DOWN:  # this side falls
+                break
+            if not x * _UP + slack < y * _DOWN:  # too close to call
+                return row_max(tpl_row(alpha, layer, d_max, n_layers))
+            d, x, climbed = d + step, y, True
+        if climbed:  # the side it climbed from falls
+            break
+    return x, d
 
 
 class Del(Policy):
@@ -104,36 +169,70 @@ class Del(Policy):
         if self.n_layers <= self.layers[-1]:
             raise SimlabError(f"del needs the target's layer count L > exit layers {self.layers}; the trace says "
                               f"n_layers={self.n_layers}")
+        # per exit layer, in the order of self.layers: TPL's maximum at α = 1 (that row never
+        # moves, and deep layers may match every settled position), and its argmax d at the last
+        # update (tpl_argmax's guess: it makes the search shorter, never its answer different)
+        self._at_one = [tpl_argmax(1.0, layer, self.d_max, self.n_layers) for layer in self.layers]
+        self._guess = [0] * len(self.layers)
         self.reset(None)
 
     def reset(self, prompt: PromptInfo | None) -> None:
         self.exit_layer, self.gamma = self.layers[-1], self.d_max
-        self.tau = {layer: 0.0 for layer in self.layers}
-        self.alpha = {layer: 0.0 for layer in self.layers}
         self._n = 0.0
-        self._c = dict.fromkeys(self.layers, 0.0)
-        self._tcs = dict.fromkeys(self.layers, 0.0)
-        self._fcs = dict.fromkeys(self.layers, 0.0)
+        # decayed sums and α per exit layer, in the order of self.layers
+        self._c = [0.0] * len(self.layers)
+        self._tcs = [0.0] * len(self.layers)
+        self._fcs = [0.0] * len(self.layers)
+        self._alpha = [0.0] * len(self.layers)
+        self._tau = 0.0  # τ_E: a round reads only the exit layer's threshold
+
+    @property
+    def alpha(self) -> dict[int, float]:
+        """α_ℓ (eq. 2) per exit layer, as of the last update."""
+        return dict(zip(self.layers, self._alpha))
+
+    @property
+    def tau(self) -> dict[int, float]:
+        """τ_ℓ (eq. 3) per exit layer, as of the last update (which computes only τ_E, the one
+        a round reads)."""
+        return {layer: self._threshold(i) for i, layer in enumerate(self.layers)}
+
+    def _threshold(self, i: int) -> float:
+        """τ (eq. 3) of the i-th exit layer."""
+        c, mismatched = self._c[i], self._n - self._c[i]
+        matched_conf = self._tcs[i] / c if c > 0 else 1.0
+        mismatched_conf = self._fcs[i] / mismatched if mismatched > 1e-12 else 0.0
+        return (matched_conf + mismatched_conf) / 2
 
     def observe_shadows(self, shadows: ShadowTokens) -> None:  # DEL_UPDATE, Alg. 1 lines 18-30
-        w = self.omega
-        self._n = w * self._n + len(shadows.matches[self.layers[0]])
-        for layer in self.layers:
-            match, conf = shadows.matches[layer], shadows.confidence[layer]
-            self._c[layer] = w * self._c[layer] + sum(match)
-            self._tcs[layer] = w * self._tcs[layer] + sum(compress(conf, match))
-            self._fcs[layer] = w * self._fcs[layer] + sum(compress(conf, map(not_, match)))
-            c, mismatched = self._c[layer], self._n - self._c[layer]
-            self.alpha[layer] = c / self._n  # eq. 2
-            matched_conf = self._tcs[layer] / c if c > 0 else 1.0
-            mismatched_conf = self._fcs[layer] / mismatched if mismatched > 1e-12 else 0.0
-            self.tau[layer] = (matched_conf + mismatched_conf) / 2  # eq. 3
-        best = -1.0
-        for layer in self.layers:  # §4.3: (E, γ) = argmax TPL(ℓ, d), the first (ℓ, d) on ties
-            row = tpl_row(self.alpha[layer], layer, self.d_max, self.n_layers)
-            value = max(row)
+        w, layers, matches, confidence = self.omega, self.layers, shadows.matches, shadows.confidence
+        n = self._n = w * self._n + len(matches[layers[0]])
+        counts, tcs, fcs, alpha = self._c, self._tcs, self._fcs, self._alpha
+        for i, layer in enumerate(layers):
+            match, conf = matches[layer], confidence[layer]
+            hits = sum(match)
+            if hits == len(match):  # the sums of both sides below, without the empty one
+                matched, mismatched = sum(conf), 0
+            elif hits:
+                matched, mismatched = sum(compress(conf, match)), sum(compress(conf, map(not_, match)))
+            else:
+                matched, mismatched = 0, sum(conf)
+            c = counts[i] = w * counts[i] + hits
+            tcs[i] = w * tcs[i] + matched
+            fcs[i] = w * fcs[i] + mismatched
+            alpha[i] = c / n  # eq. 2
+        best, chosen = -1.0, 0
+        d_max, n_layers, guess = self.d_max, self.n_layers, self._guess
+        for i, layer in enumerate(layers):  # §4.3: (E, γ) = argmax TPL(ℓ, d), the first (ℓ, d) on ties
+            a = alpha[i]
+            if a >= 1.0:
+                value, d = self._at_one[i]
+            else:
+                value, d = tpl_argmax(a, layer, d_max, n_layers, guess[i])
+                guess[i] = d
             if value > best:
-                best, self.exit_layer, self.gamma = value, layer, row.index(value)
+                best, chosen, self.exit_layer, self.gamma = value, i, layer, d
+        self._tau = self._threshold(chosen)  # eq. 3
 
     def plan(self, state: RoundState) -> Plan:
         if self.dynamic_exit:
@@ -141,4 +240,4 @@ class Del(Policy):
         return Serial(self.gamma, fixed=True, layer=self.exit_layer)
 
     def on_draft(self, signal: TokenSignal) -> Decision:
-        return Decision.DROP if signal.confidence < self.tau[self.exit_layer] else Decision.DRAFT  # lines 9-10
+        return Decision.DROP if signal.confidence < self._tau else Decision.DRAFT  # lines 9-10

@@ -21,6 +21,8 @@ drafts at most K tokens per round on the same trace and latency model.
 
 from __future__ import annotations
 
+from operator import add
+
 from simlab.errors import SimlabError
 from simlab.policies.base import (
     COUNT,
@@ -34,6 +36,39 @@ from simlab.policies.base import (
 from simlab.policies.timing import latency_of, serial_round_seconds
 
 
+def schedule(rounds: list[list[float]], run: list[int], n: int, budget: int, top_k: int) -> tuple[list[float], list[int]]:
+    """The dynamic programme of the module docstring: ``best[c]`` and the k that attains it
+    (the first on ties) for c = 1..n-1, from ``rounds[c - 1][k]`` = T(c, k) for k = 0..top_k.
+
+    For each c it is the scan over k = 0..min(K, budget - c - 1) for the least
+    T(c, k) + best[c + min(k, r) + 1], done in C loops (a Python step per k was most of the
+    oracle's time): for k ≤ r the sums are added by map; every k > r emits r + 1 tokens as well
+    and so adds the same best[c + r + 1], where the least T(c, k) wins unless an earlier k's sum
+    rounds to the same float (then the scan's first such k). tests/test_replay.py pins it to the
+    scan.
+    """
+    best = [0.0] * (n + 1)
+    choice = [0] * (n + 1)
+    for c in range(n - 1, 0, -1):
+        seconds = rounds[c - 1]
+        r = min(run[c], n - c - 1)  # a round from c emits min(k, r) + 1 tokens (rounds.py)
+        top = min(top_k, budget - c - 1)
+        head = min(r, top)
+        times = list(map(add, seconds[: head + 1], best[c + 1 : c + head + 2]))
+        best_t = min(times)
+        best_k = times.index(best_t)
+        if r < top:
+            tail = seconds[r + 1 : top + 1]
+            after, least = best[c + r + 1], min(tail)
+            if least + after < best_t:
+                j = tail.index(least)
+                if j and min(tail[:j]) + after == least + after:
+                    j = next(i for i, s in enumerate(tail) if s + after == least + after)
+                best_k, best_t = r + 1 + j, least + after
+        best[c], choice[c] = best_t, best_k
+    return best, choice
+
+
 class Oracle(Policy):
     name = "oracle"
     summary = ("perfect-knowledge serial schedule (dynamic programming): a serial-schedule bound, not a "
@@ -45,6 +80,7 @@ class Oracle(Policy):
     def __init__(self, context, **values):
         super().__init__(context, **values)
         self._choice: list[int] = []
+        self._plans = [Serial(k, fixed=True) for k in range(self.max_draft + 1)]  # a plan per k, built once
 
     def reset(self, prompt: PromptInfo) -> None:
         if prompt.replay is None:
@@ -57,19 +93,9 @@ class Oracle(Policy):
         top_k = min(self.max_draft, max(budget - 2, 0))
         # T(c, k) for c = 1..n-1 (row c - 1), tabulated at once
         rounds = serial_round_seconds(latency_of(self.context, self.name), pl + 1, n - 1, top_k)
-        best = [0.0] * (n + 1)
-        choice = [0] * (n + 1)
-        for c in range(n - 1, 0, -1):
-            seconds = rounds[c - 1]
-            r = min(run[c], n - c - 1)  # a round from c emits min(k, r) + 1 tokens (rounds.py)
-            best_k, best_t = 0, float("inf")
-            for k in range(min(top_k, budget - c - 1) + 1):
-                t = seconds[k] + best[c + (k if k < r else r) + 1]
-                if t < best_t:
-                    best_k, best_t = k, t
-            best[c], choice[c] = best_t, best_k
+        best, choice = schedule(rounds, run, n, budget, top_k)
         self.expected_seconds = best[1]
         return choice
 
     def plan(self, state: RoundState) -> Plan:
-        return Serial(self._choice[state.committed], fixed=True)
+        return self._plans[self._choice[state.committed]]

@@ -20,6 +20,7 @@ best) before each parallel phase, ``spide-no-para-verify`` verifies serially whe
 from __future__ import annotations
 
 from bisect import bisect_right
+from functools import partial
 from typing import Any, ClassVar
 
 from simlab.errors import SimlabError
@@ -41,13 +42,13 @@ from simlab.policies.timing import window_param
 from simlab.signals import TokenSignal
 
 N_BINS = len(SPIDE_EDGES)
-
-def confidence_bin(confidence: float) -> int:
-    """Index 0..19 of the interval of §3.2 / Figure 4 that holds ``confidence`` (the bins of
-    :mod:`simlab.mapping`; a scalar bisection, as the simulator asks once per drafted token)."""
-    if confidence >= ONE:
-        return N_BINS - 1
-    return max(bisect_right(SPIDE_EDGES, confidence) - 1, 0)
+# The upper edges of bins 0..18: the last is ONE, where bin "1.0" starts (the module docstring
+# of simlab.mapping), so one bisection finds every bin, below 0 and NaN included.
+UPPER_EDGES = (*SPIDE_EDGES[1:-1], ONE)
+# Index 0..19 of the interval of §3.2 / Figure 4 that holds a confidence (the bins of
+# simlab.mapping): a bisection as a C callable, with no Python frame, as the simulator bins
+# every drafted token and again every checked one.
+confidence_bin = partial(bisect_right, UPPER_EDGES)
 
 
 def bin_bounds(b: int) -> tuple[float, float]:

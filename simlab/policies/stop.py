@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections import deque
+from operator import attrgetter
 from typing import Any, Callable
 
 from simlab.policies.base import (
@@ -43,9 +44,11 @@ class StopRule(Policy):
     def __init__(self, context, **values: Any):
         super().__init__(context, **values)
         self._plan = Serial(self.max_draft) if self.max_draft is not None else None
+        self._begins = type(self).begin_round is not StopRule.begin_round  # else no call per round
 
     def plan(self, state: RoundState) -> Plan:
-        self.begin_round(state)
+        if self._begins:
+            self.begin_round(state)
         return self._plan or Serial(state.remaining)
 
     def begin_round(self, state: RoundState) -> None:
@@ -97,16 +100,18 @@ class AdaptiveStop(StopRule):
         self._rate = 0.0
 
     def observe(self, outcome: Outcome) -> None:
-        if not outcome.drafted:  # the last position of a prompt: nothing was drafted
+        drafted = outcome.drafted
+        if not drafted:  # the last position of a prompt: nothing was drafted
             return
-        self._rate = self.beta1 * self._rate + (1 - self.beta1) * outcome.accepted / outcome.drafted
-        if self._rate < self.target_rate:
-            moved = self.level + self.epsilon
-        elif outcome.drafted == self.max_draft:
-            moved = self.level
+        beta1, beta2, level = self.beta1, self.beta2, self.level  # (read once: this runs every round)
+        rate = self._rate = beta1 * self._rate + (1 - beta1) * outcome.accepted / drafted
+        if rate < self.target_rate:
+            moved = level + self.epsilon
+        elif drafted == self.max_draft:
+            moved = level
         else:
-            moved = self.level - self.epsilon
-        self.level = self.beta2 * self.level + (1 - self.beta2) * moved
+            moved = level - self.epsilon
+        self.level = beta2 * level + (1 - beta2) * moved
 
 
 class PredictedStop(StopRule):
@@ -115,12 +120,17 @@ class PredictedStop(StopRule):
 
     Predictors may use the acceptance of the last :data:`RECENT_WINDOW` checked tokens; it is
     tracked from the outcomes and restarts (at 1.0) with each prompt. The rate only moves when
-    an outcome arrives, so it is computed then, not for every drafted token that reads it.
+    an outcome arrives, so it is computed then, not for every drafted token that reads it. A
+    predictor that ``reads`` its answer from a field of the signal (the untrained one) needs no
+    rate: the policy then reads that field directly and takes no outcomes.
     """
 
     def __init__(self, context, **values: Any):
         super().__init__(context, **values)
         self.predictor = context.predictor or ConfidencePredictor()
+        self._reads = getattr(self.predictor, "reads", None)
+        if self._reads is not None:  # one C call per drafted token, not two Python ones
+            self.p_accept = attrgetter(self._reads)
         self._recent: deque[bool] = deque(maxlen=RECENT_WINDOW)
         self._recent_rate = 1.0
 
@@ -128,12 +138,18 @@ class PredictedStop(StopRule):
         self._recent.clear()
         self._recent_rate = 1.0
 
+    def observes(self) -> bool:
+        # the recent rate is read only through predict_accept (a subclass may observe for more)
+        return self._reads is None or type(self).observe is not PredictedStop.observe
+
     def observe(self, outcome: Outcome) -> None:
         checked = len(outcome.checked)
         self._recent.extend([True] * outcome.accepted + [False] * (checked - outcome.accepted))
         self._recent_rate = sum(self._recent) / len(self._recent) if self._recent else 1.0
 
     def p_accept(self, signal: TokenSignal) -> float:
+        """P(accept) of a drafted token (an instance attribute replaces this method when the
+        predictor ``reads`` it from a field of the signal)."""
         return self.predictor.predict_accept(signal, self._recent_rate)
 
     def describe(self) -> dict[str, Any]:

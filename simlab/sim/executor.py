@@ -33,7 +33,7 @@ from simlab.errors import SimlabError
 from simlab.latency.grid import LatencyGrid
 from simlab.latency.model import LatencyModel
 from simlab.metrics import Counts, PositionStats
-from simlab.policies.base import Policy, PromptInfo
+from simlab.policies.base import Decision, Policy, PromptInfo
 from simlab.rounds import (
     DraftLoop,
     DraftRun,
@@ -65,6 +65,9 @@ class PromptRun:
 class SimRun:
     prompts: list[PromptRun]
     positions: PositionStats
+
+
+VERIFY, DRAFT = Decision.VERIFY, Decision.DRAFT
 
 
 def ad_seconds(grid: LatencyGrid, prompt_len: int, n_tokens: int) -> float:
@@ -120,7 +123,7 @@ class SimExecutor:
         overruns_before = rp.rollout_overruns
         clock = t0  # this prompt's time; env.now catches up at the end
         gen = decode(policy, PromptInfo(rp.prompt_id, pl, end, rp.budget, replay=rp if policy.needs_future else None))
-        send, signals = gen.send, rp.signals
+        send, signals, draft_until = gen.send, rp.signals, rp.draft_until
         answer = None
         unpaid = 0  # tokens drafted since the last target forward, not yet priced
         unpaid_start, unpaid_layer = 0, NO_LAYER
@@ -146,7 +149,15 @@ class SimExecutor:
                 unpaid_layer = NO_LAYER if req.layer is None else req.layer
                 continue
             if kind is DraftLoop:
-                answer = req.run(signals(req.start, req.layer))
+                # the replay drafts and asks the policy in one frame (a fixed plan: DraftLoop.run)
+                if req.stops is not None:  # a stop rule: False drafts on
+                    drafted_now, said = draft_until(req.start, req.layer, req.cap, req.stops, req.stop_at_end)
+                    answer = drafted_now, DRAFT if said is False else VERIFY
+                elif req.on_draft is not None:  # None: the end token stopped it
+                    drafted_now, said = draft_until(req.start, req.layer, req.cap, req.on_draft, req.stop_at_end, DRAFT)
+                    answer = drafted_now, VERIFY if said is None else said
+                else:
+                    answer = req.run(signals(req.start, req.layer))
                 unpaid += len(answer[0])
                 unpaid_start, unpaid_layer = req.start, NO_LAYER if req.layer is None else req.layer
                 continue

@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import Iterator, NamedTuple
+from typing import Callable, Iterator, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -140,14 +140,76 @@ class PromptReplay:
                 i += 1
                 t += 1
         rconf, rent, rends = rollout
-        while True:
-            j = t - d
-            if j > len(rconf):
-                self.rollout_overruns += 1
-                j = len(rconf)
-            yield new(TokenSignal, (i, rconf[j - 1], rent[j - 1], nan, rends[j - 1]))
+        for j in range(t - d - 1, len(rconf)):  # the rollout's steps from this token's on
+            yield new(TokenSignal, (i, rconf[j], rent[j], nan, rends[j]))
             i += 1
-            t += 1
+        while True:  # past the recorded rollout
+            self.rollout_overruns += 1
+            yield new(TokenSignal, (i, rconf[-1], rent[-1], nan, rends[-1]))
+            i += 1
+
+    def draft_until(self, start: int, layer: int | None, cap: int, stop: Callable[[TokenSignal], object],
+                    stop_at_end: bool = False, go: object = False) -> tuple[list[TokenSignal], object]:
+        """Up to ``cap`` signals of :meth:`signals` from ``start``, until ``stop`` of one answers
+        other than ``go`` (or, with ``stop_at_end``, one is an end token): those signals, and how
+        they ended — ``go`` at the cap, None at an end token, else ``stop``'s answer. What a
+        draft loop (``simlab.rounds.DraftLoop.run``: a stop rule and False, or ``on_draft`` and
+        DRAFT) reads from :meth:`signals`, rollout overruns included, drafted in one frame: the
+        simulator drafts most tokens so, and a generator's resumption, its closing and a loop
+        around it were most of a short round. tests/test_replay.py pins the two together."""
+        new, nan = tuple.__new__, math.nan  # a TokenSignal without its Python-level __new__
+        path = self.draft if layer is None else self.path(layer)
+        conf, ent, ends, scores = path.confidence, path.entropy, path.end, path.score
+        n = self.n_tokens
+        d = start + path.run[start]  # the run's first rejected position (n when the run reaches the end)
+        drafted: list[TokenSignal] = []
+        append = drafted.append
+        hi = min(d, n - 1) + 1
+        for t in range(start, min(hi, start + cap)):  # on the true path
+            signal = new(TokenSignal, (t - start + 1, conf[t], ent[t], nan if scores is None else scores[t], ends[t]))
+            append(signal)
+            said = None if stop_at_end and signal.end else stop(signal)
+            if said != go:
+                return drafted, said
+        t, i = hi, hi - start + 1
+        if i > cap:
+            return drafted, go
+        if t == d:  # the run reaches past the end token, where nothing was recorded
+            self.rollout_overruns += 1
+            u = n - 1
+            signal = new(TokenSignal, (i, conf[u], ent[u], nan if scores is None else scores[u], ends[u]))
+            append(signal)
+            said = None if stop_at_end and signal.end else stop(signal)
+            if said != go:
+                return drafted, said
+            t, i = t + 1, i + 1
+        rollout = path.rollouts.get(d)
+        if rollout is None:  # teacher-forced signals at the next positions, the last one repeated
+            for i in range(i, cap + 1):
+                u = min(t, n - 1)
+                signal = new(TokenSignal, (i, conf[u], ent[u], nan if scores is None else scores[u], ends[u]))
+                append(signal)
+                said = None if stop_at_end and signal.end else stop(signal)
+                if said != go:
+                    return drafted, said
+                t += 1
+            return drafted, go
+        rconf, rent, rends = rollout
+        for j in range(t - d - 1, min(len(rconf), t - d - 1 + cap - i + 1)):  # the rollout's steps
+            signal = new(TokenSignal, (i, rconf[j], rent[j], nan, rends[j]))
+            append(signal)
+            said = None if stop_at_end and signal.end else stop(signal)
+            if said != go:
+                return drafted, said
+            i += 1
+        for i in range(i, cap + 1):  # past the recorded rollout
+            self.rollout_overruns += 1
+            signal = new(TokenSignal, (i, rconf[-1], rent[-1], nan, rends[-1]))
+            append(signal)
+            said = None if stop_at_end and signal.end else stop(signal)
+            if said != go:
+                return drafted, said
+        return drafted, go
 
     def shadows(self, start: int, count: int) -> ShadowTokens:
         """Every recorded exit layer's token at positions ``start..start+count-1`` (DEL's shadow

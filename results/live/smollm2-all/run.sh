@@ -4,20 +4,23 @@
 # latencies re-probed once on the measuring machine, automatically). A policy whose .json exists
 # is skipped, so an interrupted run continues where it stopped. REPROBE=1 measures the latencies
 # again (the first policy run does it, before its first decode) on a machine that has drifted.
-# Other runs of the same kind call this script with OUT (their directory), TRACE, TOKENS and
-# POLICIES set (../smollm2-tree/run.sh).
+# Other runs of the same kind call this script with OUT (their directory), TRACE, TOKENS,
+# POLICIES and, for other models, MODELS and PROMPTS set (../smollm2-tree/run.sh, ../qwen-tree/run.sh).
 set -euo pipefail
 cd "${OUT:-$(dirname "$0")}"
 SIMLAB=${SIMLAB:-simlab}
 TRACE=${TRACE:-../../../traces/smollm2-selfspec}
 TOKENS=${TOKENS:-128}
+MODELS=${MODELS:-"--target smollm2 --draft-layer 24"}
+PROMPTS=${PROMPTS:-humaneval:3}
 POLICIES=${POLICIES:-"sd hf-heuristic hf-confidence svip adaedl dv specdecpp ags pacer pearl spide
                       spide-no-dyna-draft spide-no-para-verify layerskip del llama-cpp"}
 reprobe=()
 [ "${REPROBE:-0}" = 1 ] && reprobe=(--reprobe)
 for policy in $POLICIES; do
     [ -s "$policy.json" ] && continue
-    "$SIMLAB" live --target smollm2 --draft-layer 24 --prompts humaneval:3 --max-new-tokens "$TOKENS" \
+    # shellcheck disable=SC2086  # MODELS is several options
+    "$SIMLAB" live $MODELS --prompts "$PROMPTS" --max-new-tokens "$TOKENS" \
         --policy "$policy" --trace "$TRACE" --out "$policy.csv" --log "$policy.log" \
         "${reprobe[@]}" --json > "$policy.json.part"
     mv "$policy.json.part" "$policy.json"

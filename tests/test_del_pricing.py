@@ -185,7 +185,7 @@ def test_live_del_reads_the_same_layers_and_logs_each_read_after_its_forward():
         assert seen and all(list(s.matches) == layers for s in seen)
         reads = [f for f in run.forwards if f.what == "shadow"]
         assert [(f.position, f.tokens) for f in reads] == [(0, 1)] + [(r["start"], r["accepted"] + 1) for r in run.rounds]
-        assert [len(s.matches[layers[0]]) for s in seen] == [f.tokens for f in reads]
+        assert [len(s.confidence[layer]) for s in seen for layer in layers] == [f.tokens for f in reads for _ in layers]
         verifies = [f for f in run.forwards if f.what == "verify"]
         assert all(v.end <= f.start for v, f in zip(verifies, reads[1:]))  # each read after its verification
         assert all(f.device == "target" for f in reads)

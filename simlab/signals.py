@@ -41,3 +41,12 @@ class ShadowTokens(NamedTuple):
     start: int
     matches: dict[int, Sequence[bool]]
     confidence: dict[int, Sequence[float]]
+
+
+def shadow_layers(exit_layers: Sequence[int] | None, n_layers: int) -> list[int]:
+    """The layers whose shadow tokens a self-speculative decoder computes, one exit head (final
+    norm and LM head) each: the exit layers its policies may draft with (a trace's recorded
+    ones), or, where none are named, every layer short of the last (1..L-1; layer L's token is
+    the target's own). The one rule for the live decoder, which runs these heads, and the
+    simulator, which prices them (tests/test_del_pricing.py holds both to it)."""
+    return list(exit_layers) if exit_layers else list(range(1, n_layers))

@@ -210,6 +210,33 @@ def test_trace_manifest_and_latency_samples(selfspec, sampled):
     assert set(steps[steps.batch == 2].layer) == {24}  # batched draft steps: the drafting exit layer
 
 
+def test_a_self_speculative_probe_times_the_exit_head_its_shadow_tokens_run(selfspec, sampled, model):
+    """With exit layers the probe times, by default, the exit head (final norm, LM head, top-1)
+    over k = 1-9, 17, 32 rows, once per repeat, at context 0 (it reads no cache); a pair without
+    exit layers has no shadow tokens, and no such samples."""
+    from simlab.record.forward import exit_logits, shadow_tokens
+    from simlab.record.latency import ProbePlan, probe_latency
+
+    heads = selfspec.latency[selfspec.latency.op == "exit_head"]
+    assert sorted(heads.k) == [*range(1, 10), 17, 32]
+    assert set(heads.context_len) == {0} and set(heads.layer) == {-1} and set(heads.batch) == {1}
+    assert not heads.corun.any()
+    assert selfspec.manifest.extra["latency_probe"]["exit_heads"] == [*range(1, 10), 17, 32]
+    assert "exit_head" not in set(sampled.latency.op)
+    assert 0 < TableLatency.from_samples(selfspec.latency, draft_layer=24).exit_head(12) < 1
+    # what is timed is what a shadow read runs: exit layer 22's tokens through the shared function
+    with torch.inference_mode():
+        hidden = model(input_ids=torch.tensor([[1, 2, 3, 4]]), output_hidden_states=True).hidden_states
+        top, tokens = shadow_tokens(model, hidden[22][0])
+        assert torch.equal(tokens, exit_logits(model, tuple(h[0] for h in hidden), 22).argmax(-1))
+    assert ProbePlan.parse("").exit_heads == () and ProbePlan.parse("exit_head=none", exits=True).exit_heads == ()
+    assert ProbePlan.parse("batch=2,4", exits=True).exit_heads == ()  # a batch-axis re-probe keeps them
+    with pytest.raises(SimlabError, match="batch=1"):
+        ProbePlan.parse("batch=2;exit_head=3")
+    with pytest.raises(SimlabError, match="exit-head axis"):
+        probe_latency(model, model, [], ProbePlan.parse("k=1;ctx=8;repeats=1;exit_head=2"), model.config.vocab_size)
+
+
 def test_a_batch_axis_reprobe_keeps_the_single_sequence_samples(selfspec, tmp_path):
     """``--resume --reprobe`` with a probe that leaves batch 1 out measures only the batch axis."""
     import shutil

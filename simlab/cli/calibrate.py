@@ -24,7 +24,7 @@ REPORT_CONTEXT = 512  # context length of the roofline summary table
 REPORT_KS = (1, 2, 4, 8, 16, 32)
 REPORT_TREE_NODES = (4, 16, 64)  # tree sizes of the summary: a tree of n nodes is verified over k = n + 1 tokens
 # the size each fitted series is measured in (the draft-model step has none)
-SIZE_NAMES = {"exit": "layer", "target": "k", "target_tree": "k", "draft_tree": "nodes"}
+SIZE_NAMES = {"exit": "layer", "target": "k", "target_tree": "k", "draft_tree": "nodes", "exit_head": "rows"}
 
 
 class _DefaultToFit(TyperGroup):
@@ -61,7 +61,8 @@ def fit(
     """Fit T_d(ctx) and T_v(k, ctx) to a trace's latency samples by least squares.
 
     Each series (draft step, early-exit step, target forward; with the probe's tree axis the
-    target's tree verification and the draft's tree expansion; solo and co-running; per batch
+    target's tree verification and the draft's tree expansion; with its exit-head axis the exit
+    head over k rows that DEL's shadow tokens run; solo and co-running; per batch
     size where the trace was probed with a batch axis) gets the form with the smallest BIC:
     affine in k, piecewise-linear in k (hinge) or one intercept per measured k (per-x), each
     with a context term. Prints R², the worst point and the median error on samples left out

@@ -8,7 +8,10 @@ Series (each solo and, where the trace has them, co-running):
 - ``target``: a target forward of k new tokens, ``x`` = k;
 - ``target_tree``: a target forward of k tokens under a tree attention mask (a tree's
   verification), ``x`` = k; ``draft_tree``: the drafter's forward over w tree nodes (one
-  level's expansion), ``x`` = w — both where the trace was probed with a tree axis.
+  level's expansion), ``x`` = w — both where the trace was probed with a tree axis;
+- ``exit_head``: the target's final norm and LM head over k rows of hidden state (DEL's shadow
+  tokens), ``x`` = k, where the trace was probed with an exit-head axis (one context: no
+  context term). Without it a shadow read has no price (:mod:`simlab.latency.model`).
 
 A tree verification is the ``target_tree`` surface where it was fitted, else the chain's
 ``target`` surface; a level of w nodes costs ``draft_tree(w) / draft step`` steps where that was
@@ -36,15 +39,16 @@ from simlab.latency.model import PROFILE_KINDS, TableLatency, chain_factor, chec
 from simlab.latency.surface import FORMS, Surface, available_forms, fit_best
 from simlab.trace.schema import NO_LAYER, with_defaults
 
-SERIES = ("draft", "exit", "target", "target_tree", "draft_tree")
+SERIES = ("draft", "exit", "target", "target_tree", "draft_tree", "exit_head")
 
 
 def series_of(samples: pd.DataFrame) -> pd.Series:
     """The series name of each latency sample."""
     op = samples["op"].to_numpy()
-    return pd.Series(np.select([op == "target_forward", op == "target_tree", op == "draft_tree",
+    return pd.Series(np.select([op == "target_forward", op == "target_tree", op == "draft_tree", op == "exit_head",
                                 samples["layer"].to_numpy() == NO_LAYER],
-                               ["target", "target_tree", "draft_tree", "draft"], "exit"), index=samples.index)
+                               ["target", "target_tree", "draft_tree", "exit_head", "draft"], "exit"),
+                     index=samples.index)
 
 
 def size_of(samples: pd.DataFrame) -> pd.Series:
@@ -108,6 +112,14 @@ class FittedLatency:
         if ("draft_tree", False) not in self.surfaces:
             return chain_factor(self, w, context_len, corun)
         return self._surface("draft_tree", corun)(w, context_len) / self.draft_step(context_len, NO_LAYER, corun)
+
+    def exit_head(self, rows: int) -> float | None:
+        """The exit-head surface at ``rows`` where the probe had an exit-head axis, else None."""
+        surface = self.surfaces.get(("exit_head", False))
+        if surface is None:
+            return None
+        check_k(rows)
+        return surface(rows, 0)
 
     def to_profile(self) -> dict:
         profile = {
@@ -194,6 +206,8 @@ def predict_samples(model, samples: pd.DataFrame) -> np.ndarray:
             out[i] = m.target_tree(k, ctx, corun)
         elif row.op == "draft_tree":
             out[i] = m.draft_tree_factor(k, ctx, corun) * m.draft_step(ctx, NO_LAYER, corun)
+        elif row.op == "exit_head":
+            out[i] = m.exit_head(k)
         else:
             out[i] = m.draft_step(ctx, int(row.layer), corun)
     return out

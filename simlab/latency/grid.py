@@ -10,6 +10,7 @@ particular the oracle's dynamic programme and the executor use the same
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -31,6 +32,7 @@ class LatencyGrid:
         self._rows: dict[tuple[str, bool], dict[int, list[float]]] = {}
         self._draft_cum: dict[tuple[int, bool], list[float]] = {}
         self._arrays: list[np.ndarray] = []  # for serial_rounds: [draft cumulative sums, 1-token row, 2-token row, ...]
+        self._heads: dict[int, float | None] = {}  # rows -> seconds of one exit head (None: not priced)
 
     def _column(self, fn, what: str, unit: str = " s") -> np.ndarray:
         """``fn`` over every context length: one call on the array if the model takes arrays
@@ -108,7 +110,30 @@ class LatencyGrid:
         verify = np.stack([arrays[k + 1][ctx] for k in range(top_k + 1)], axis=1)
         return (draft + verify).tolist()
 
+    @property
+    def prices_shadows(self) -> bool:
+        """Whether the model prices exit heads (its trace was probed with an exit-head axis)."""
+        return self.model.exit_head(1) is not None
+
+    def shadow_seconds(self, rows: int, layers: int) -> float:
+        """Time of a shadow read (DEL's shadow tokens): ``layers`` exit heads, one after another
+        on the target, each over the ``rows`` positions a target forward settled; 0 where the
+        model has no exit-head figures (:attr:`prices_shadows`)."""
+        head = self.exit_head(rows)
+        return 0.0 if head is None else layers * head
+
     # -- the LatencyModel protocol ----------------------------------------------------------
+
+    def exit_head(self, rows: int) -> float | None:
+        """The model's exit head over ``rows`` rows (None where it has none), checked as every
+        duration the grid holds."""
+        if rows not in self._heads:
+            head = self.model.exit_head(rows)
+            if head is not None and not (math.isfinite(head) and 0 < head <= MAX_FORWARD_SECONDS):
+                raise SimlabError(f"latency model {self.name!r} gives {head:g} s for an exit head over {rows} rows; "
+                                  f"a duration must be positive and at most {MAX_FORWARD_SECONDS:g} s")
+            self._heads[rows] = head
+        return self._heads[rows]
 
     def target_forward(self, k: int, context_len: int, corun: bool = False) -> float:
         if context_len > self.max_context:

@@ -11,7 +11,12 @@ The simulator never hard-codes a duration; it asks a :class:`LatencyModel` for
 - ``draft_tree_factor(w, context_len)``: the draft's expansion of one tree level, one forward
   over ``w`` nodes under a tree mask, as a multiple of its one-token step at that context (a
   factor, because the simulator multiplies it into the step it already holds:
-  :meth:`~simlab.latency.grid.LatencyGrid.tree_draft_seconds`).
+  :meth:`~simlab.latency.grid.LatencyGrid.tree_draft_seconds`);
+- ``exit_head(rows)``: the target's final norm and LM head over ``rows`` rows of hidden state,
+  on the target's device (DEL's shadow tokens run one per exit layer after every verification:
+  :meth:`~simlab.latency.grid.LatencyGrid.shadow_seconds`); None where the model has no such
+  figure (a trace probed before the probe's exit-head axis), which the simulator prices as
+  nothing, the figures it gave before, and says so.
 
 ``corun=True`` asks for the duration while the other model runs on the same device (the
 one-device topology of parallel policies); a model without such measurements answers with
@@ -68,6 +73,8 @@ class LatencyModel(Protocol):
     def target_tree(self, k: int, context_len: int, corun: bool = False) -> float: ...
 
     def draft_tree_factor(self, w: int, context_len: int, corun: bool = False) -> float: ...
+
+    def exit_head(self, rows: int) -> float | None: ...
 
 
 def chain_factor(model, w: int, context_len, corun: bool = False):
@@ -168,6 +175,9 @@ class TableLatency:
     # priced as chains (module docstring).
     target_trees: dict[bool, dict[int, Curve]] = field(default_factory=dict)
     draft_trees: dict[bool, dict[int, Curve]] = field(default_factory=dict)
+    # The exit head over k rows (the probe's exit-head axis; solo, one context), corun -> {k: curve}.
+    # Empty: shadow reads are not priced (module docstring).
+    exit_heads: dict[bool, dict[int, Curve]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.draft:
@@ -234,6 +244,17 @@ class TableLatency:
         return factor * probed_correction(w, ws, [curves[x](context_len) / step for x in ws],
                                           [chain_factor(self, x, context_len, use) for x in ws])
 
+    def exit_head(self, rows: int) -> float | None:
+        """Seconds of the exit head over ``rows`` rows: the medians, linear in rows between
+        probed counts (and past the largest, its last slope), as a target forward is in k;
+        None without exit-head samples."""
+        curves = self.exit_heads.get(False)
+        if not curves:
+            return None
+        check_k(rows)
+        ks = tuple(sorted(curves))
+        return float(_interp_k(rows, ks, [curves[x](0) for x in ks]))
+
     # -- construction and files -------------------------------------------------------------
 
     @classmethod
@@ -259,14 +280,16 @@ class TableLatency:
             draft[(int(layer), bool(corun))] = Curve.from_points(g["context_len"], g["seconds"])
         return cls(name=name, draft=draft, target=_k_curves(med, "target_forward"), hardware=hardware,
                    source="trace samples (medians)", draft_layer=draft_layer,
-                   target_trees=_k_curves(med, "target_tree"), draft_trees=_k_curves(med, "draft_tree"))
+                   target_trees=_k_curves(med, "target_tree"), draft_trees=_k_curves(med, "draft_tree"),
+                   exit_heads=_k_curves(med, "exit_head"))
 
     def to_profile(self) -> dict:
         profile = self._curves()
         if self.batches:
             profile["batches"] = [{"batch": b, **t._curves()} for b, t in sorted(self.batches.items())]
-        for key, series in (("target_tree", self.target_trees), ("draft_tree", self.draft_trees)):
-            if series:  # a profile without tree samples reads as before
+        for key, series in (("target_tree", self.target_trees), ("draft_tree", self.draft_trees),
+                            ("exit_head", self.exit_heads)):
+            if series:  # a profile without tree or exit-head samples reads as before
                 profile[key] = _k_list(series)
         return {**profile_header("table", self), **profile}
 
@@ -288,6 +311,7 @@ class TableLatency:
             # tree forwards are single-sequence: the batch tables have none
             table.target_trees = _read_k_list(data.get("target_tree", []))
             table.draft_trees = _read_k_list(data.get("draft_tree", []))
+            table.exit_heads = _read_k_list(data.get("exit_head", []))
         except (KeyError, TypeError, ValueError) as exc:
             raise SimlabError(f"latency profile {data.get('name', '?')!r} is malformed ({exc!r})") from exc
         return table

@@ -1,7 +1,7 @@
 """A picture of a latency fit: measured samples, their medians and the fitted curves.
 
 One panel per fitted series (draft step, early-exit step, target forward, tree verification and
-expansion; solo and co-running): seconds against k (or the exit layer, or the nodes), one colour
+expansion, exit head; solo and co-running): seconds against k (or the exit layer, or the nodes), one colour
 per measured context length; the draft-model step, which has no size, against the context length.
 """
 
@@ -20,9 +20,10 @@ from simlab.trace.schema import with_defaults
 FORMATS = (".png", ".svg", ".pdf")
 PANELS_PER_ROW = 3
 TITLES = {"draft": "draft step", "exit": "early-exit draft step", "target": "target forward",
-          "target_tree": "target tree verification", "draft_tree": "draft tree expansion"}
+          "target_tree": "target tree verification", "draft_tree": "draft tree expansion",
+          "exit_head": "exit head (shadow tokens)"}
 X_LABELS = {"exit": "exit layer", "target": "k (new tokens)", "target_tree": "k (last token + nodes)",
-            "draft_tree": "nodes"}
+            "draft_tree": "nodes", "exit_head": "rows of hidden state"}
 
 
 def plot_fit(model: FittedLatency, samples: pd.DataFrame, path: str | Path) -> Path:

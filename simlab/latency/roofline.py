@@ -29,6 +29,10 @@ reads of the tree attention mask (:func:`ideal_seconds` says why nothing else di
 draft's expansion of w nodes is the drafter's own w-token forward under a mask (the measured
 tables, which have no such forward unless the probe's tree axis timed it, stand the target's
 k-growth in for it: :func:`~simlab.latency.model.chain_factor`).
+
+Exit heads (DEL's shadow tokens: the target's final norm and LM head over the rows a forward
+settled, one per exit layer): the LM head's weights read once and 2·rows·V·h FLOPs, with no
+framework overhead (:meth:`RooflineLatency.exit_head`).
 """
 
 from __future__ import annotations
@@ -261,6 +265,16 @@ class RooflineLatency:
         roofline knows the draft's shape, so it needs none of the table's stand-ins."""
         shape, ell = self._drafter(NO_LAYER)
         return self.forward(shape, w, context_len, ell, tree=True) / self.forward(shape, 1, context_len, ell)
+
+    def exit_head(self, rows: int) -> float:
+        """The target's final norm and LM head over ``rows`` rows of hidden state: V·h weights
+        read once, 2·rows·V·h FLOPs (the norm's h weights are left out, as elsewhere). No
+        framework overhead: :class:`Overhead` is fitted per forward and per decoder layer, and a
+        head is neither."""
+        check_k(rows)
+        head = self.target.vocab * self.target.hidden
+        mem_s = DTYPE_BYTES[self.dtype] * head / (self.gpu.memory_bandwidth_gb_s * 1e9)
+        return max(mem_s, 2.0 * rows * head / (self.gpu.matmul_tflops * 1e12))
 
     def gpus_needed(self, shape: ModelShape) -> int:
         return math.ceil(shape.total_params * DTYPE_BYTES[self.dtype] / (self.gpu.memory_gb * 1e9))

@@ -26,6 +26,10 @@ executor runs the draft and the target:
   has become (from p itself after an accepted leaf). This is lossless only if each child, given
   everything drafted and judged before it, was drawn from the q it is judged with, so the
   drafting differs by tree kind (:meth:`LiveExecutor._verify_tree`);
+- shadow tokens (DEL): after the prefill and after each serial verification, every exit layer's
+  token at the positions that forward settled: the target's hidden state after each layer of
+  :func:`~simlab.signals.shadow_layers`, those rows only, through the final norm and the LM head
+  (:func:`~simlab.record.forward.shadow_tokens`), timed as one ``shadow`` entry of the decode log;
 - parallel rounds (PEARL, SPIDE): the draft drafts while the target verifies, in two threads
   with one intra-op thread each on CPU (on 2 cores this overlap took 0.74x the time of running
   them one after the other, Qwen pair), restoring the full thread count afterwards.
@@ -63,7 +67,7 @@ from simlab.rounds import (
     VerifyTree,
     decode,
 )
-from simlab.signals import ShadowTokens, TokenSignal
+from simlab.signals import ShadowTokens, TokenSignal, shadow_layers
 from simlab.trees.attention import LiveTree, keep_entries, verify_inputs
 from simlab.trees.draft_tree import ROOT
 
@@ -73,10 +77,10 @@ class Forward:
     """One timed model forward, for the decode log."""
 
     device: str  # "draft" or "target"
-    what: str  # "prefill", "draft", "verify", "draft (parallel)", "verify (parallel)"
+    what: str  # "prefill", "draft", "verify", "draft (parallel)", "verify (parallel)", "shadow"
     start: float  # seconds since the prompt's decode phase began (negative for prefills)
     end: float
-    tokens: int  # new tokens fed
+    tokens: int  # new tokens fed (a shadow read: the rows each exit head runs over)
     position: int  # first generated position this forward concerns
 
 
@@ -251,7 +255,7 @@ class LiveExecutor:
             elif kind is ParallelRound:
                 answer = self._parallel(state, draft, target, forwards, info, req, run)
             elif kind is Shadow:
-                answer = self._shadows(state, target, req)
+                answer = self._shadows(state, target, forwards, req)
             elif kind is ExpandTree:
                 if req.depth == 1:
                     state.tree = None
@@ -311,21 +315,27 @@ class LiveExecutor:
             model = state.models[layer] = _Model(self._layer_drafts[layer], "draft", self._sync)
         return model
 
-    def _shadows(self, state: "_PromptState", target: _Model, req: Shadow) -> ShadowTokens:
+    def _shadows(self, state: "_PromptState", target: _Model, forwards, req: Shadow) -> ShadowTokens:
         """Every exit layer's token at the positions the last target forward settled (DEL §4.2):
-        the target's hidden state after layer l, through the final norm and the LM head."""
-        from simlab.record.forward import exit_logits
+        the target's hidden state after layer l at those positions only (not the forward's other
+        rows: drafts it rejected, or the prompt of a prefill), through the final norm and the LM
+        head. Timed as one ``shadow`` forward of the target, which the simulator prices alike
+        (:func:`~simlab.sim.executor.shadow_heads`)."""
+        from simlab.record.forward import n_layers, shadow_tokens
 
-        rows = slice(req.start - state.shadow_start, req.start - state.shadow_start + req.count)
+        start = time.perf_counter()
+        first = req.start - state.shadow_start
+        hidden = tuple(h[first:first + req.count] for h in target.hidden)
         truth = state.out[req.start:req.start + req.count]
-        layers = self.exit_layers or list(range(1, len(target.hidden) - 1))
         matches, confidence = {}, {}
         with torch.inference_mode():
-            for layer in layers:
-                probs = torch.softmax(exit_logits(self.target_model, target.hidden, layer)[rows].float(), dim=-1)
-                top, tokens = probs.max(dim=-1)
+            for layer in shadow_layers(self.exit_layers, n_layers(self.target_model)):
+                top, tokens = shadow_tokens(self.target_model, hidden[layer])
                 matches[layer] = [int(t) == y for t, y in zip(tokens.tolist(), truth)]
                 confidence[layer] = top.tolist()
+        self._sync()
+        forwards.append(Forward("target", "shadow", start - self._origin, time.perf_counter() - self._origin, req.count,
+                                req.start))
         return ShadowTokens(req.start, matches, confidence)
 
     def _verify(self, state, target: _Model, forwards, info: PromptInfo, req: Verify, run: LiveRun) -> int:

@@ -15,6 +15,7 @@ def load_pair(setup: LiveSetup, trace: Trace | None) -> tuple[LiveExecutor, list
     """
     from simlab.models.early_exit import early_exit_draft
     from simlab.models.load import eos_token_ids, load_model
+    from simlab.signals import shadow_layers
 
     cfg = setup.cfg
     target = load_model(setup.target_ref, setup.target_device, setup.dtype)
@@ -24,6 +25,6 @@ def load_pair(setup: LiveSetup, trace: Trace | None) -> tuple[LiveExecutor, list
     else:
         draft = early_exit_draft(target, cfg.draft_layer)
         recorded = list(trace.manifest.exit_layers) if trace is not None else []
-        exit_layers = recorded or list(range(1, target.config.num_hidden_layers))
+        exit_layers = shadow_layers(recorded, target.config.num_hidden_layers)
     eos = eos_token_ids(target, setup.tokenizer)
     return LiveExecutor(draft, target, eos, cfg.temperature, cfg.seed, exit_layers=exit_layers), eos

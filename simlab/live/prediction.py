@@ -8,6 +8,11 @@ what was measured, so writing the table after every prompt (``--out``) re-simula
 Without a comparison trace (``--no-compare``) the context comes from the same recipe over the
 run's prompts and budget, and its tree data are the trees the run drafts
 (:meth:`~simlab.live.setup.LiveSetup.tree_data`): no trace bounds them.
+
+For a policy that reads shadow tokens (DEL) each prompt's row also holds the time its shadow
+reads took (the decode log's ``shadow`` entries) beside the time the simulator priced for them
+(its timeline's ``shadow`` slices; 0 where the trace's probe has no exit-head axis), the one
+piece of a decode that is neither a draft step nor a verification.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from simlab.latency.model import LatencyModel
 from simlab.live.decoding import PromptOutcome
 from simlab.live.setup import LiveSetup
 from simlab.metrics import Summary
-from simlab.policies import PolicyContext
+from simlab.policies import REGISTRY, PolicyContext
 from simlab.sim.context import policy_context, tabulated, typical_context_len
 from simlab.sim.devices import Slice
 from simlab.sim.run import SimResult, Simulator
@@ -56,6 +61,7 @@ class Prediction:
             else None
         self._simulated: SimResult | None = None
         self._spread: SamplingSpread | None = None
+        self._shadow: dict[str, float] = {}  # source -> priced seconds of its shadow reads
         self._prompt_ids = dict(zip(trace.prompts["source"], trace.prompts["prompt_id"])) if trace is not None else {}
 
     def context(self) -> PolicyContext:
@@ -102,8 +108,16 @@ class Prediction:
         res = self.simulator.run(cfg.policy, cfg.params, timeline_prompt=self.prompt_id(source), with_cost=False)
         return res.timeline
 
+    def shadow_seconds(self, source: str) -> float:
+        """The time the simulator prices for one prompt's shadow reads: the ``shadow`` slices of
+        its timeline (cached, as each timeline is a simulation of its own)."""
+        if source not in self._shadow:
+            self._shadow[source] = sum(s.end - s.start for s in self.timeline(source) if s.name.startswith("shadow "))
+        return self._shadow[source]
+
     def compare(self, outcomes: list[PromptOutcome]) -> Comparison:
         """Measured beside predicted, one row per finished prompt."""
+        shadows = REGISTRY[self.setup.cfg.policy].needs_shadows
         sim = self.simulated()
         predicted = sim.per_prompt.set_index("prompt_id") if sim is not None else None
         rows = []
@@ -116,6 +130,8 @@ class Prediction:
                    "measured_ad_spread": o.ad_spread, "repeats": len(o.speedups),
                    "measured_speedup_spread": o.speedup_spread, "other_cpu_max": o.other_cpu_max,
                    "disturbed": o.disturbed}
+            if shadows:
+                row["measured_shadow_s"] = sum(f.end - f.start for f in o.policy.forwards if f.what == "shadow")
             pid = self.prompt_id(o.source) if predicted is not None else None
             if pid is not None:
                 pr = predicted.loc[pid]
@@ -127,5 +143,7 @@ class Prediction:
                     row[f"error_{key}"] = relative_error(row[f"predicted_{key}"], row[f"measured_{key}"])
                 # how far the machine's autoregressive speed has moved from the trace's probe
                 row["ad_drift"] = relative_error(m.ad_wall_time_s, row["predicted_ad_wall_time_s"])
+                if shadows:
+                    row["predicted_shadow_s"] = self.shadow_seconds(o.source)
             rows.append(row)
         return Comparison(pd.DataFrame(rows), self.trace.path if self.trace is not None else None, sim)

@@ -152,6 +152,12 @@ class LiveReport:
                 out.update(target_calls_equal=int((df["measured_target_calls"] == df["predicted_target_calls"]).sum()),
                            tokens_equal=int((df["measured_tokens"] == df["predicted_tokens"]).sum()))
             out["error_speedup"] = out["predicted_speedup"] / out["measured_speedup"] - 1
+        if "measured_shadow_s" in df:
+            shadow = float(df["measured_shadow_s"].sum())
+            out.update(measured_shadow_s=shadow, measured_shadow_share=shadow / wall)
+        if "predicted_shadow_s" in df:
+            out.update(predicted_shadow_s=float(df["predicted_shadow_s"].sum()),
+                       shadows_priced=s.prediction.simulator.latency.prices_shadows)
         out.update(self._drafts())
         spread = s.prediction.spread() if "predicted_speedup" in out else None
         if spread is not None:
@@ -242,6 +248,13 @@ class LiveReport:
                 iv = sp[key]
                 lines.append(f"  {key}: {iv['mean']:.3f} [{iv['low']:.3f}, {iv['high']:.3f}], measured "
                              f"{iv['measured']:.3f} ({'inside' if iv['inside'] else 'OUTSIDE'})")
+        if "measured_shadow_s" in summ:
+            priced = summ.get("shadows_priced")
+            lines.append(f"shadow tokens (an exit head per exit layer after each target forward): measured "
+                         f"{summ['measured_shadow_s']:.3f} s, {summ['measured_shadow_share']:.0%} of the decode"
+                         + (f"; predicted {summ['predicted_shadow_s']:.3f} s" if priced else "")
+                         + ("; unpriced: the trace's latency probe has no exit-head axis (--reprobe adds it)"
+                            if priced is False else ""))
         lines.append(f"drafts (vLLM): {summ['measured_num_drafts']}, mean acceptance length "
                      f"{summ['measured_mean_acceptance_length']:.3f}"
                      + (f"; predicted {summ['predicted_num_drafts']}, {summ['predicted_mean_acceptance_length']:.3f}"

@@ -3,7 +3,8 @@
 Input is the Chrome trace JSON that ``simlab simulate --timeline`` writes (and that live
 decoding writes in the same format), read with :func:`simlab.sim.timeline.read_chrome_trace`.
 Bars are coloured by what the forward did — the slice name without its ``xN`` token count:
-``draft``, ``verify``, ``draft (parallel)``, ``verify (parallel)`` — each in its colour of
+``draft``, ``verify``, ``draft (parallel)``, ``verify (parallel)``, ``shadow`` (DEL's exit heads
+on the target after a forward) — each in its colour of
 :data:`KIND_COLORS` in every timeline, so serial draft-then-verify stretches and parallel overlap
 are visible at a glance and a simulated and a live timeline compare colour for colour.
 """
@@ -28,6 +29,7 @@ KIND_COLORS = {
     "verify": "#6baed6",
     "verify (parallel)": "#2171b5",
     "prefill": "#969696",
+    "shadow": "#9e9ac8",
 }
 OTHER_COLOR = "#fd8d3c"  # a kind not listed above (none today)
 

@@ -145,6 +145,8 @@ class Del(Policy):
     where per round c^ℓ counts layer ℓ's tokens that match the target's, tcs^ℓ / fcs^ℓ sum the
     confidences of its matching / mismatching tokens, and n counts the settled positions.
     With ``dynamic_exit`` off (the DEL-E ablation, §5.3) a round drafts exactly γ tokens.
+    Reading the shadow tokens is target work of its own, an exit head per layer over the settled
+    positions, which the executors run (live) or price (docs/policies/early-exit.md, Time).
     """
 
     name = "del"

@@ -59,10 +59,25 @@ def _decoder(model):
 @torch.inference_mode()
 def exit_logits(model, hidden: tuple[torch.Tensor, ...], layer: int) -> torch.Tensor:
     """Logits of exit layer ``layer`` from a forced pass's hidden states."""
-    h = hidden[layer]
     if layer < n_layers(model):
-        h = _decoder(model).norm(h)
-    return model.get_output_embeddings()(h)
+        return exit_head(model, hidden[layer])
+    return model.get_output_embeddings()(hidden[layer])
+
+
+@torch.inference_mode()
+def exit_head(model, h: torch.Tensor) -> torch.Tensor:
+    """Logits of the hidden states ``h`` (rows, H) taken after a decoder layer short of the
+    last: the final norm, then the LM head, as an early-exit draft computes on top of its layers."""
+    return model.get_output_embeddings()(_decoder(model).norm(h))
+
+
+@torch.inference_mode()
+def shadow_tokens(model, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-1 probability (raw softmax) and token of each row of ``h``, hidden states after a
+    decoder layer short of the last: that exit layer's shadow tokens at those positions (DEL
+    §4.2). The live decoder computes a shadow read with this function, once per exit layer, and
+    the latency probe times it (``op = exit_head``), so what is priced is what runs."""
+    return torch.softmax(exit_head(model, h).float(), dim=-1).max(dim=-1)
 
 
 @contextmanager

@@ -49,6 +49,19 @@ chain series so that the two are compared where both were measured (the latency 
 tree as the chain times their measured ratio: :mod:`simlab.latency.model`). Tree forwards are of
 one sequence, so the tree axis needs ``batch=1``.
 
+Exit heads (``exit_head=1-9,17,32``; the default where the recording has exit layers,
+``--exit-layers``, and none otherwise): after the prefill and after every verification DEL reads
+shadow tokens (:mod:`simlab.policies.early_exit`), the token every exit layer gives at the
+positions the target just settled: the final norm and the LM head over those rows of the
+target's hidden state after each exit layer, and the top-1 of their softmax
+(:func:`~simlab.record.forward.shadow_tokens`, the function the live decoder calls). That is no
+small cost: SmolLM2-135M's LM head (49,152 x 576) holds as many weights as 8 of its 30 decoder
+layers, so a read of its 29 exit layers goes through about six target forwards' worth of
+weights. So for every row count n of ``exit_head`` the probe times that function over n rows
+(``op = exit_head``, ``k`` = n; a round of a decoder with d_max = 18 settles 1-19 rows). It
+reads no KV cache, so it is timed once per repeat, at ``context_len`` 0, not at every context
+length, and solo: nothing runs beside a shadow read.
+
 Clocks: ``time.perf_counter`` on CPU; CUDA events on GPU, after a warm-up call per point.
 
 Co-running figures (``corun=True``): parallel policies (PEARL, SPIDE) run the draft while the
@@ -78,7 +91,7 @@ import torch
 
 from simlab.errors import SimlabError
 from simlab.models.early_exit import early_exit_draft
-from simlab.record.forward import truncated
+from simlab.record.forward import shadow_tokens, truncated
 from simlab.record.ranges import int_ranges
 from simlab.trace.schema import NO_LAYER
 from simlab.trees.attention import LiveTree, verify_inputs
@@ -86,13 +99,14 @@ from simlab.trees.draft_tree import ROOT, DraftTree
 
 DEFAULT_PROBE = "k=1-17,24,32,64,128;ctx=128,512;repeats=5;batch=1,2,4,8;batch_k=1-9"
 DEFAULT_TREE = "1-9,17,32,64"  # the tree axis of a recording that stores draft trees (--topk)
-FIELDS = ("k", "ctx", "repeats", "corun", "batch", "batch_k", "tree")
+DEFAULT_EXIT_HEAD = "1-9,17,32"  # the exit-head axis of a recording with exit layers (--exit-layers)
+FIELDS = ("k", "ctx", "repeats", "corun", "batch", "batch_k", "tree", "exit_head")
 CORUN_VERIFY_K = 4
 
 
 @dataclass(frozen=True)
 class ProbePlan:
-    """Which points to time: ``k=1-17,24,32,64,128;ctx=128,512;repeats=5;corun=yes;batch=1,2,4,8;batch_k=1-9;tree=1-9,17,32,64``."""
+    """Which points to time: ``k=1-17,24,32,64,128;ctx=128,512;repeats=5;corun=yes;batch=1,2,4,8;batch_k=1-9;tree=1-9,17,32,64;exit_head=1-9,17,32``."""
 
     ks: tuple[int, ...]
     contexts: tuple[int, ...]
@@ -101,18 +115,21 @@ class ProbePlan:
     batches: tuple[int, ...] = (1,)  # 1: the single-sequence series; B > 1: B sequences x batch_ks
     batch_ks: tuple[int, ...] = ()
     trees: tuple[int, ...] = ()  # tree sizes: tokens of a verification, nodes of a draft's expansion
+    exit_heads: tuple[int, ...] = ()  # rows of an exit head (DEL's shadow tokens), timed once per repeat
 
     @classmethod
-    def parse(cls, spec: str, trees: bool = False) -> ProbePlan:
+    def parse(cls, spec: str, trees: bool = False, exits: bool = False) -> ProbePlan:
         """The plan of ``spec``, every field it leaves out at :data:`DEFAULT_PROBE`'s value; the
         tree axis is :data:`DEFAULT_TREE` where the recording stores draft trees (``trees``) and
-        measures the single-sequence series, else none (``tree=none`` leaves it out)."""
+        measures the single-sequence series, else none (``tree=none`` leaves it out); the
+        exit-head axis likewise :data:`DEFAULT_EXIT_HEAD` where it has exit layers (``exits``)."""
         fields = dict(_parse_field(item, spec) for item in DEFAULT_PROBE.split(";"))
         for item in filter(None, (s.strip() for s in spec.split(";"))):
             key, value = _parse_field(item, spec)
             fields[key] = value
         batches = _int_list(fields["batch"], "batch", spec)
         tree = fields.get("tree", DEFAULT_TREE if trees and 1 in batches else "none")
+        heads = fields.get("exit_head", DEFAULT_EXIT_HEAD if exits and 1 in batches else "none")
         plan = cls(
             ks=_int_list(fields["k"], "k", spec),
             contexts=_int_list(fields["ctx"], "ctx", spec),
@@ -121,12 +138,18 @@ class ProbePlan:
             batches=batches,
             batch_ks=_int_list(fields["batch_k"], "batch_k", spec),
             trees=() if tree.lower() == "none" else _int_list(tree, "tree", spec),
+            exit_heads=() if heads.lower() == "none" else _int_list(heads, "exit_head", spec),
         )
-        if plan.repeats < 1 or min(plan.ks + plan.contexts + plan.batches + plan.batch_ks + plan.trees) < 1:
-            raise SimlabError(f"--latency-probe {spec!r}: k, ctx, repeats, batch, batch_k and tree must be at least 1")
+        sizes = plan.ks + plan.contexts + plan.batches + plan.batch_ks + plan.trees + plan.exit_heads
+        if plan.repeats < 1 or min(sizes) < 1:
+            raise SimlabError(f"--latency-probe {spec!r}: k, ctx, repeats, batch, batch_k, tree and exit_head must be "
+                              "at least 1")
         if plan.trees and not plan.single:
             raise SimlabError(f"--latency-probe {spec!r}: tree forwards are of one sequence and priced against the "
                               "single-sequence chain forwards measured with them; put batch=1 among the batch sizes")
+        if plan.exit_heads and not plan.single:
+            raise SimlabError(f"--latency-probe {spec!r}: exit heads are stored with the single-sequence series, which "
+                              "a re-probe without batch=1 keeps; put batch=1 among the batch sizes")
         return plan
 
     @property
@@ -143,7 +166,7 @@ def _parse_field(item: str, spec: str) -> tuple[str, str]:
     key = key.strip()
     if not sep or key not in FIELDS:
         raise SimlabError(f"--latency-probe {spec!r}: expected fields k=..., ctx=..., repeats=N, corun=yes|no, "
-                          "batch=..., batch_k=..., tree=...|none")
+                          "batch=..., batch_k=..., tree=...|none, exit_head=...|none")
     return key, value.strip()
 
 
@@ -328,6 +351,18 @@ def _tree_ops(target, draft, draft_layer: int, plan: ProbePlan, ctx: int, vocab:
     return ops + [replace(op, load=load[op.op]) for op in ops]
 
 
+def _exit_head_ops(target, plan: ProbePlan, gen) -> list[_Op]:
+    """The exit head over n rows of hidden state for every n of ``plan.exit_heads`` (module
+    docstring), with random rows in the target's dtype: the head's cost is its matrix product,
+    whatever the values."""
+    hidden = target.get_output_embeddings().weight.shape[1]
+    ops = []
+    for n in plan.exit_heads:
+        rows = torch.randn(n, hidden, generator=gen).to(target.device, _dtype(target))
+        ops.append(_Op("exit_head", n, 0, NO_LAYER, lambda rows=rows: shadow_tokens(target, rows)))
+    return ops
+
+
 def probe_tree(nodes: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """The parents and depths of the probe's tree of ``nodes`` nodes: binary, breadth-first (two
     children of the root, two of each node after). Its shape sets which entries of the mask are
@@ -361,6 +396,7 @@ def probe_latency(
 ) -> pd.DataFrame:
     """Latency samples (rows of latency.parquet) for the points of ``plan``; ``draft_layer``
     is the exit layer that drafts batched steps and tree expansions when there is no draft model.
+    Exit heads are timed where there are ``exit_layers`` (the shadow tokens they serve).
 
     Repeats are interleaved (round r times every point, at every context length, once) so that
     a burst of load from elsewhere spreads over all points instead of biasing a few: timing
@@ -372,8 +408,12 @@ def probe_latency(
     gen = torch.Generator().manual_seed(0)
     if draft is None and draft_layer == NO_LAYER and (plan.trees or any(b > 1 for b in plan.batches)):
         raise SimlabError("batched draft steps and tree expansions need a draft model or a drafting exit layer")
+    if plan.exit_heads and not exit_layers:
+        raise SimlabError("the exit-head axis times the shadow tokens of exit layers: record with --exit-layers, "
+                          "or pass exit_head=none")
     ops = [op for ctx in plan.contexts
            for op in _ops(target, draft, exit_layers, plan, ctx, vocab, gen, draft_layer)]
+    ops += _exit_head_ops(target, plan, gen)
     for op in ops:
         with op.scope():
             op.run()

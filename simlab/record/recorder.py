@@ -233,7 +233,7 @@ def _prepare(cfg: RecordConfig) -> _Setup:
         raise SimlabError("--device cuda: no CUDA device is available here (use --device cpu)")
     dtype = cfg.dtype or ("float32" if device == "cpu" else "bfloat16")
     torch_dtype(dtype)  # an unknown --dtype fails here, before any model loads
-    probe = ProbePlan.parse(cfg.latency_probe, trees=cfg.topk > 0)
+    probe = ProbePlan.parse(cfg.latency_probe, trees=cfg.topk > 0, exits=cfg.exit_layers is not None)
     tokenizer = load_tokenizer(target_ref)
     if draft_ref is not None:
         check_vocab(load_tokenizer(draft_ref), tokenizer, cfg.draft, cfg.target)

@@ -10,7 +10,11 @@ An engine step, in model time (docs/serving.md):
    that draft at least j tokens, so ragged draft lengths cost as many steps as the longest
    draft, and a request that stopped drafting waits for the others;
 3. one batched target forward verifies every running request's drafts plus its bonus
-   position (k_i + 1 tokens each); requests that reached their end leave the batch.
+   position (k_i + 1 tokens each); under a policy that reads shadow tokens (DEL) the target
+   then runs an exit head per exit layer over the positions every request just settled (its
+   accepted drafts and the target's token), as it does after a prefill over each admitted
+   request's position 0: the single-request executor's price (:mod:`simlab.sim.executor`), the
+   batch's rows in one head per layer; requests that reached their end leave the batch.
 
 Requests proceed in lock-step: nobody starts the next round before the step ends. Forwards
 are booked on two :class:`~simlab.sim.devices.Device` rows (draft, target), which refuse
@@ -48,8 +52,10 @@ class Engine:
     """Continuous batching of speculative decoding on one draft/target pair."""
 
     def __init__(self, env: simpy.Environment, latency: BatchLatency, scheduler: Scheduler,
-                 batch_policy: BatchPolicy, record: bool = False):
+                 batch_policy: BatchPolicy, record: bool = False, shadow_heads: int = 0):
+        """``shadow_heads``: the exit heads of a shadow read (:func:`~simlab.sim.executor.shadow_heads`)."""
         self.env = env
+        self.shadow_heads = shadow_heads
         self.latency = latency
         self.scheduler = scheduler
         self.batch_policy = batch_policy
@@ -107,7 +113,7 @@ class Engine:
             r.start()
             if r.done:  # a one-token answer: the prefill emitted all of it
                 self._finish(r, end)
-        return end
+        return self._shadows(end, len(admitted), len(admitted))
 
     def _decode(self, decoders: list[ServedRequest], t: float) -> float:
         stats = self.stats
@@ -129,6 +135,7 @@ class Engine:
         for r, (start, k, layer) in zip(decoders, rounds):
             accepted += r.verify(start, k, layer, self.positions)
         t = self._book(self.target_dev, t, verify, "verify", len(decoders), sum(drafts) + len(decoders), accepted)
+        t = self._shadows(t, len(decoders), accepted + len(decoders))  # a decoder's step ends after it, as live
         for r in decoders:
             if r.done:
                 self._finish(r, t)
@@ -136,6 +143,14 @@ class Engine:
         stats.batch_sizes += len(decoders)
         stats.decode_steps += 1
         return t
+
+    def _shadows(self, t: float, batch: int, rows: int) -> float:
+        """The shadow read after a target forward over ``batch`` requests that settled ``rows``
+        positions in all, if priced; returns when it ends."""
+        if not self.shadow_heads:
+            return t
+        seconds = self.latency.grid.shadow_seconds(rows, self.shadow_heads)
+        return self._book(self.target_dev, t, seconds, "shadow", batch, rows)
 
     def _book(self, device: Device, t: float, seconds: float, what: str, batch: int, tokens: int,
               accepted: int | None = None) -> float:

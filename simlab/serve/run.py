@@ -24,6 +24,7 @@ from simlab.serve.metrics import Slo, request_frame, speedups, summarize
 from simlab.serve.request import ServedRequest
 from simlab.serve.scheduler import Scheduler
 from simlab.sim.devices import Slice
+from simlab.sim.executor import shadow_heads
 from simlab.sim.run import Simulator
 
 BASELINE_POLICY = "ad"
@@ -83,9 +84,10 @@ def serve_once(sim: Simulator, arrivals: Sequence[float], config: ServeConfig, p
     latency = latency or BatchLatency(sim.latency)
     batch_policy = config.batch.build(latency) if policy != BASELINE_POLICY else BatchSpec().build(latency)
     env = simpy.Environment()
-    engine = Engine(env, latency, config.scheduler, batch_policy, record)
     requests = [ServedRequest(i, prompts[i % len(prompts)], CappedPolicy(make_policy(policy, context, **params)), t)
                 for i, t in enumerate(arrivals)]
+    heads = shadow_heads(sim.latency, sim.trace.manifest, requests[0].policy.inner) if requests else 0
+    engine = Engine(env, latency, config.scheduler, batch_policy, record, heads)
 
     def arrive():
         for r in requests:

@@ -12,7 +12,12 @@ decoding) from a :class:`~simlab.trace.replay.TraceReplay`:
   :class:`~simlab.latency.grid.LatencyGrid`); a serial round is k draft steps then one target
   forward over k+1 positions; a tree round is one draft forward per level
   (:meth:`~simlab.latency.grid.LatencyGrid.tree_draft_seconds`) then one tree verification over
-  its nodes + 1 (``target_tree``); a parallel round runs both devices at once.
+  its nodes + 1 (``target_tree``); a parallel round runs both devices at once;
+- a policy that reads shadow tokens (DEL) has them computed, after the prefill and after every
+  serial verification, by an exit head per layer of :func:`~simlab.signals.shadow_layers` over
+  the positions just settled, one after another on the target
+  (:meth:`~simlab.latency.grid.LatencyGrid.shadow_seconds`): the live decoder's work, priced
+  where its latency model has exit-head figures (:func:`shadow_heads`).
 
 Time semantics are in :mod:`simlab.sim.devices`. Each prompt is one SimPy process. Its rounds
 never overlap one another, so they are priced on the prompt's local clock — a serial round
@@ -24,6 +29,7 @@ far fewer events; the devices still check every booking).
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -45,9 +51,10 @@ from simlab.rounds import (
     VerifyTree,
     decode,
 )
+from simlab.signals import shadow_layers
 from simlab.sim.devices import Device, Slice, Topology
 from simlab.trace.replay import PromptReplay, SignalRun, TraceReplay
-from simlab.trace.schema import NO_LAYER
+from simlab.trace.schema import NO_LAYER, Manifest
 from simlab.trees.draft_tree import ROOT, accepted_length
 
 
@@ -73,6 +80,29 @@ VERIFY, DRAFT = Decision.VERIFY, Decision.DRAFT
 def ad_seconds(grid: LatencyGrid, prompt_len: int, n_tokens: int) -> float:
     """Autoregressive decoding of the same tokens: one 1-token target forward per position."""
     return sum(grid.target_row(1)[prompt_len + 1 : prompt_len + n_tokens])
+
+
+_warned: set[str] = set()  # the unpriced-shadow warnings this process has printed
+
+
+def shadow_heads(grid: LatencyGrid, manifest: Manifest, policy: Policy) -> int:
+    """How many exit heads the simulator prices per shadow read of ``policy``: one per layer of
+    :func:`~simlab.signals.shadow_layers` of the trace (the rule the live decoder computes them
+    by), none for a policy that reads no shadow tokens. A latency model without exit-head figures
+    (every trace probed before the probe's exit-head axis) prices none either, the figures simlab
+    gave before, and says so on stderr in one line, once per process and trace."""
+    if not policy.needs_shadows:
+        return 0
+    if grid.prices_shadows:
+        return len(shadow_layers(manifest.exit_layers, manifest.n_layers))
+    command = manifest.command or "simlab record <the trace's options>"
+    warning = (f"simlab: warning: {policy.name}'s shadow tokens are unpriced (latency model {grid.name!r} has no "
+               f"exit-head samples); re-probe the trace (a copy, if it is a shipped one) to add them: {command} "
+               "--resume --reprobe")
+    if warning not in _warned:
+        _warned.add(warning)
+        print(warning, file=sys.stderr)
+    return 0
 
 
 def as_grid(latency: LatencyModel, max_context: int) -> LatencyGrid:
@@ -101,11 +131,12 @@ class SimExecutor:
         env = simpy.Environment()
         runs: list[PromptRun] = []
         positions = PositionStats()
+        heads = shadow_heads(grid, replay.trace.manifest, policy)
 
         def all_prompts():
             for prompt in replay.prompts:
                 run = PromptRun(prompt.prompt_id, Counts(), [] if self.keep_tokens else None)
-                yield env.process(self._prompt(env, grid, prompt, policy, run, positions))
+                yield env.process(self._prompt(env, grid, prompt, policy, run, positions, heads))
                 runs.append(run)
 
         env.process(all_prompts())
@@ -113,7 +144,8 @@ class SimExecutor:
         return SimRun(runs, positions)
 
     def _prompt(self, env: simpy.Environment, grid: LatencyGrid, rp: PromptReplay, policy: Policy,
-                run: PromptRun, positions: PositionStats):
+                run: PromptRun, positions: PositionStats, heads: int):
+        """``heads``: the exit heads of a shadow read (:func:`shadow_heads`)."""
         record = rp.prompt_id == self.timeline_prompt
         t0 = env.now
         draft_dev = Device("draft", record)
@@ -197,8 +229,11 @@ class SimExecutor:
             elif kind is ParallelRound:
                 answer, clock = _parallel(clock, grid, rp, req, draft_dev, target_dev, corun, counts, positions, tokens,
                                           parallel_prices)
-            elif kind is Shadow:  # DEL's shadow tokens: read from the last forward, no time
+            elif kind is Shadow:  # DEL's shadow tokens: an exit head per layer over the settled positions
                 answer = rp.shadows(req.start, req.count)
+                if heads:
+                    clock = target_dev.book(clock, grid.shadow_seconds(req.count, heads), "shadow", req.start,
+                                            req.count)
             else:  # pragma: no cover - decode() yields only the types above
                 raise TypeError(f"unknown request {req!r}")
         if clock > env.now:

@@ -99,7 +99,7 @@ TABLES: dict[str, dict[str, str]] = {
     },
     "latency": {
         "op": "string",  # one of LATENCY_OPS
-        "k": "int32",  # new tokens in the forward (1 for a draft step; tree ops: tokens under the tree mask)
+        "k": "int32",  # new tokens in the forward (1 for a draft step; tree ops: tokens under the tree mask; exit_head: rows)
         "context_len": "int32",
         "layer": "int32",  # exit layer of a self-speculative draft step or tree expansion; -1 otherwise
         "corun": "bool",  # measured while the other model was running on the same device
@@ -134,9 +134,11 @@ OPTIONAL_TABLES = frozenset({"layers", "topk", "tree"})
 # Forwards the latency probe times: the draft's one-token step and the target's k-token forward
 # (every trace has both), and, from the probe's tree axis, the same forwards under a tree
 # attention mask: the target's verification of a tree (k tokens: the last committed one and
-# k - 1 nodes) and the draft's expansion of one level (k nodes). simlab.record.latency says how.
+# k - 1 nodes) and the draft's expansion of one level (k nodes); from the probe's exit-head axis
+# the target's final norm and LM head over k rows of hidden state (DEL's shadow tokens read one
+# per exit layer; context_len 0: it reads no KV cache). simlab.record.latency says how.
 REQUIRED_LATENCY_OPS = ("draft_step", "target_forward")
-LATENCY_OPS = (*REQUIRED_LATENCY_OPS, "target_tree", "draft_tree")
+LATENCY_OPS = (*REQUIRED_LATENCY_OPS, "target_tree", "draft_tree", "exit_head")
 NOT_IN_TOPK = -1  # a target token's rank when it is not among the draft's recorded top-K
 # No forward of any model on any hardware simlab targets takes an hour: a latency sample (or a
 # latency model's answer) above this is a unit mistake or corruption, not a measurement.

@@ -50,6 +50,19 @@ def test_smollm2_selfspec_trace_has_every_exit_layer():
     assert m.rollout_layers == [1, 2, 3, 23] and sorted(set(trace.rollouts.layer)) == [-1, 1, 2, 3, 23]
 
 
+def test_qwen_tree_trace_holds_the_qwen_pairs_trees_and_its_tree_forwards():
+    """The Qwen pair's tree data (issue 13: at least 20 HumanEval prompts x 128 tokens), with
+    verifications and expansions under a tree mask in its latency probe."""
+    trace = read_trace(TRACES / "qwen-coder-tree")
+    m = trace.manifest
+    assert (m.topk, m.tree_depth, m.temperature, m.max_new_tokens) == (4, 4, 0.0, 128)
+    assert (m.target_model, m.draft_model) == ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b")
+    assert trace.n_prompts == 20 and len(trace.topk) == 4 * len(trace.positions)
+    assert len(trace.tree) == (4 + 3 * 16) * len(trace.positions)
+    trees = trace.latency[trace.latency.op.isin(["target_tree", "draft_tree"])]
+    assert set(trees.op) == {"target_tree", "draft_tree"} and trees.k.max() == 64
+
+
 def test_smollm2_tree_trace_holds_top_k_and_eagle2_trees():
     trace = read_trace(TRACES / "smollm2-tree")
     m = trace.manifest

@@ -136,3 +136,10 @@ def test_tune_prices_batches_from_a_roofline_profile_without_a_warning(tmp_path,
     assert printed == json.loads(out.read_text())
     assert printed["latency_rule"] == ROOFLINE_RULE and not printed["batch_latency_extrapolated"]
     assert "warning" not in captured.err and printed["latency"] != "qwen-coder-humaneval samples"
+
+
+def test_the_progress_bar_counts_every_batch_size_and_draft_length_served(capsys):
+    # 2 batch sizes x draft lengths 0..1: 4 serve runs, and the bar ends full at 4/4
+    tune(sim_with(0.1, {k: 1 + 0.1 * k for k in range(1, 200)}), [1, 2], max_gamma=1, requests_per_slot=1, progress=True)
+    last = capsys.readouterr().err.rstrip().split("\r")[-1]
+    assert last.startswith("serve tune: 100%") and " 4/4 " in last

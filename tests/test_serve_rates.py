@@ -13,8 +13,8 @@ from simlab.cli import main
 from simlab.errors import SimlabError
 from simlab.plots.serving import rates_figure
 from simlab.serve.metrics import Slo
-from simlab.serve.rates import parse_rates, rate_sweep
-from simlab.serve.run import ServeConfig, serve_once
+from simlab.serve.rates import parse_rates, rate_sweep, series_label
+from simlab.serve.run import ServeConfig, serve, serve_once
 from simlab.serve.scheduler import Scheduler
 from simlab.serve.workload import poisson_arrivals
 from simlab.sim.run import Simulator
@@ -96,6 +96,18 @@ def test_a_sweep_shows_its_progress_on_a_terminal_or_when_asked(sim, monkeypatch
     monkeypatch.setattr(sys, "stderr", stderr())
     rate_sweep(sim, [1.0], 1, 0, one_server(), baseline=False, progress=progress)
     assert sys.stderr.getvalue().startswith("\rserve:") == shown and ("rate/s" in sys.stderr.getvalue()) == shown
+
+
+def test_a_rate_is_served_on_the_arrivals_its_seed_draws(sim):
+    # at 0.001 requests/s the server idles between requests: the makespan is the seed's draw
+    table = rate_sweep(sim, [0.001], 4, 5, one_server(), baseline=False, progress=False)
+    res = serve(sim, poisson_arrivals(0.001, 4, seed=5), one_server(), baseline=False)
+    assert table["makespan_s"].tolist() == [res.run.summary["makespan_s"]]
+
+
+def test_a_series_is_labelled_by_its_policy_parameters_and_batch_policy():
+    assert series_label("layerskip", {"exit_layer": 2, "gamma": 3}, "smartspec") == "layerskip(exit_layer=2, gamma=3) + smartspec"
+    assert series_label("ad", {}, "none") == "ad"
 
 
 @pytest.mark.parametrize("text,needle", [("0", "> 0"), ("1,-2", "> 0"), ("inf", "> 0"), ("2,1", "increasing"),

@@ -71,7 +71,7 @@ def test_the_tuned_json_round_trips_into_serve_gamma_by_batch(tmp_path, capsys):
     text = captured.out
     assert "extrapolated" in captured.err  # the shipped trace's CPU samples price batches by the token-count rule
     data = json.loads(out.read_text())
-    assert data["format"] == TABLE_FORMAT and data["pair"] == {"draft": "qwen2.5-coder-0.5b", "target": "qwen2.5-coder-1.5b"}
+    assert data["trace"] == str(SHIPPED) and data["format"] == TABLE_FORMAT and data["pair"] == {"draft": "qwen2.5-coder-0.5b", "target": "qwen2.5-coder-1.5b"}
     assert list(data["gamma_by_batch"]) == ["1", "2", "4"] and all(0 <= g <= 3 for g in data["gamma_by_batch"].values())
     assert all(len(v) == 4 for v in data["tokens_per_s_by_batch"].values())
     pairs = ",".join(f"{b}:{g}" for b, g in data["gamma_by_batch"].items())
@@ -104,14 +104,16 @@ def test_tune_refuses_to_overwrite_without_force(tmp_path, capsys):
 @pytest.mark.parametrize("content,needle", [
     ({"format": "other", "version": 1}, "is not a 'simlab-gamma-by-batch' file"),
     ({"format": TABLE_FORMAT, "version": 1}, "non-empty \"gamma_by_batch\""),
+    ({"format": TABLE_FORMAT, "version": 1, "gamma_by_batch": {}}, "non-empty \"gamma_by_batch\""),
     ({"format": TABLE_FORMAT, "version": 1, "gamma_by_batch": {"1": 4.5}}, "maps batch sizes to draft lengths"),
     ({"format": TABLE_FORMAT, "version": 1, "gamma_by_batch": {"one": 4}}, "maps batch sizes to draft lengths"),
 ])
 def test_bad_gamma_by_batch_files_fail_in_one_line(content, needle, tmp_path):
     path = tmp_path / "gamma.json"
     path.write_text(json.dumps(content))
-    with pytest.raises(SimlabError, match=needle):
+    with pytest.raises(SimlabError, match=needle) as err:
         gamma_by_batch_pairs(str(path))
+    assert str(err.value).startswith(f"--gamma-by-batch file {path}")  # the flag and the file it read
 
 
 def test_gamma_by_batch_pairs_are_read_as_pairs_or_from_a_file_in_batch_order(tmp_path):

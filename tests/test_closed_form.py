@@ -101,11 +101,11 @@ def test_a_verification_costs_one_target_step_whatever_its_length_by_default():
 
 
 def test_analyse_reports_the_closed_forms_at_gamma_and_at_the_best_gamma():
-    # α = 0.9, c = 0.05, slope 0.5: S(γ) = E(γ) / (1 + 0.55 γ) with E = 1.9, 2.71, 3.439, 4.0951
-    # for γ = 1..4: S = 1.2258, 1.2905, 1.2977, 1.2797; the best γ is 3
-    assert analytic.analyse(0.9, 0.05, 4, verify_slope=0.5).to_dict() == pytest.approx({
-        "alpha": 0.9, "c": 0.05, "gamma": 4, "verify_slope": 0.5, "expected_tokens": 4.0951,
-        "speedup": 4.0951 / 3.2, "optimal_gamma": 3, "optimal_speedup": 3.439 / 2.65})
+    # α = 0.8, c = 0.2, slope 0.1: S(γ) = E(γ) / (1 + 0.3 γ) with E = 1.8, 2.44, 2.952, 3.3616
+    # for γ = 1..4: S = 1.385, 1.525, 1.554, 1.528; the best γ is 3
+    assert analytic.analyse(0.8, 0.2, 4, verify_slope=0.1).to_dict() == pytest.approx({
+        "alpha": 0.8, "c": 0.2, "gamma": 4, "verify_slope": 0.1, "expected_tokens": 3.3616,
+        "speedup": 3.3616 / 2.2, "optimal_gamma": 3, "optimal_speedup": 2.952 / 1.9})
     # without a slope, Leviathan's S (the known value above)
     result = analytic.analyse(0.8, 0.1, 5)
     assert (result.verify_slope, result.speedup) == (0.0, pytest.approx(2.45952))

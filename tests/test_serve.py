@@ -259,6 +259,8 @@ def test_serve_records_the_timeline_of_the_served_policy_and_names_its_latency_r
     assert {s.device for s in slices} == {"draft", "target"}
     # named as the timeline plot colours them: the target's prefills and verifications
     assert {s.name for s in slices if s.device == "target"} == {"prefill", "verify"}
+    # a prefill's tokens are its prompt's (one request a step, alone)
+    assert [s.args["tokens"] for s in slices if s.name == "prefill"] == [r.prompt_len for r in res.run.requests]
     verifies = [s for s in slices if s.device == "target" and "accepted" in s.args]
     assert len(verifies) == sum(r.counts.target_calls for r in res.run.requests)
     assert res.run.stats.prefill_steps == 2  # alone, each request is prefilled in a step of its own
@@ -275,6 +277,13 @@ def test_the_token_budget_counts_every_admitted_prompt_and_one_token_per_running
     waiting = deque(ServedRequest(i, p, CappedPolicy(None), 0.0) for i, p in enumerate(prompts))
     admitted = Scheduler(max_batch=8, token_budget=25).admit(waiting, running=2)
     assert [r.request_id for r in admitted] == [0, 1] and [r.request_id for r in waiting] == [2]
+
+
+def test_bad_policy_parameters_fail_before_the_scheduler_is_checked():
+    # a budget of 1 token is too small for any prompt here, but the bad γ is what is reported
+    sim = Simulator(hand_trace(["1111"]))
+    with pytest.raises(SimlabError, match="^gamma must be an integer >= 1, got 0$"):
+        serve_once(sim, [0.0], ServeConfig(scheduler=Scheduler(8, 1)), "sd", {"gamma": 0})
 
 
 def test_a_token_budget_too_small_for_the_longest_prompt_says_what_it_needs():

@@ -60,6 +60,13 @@ def test_a_request_served_alone_decodes_exactly_like_simulate(shipped_sim, polic
         assert c.wall_time_s == r.finish - r.first_token == pytest.approx(want.wall_time_s, rel=0, abs=CLOCK_ROUNDING)
 
 
+def test_a_request_served_alone_counts_per_position_acceptance_by_hand():
+    # pattern 1101110 under sd, γ = 2 (as tests/test_metrics.py): round 1 checks positions 1, 2
+    # and rejects 2; round 2 checks and accepts 3, 4; round 3 drafts nothing
+    run = serve_once(Simulator(hand_trace(["1101110"])), [0.0], ServeConfig(), "sd", {"gamma": 2})
+    assert (run.positions.checked, run.positions.accepted) == ([2, 2], [2, 1])
+
+
 def test_a_request_alone_waits_only_for_its_prefill(shipped_sim):
     run = serve_once(shipped_sim, alone(3), ServeConfig(), "sd", {"gamma": 4})
     lat = shipped_sim.latency.model
@@ -259,6 +266,8 @@ def test_serve_records_the_timeline_of_the_served_policy_and_names_its_latency_r
     assert {s.device for s in slices} == {"draft", "target"}
     # named as the timeline plot colours them: the target's prefills and verifications
     assert {s.name for s in slices if s.device == "target"} == {"prefill", "verify"}
+    # each slice names its engine step: the first prefill opens step 1, and time never goes back a step
+    assert slices[0].args["step"] == 1 and all(a.args["step"] <= b.args["step"] for a, b in zip(slices, slices[1:]))
     # a prefill's tokens are its prompt's (one request a step, alone)
     assert [s.args["tokens"] for s in slices if s.name == "prefill"] == [r.prompt_len for r in res.run.requests]
     verifies = [s for s in slices if s.device == "target" and "accepted" in s.args]
@@ -397,6 +406,20 @@ def test_the_latency_rule_reported_is_that_of_the_served_run():
                         ignore_index=True)
     res = serve(Simulator(hand_trace(["1" * 10], latency=samples)), [0.0] * 6,
                 ServeConfig("sd", {"gamma": 2}, Scheduler(8, 1000)), baseline=False)
+    assert res.extrapolated and res.latency_rule.endswith("batches beyond the measured ones extrapolated linearly")
+
+
+def test_the_latency_rule_reported_covers_the_baseline_run_too():
+    # batches of 1 and 2 measured; a request every 10 s decodes its 39 tokens in about 6 s with
+    # sd (γ = 8, every draft accepted), alone, but in about 39 s a token at a time: the baseline
+    # piles up batches of 5 and 6, beyond twice the largest measured one, and the result says so
+    single = latency_table(draft=0.01, verify={k: 1 + 0.01 * k for k in range(1, 80)})
+    samples = pd.concat([single.assign(batch=1), single.assign(seconds=single["seconds"] * 1.5, batch=2)],
+                        ignore_index=True)
+    sim = Simulator(hand_trace(["1" * 40] * 6, latency=samples))
+    config = ServeConfig("sd", {"gamma": 8}, Scheduler(8, 1000))
+    assert not serve(sim, [10.0 * i for i in range(6)], config, baseline=False).extrapolated
+    res = serve(sim, [10.0 * i for i in range(6)], config)
     assert res.extrapolated and res.latency_rule.endswith("batches beyond the measured ones extrapolated linearly")
 
 

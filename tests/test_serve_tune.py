@@ -3,6 +3,7 @@ with serve's own engine, and the JSON file `serve --gamma-by-batch` reads back."
 
 import json
 
+import pandas as pd
 import pytest
 
 from simlab.cli import main
@@ -146,3 +147,14 @@ def test_the_progress_bar_counts_every_batch_size_and_draft_length_served(capsys
     tune(sim_with(0.1, {k: 1 + 0.1 * k for k in range(1, 200)}), [1, 2], max_gamma=1, requests_per_slot=1, progress=True)
     last = capsys.readouterr().err.rstrip().split("\r")[-1]
     assert last.startswith("serve tune: 100%") and " 4/4 " in last
+
+
+def test_a_tune_beyond_the_measured_batch_sizes_says_so():
+    # batches of 1 and 2 measured: tuning B = 8 prices batches beyond twice the largest, B = 2 does not
+    single = latency_table(draft=0.01, verify={k: 1 + 0.01 * k for k in range(1, 200)})
+    samples = pd.concat([single.assign(batch=1), single.assign(seconds=single["seconds"] * 1.5, batch=2)],
+                        ignore_index=True)
+    sim = Simulator(hand_trace(ALL_ACCEPTED, latency=samples))
+    assert not tune(sim, [1, 2], max_gamma=1, requests_per_slot=1, progress=False).extrapolated
+    tuned = tune(sim, [8], max_gamma=1, requests_per_slot=1, progress=False)
+    assert tuned.extrapolated and tuned.latency_rule.endswith("batches beyond the measured ones extrapolated linearly")

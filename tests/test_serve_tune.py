@@ -72,7 +72,8 @@ def test_the_tuned_json_round_trips_into_serve_gamma_by_batch(tmp_path, capsys):
     text = captured.out
     assert "extrapolated" in captured.err  # the shipped trace's CPU samples price batches by the token-count rule
     data = json.loads(out.read_text())
-    assert data["requests_per_slot"] == 1 and data["max_gamma"] == 3
+    assert data["requests_per_slot"] == 1 and data["max_gamma"] == 3 and data["policy"] == "sd"
+    assert data["objective"].startswith("tokens/s of a saturated batch")  # what "best" maximised
     assert data["trace"] == str(SHIPPED) and data["format"] == TABLE_FORMAT and data["pair"] == {"draft": "qwen2.5-coder-0.5b", "target": "qwen2.5-coder-1.5b"}
     assert list(data["gamma_by_batch"]) == ["1", "2", "4"] and all(0 <= g <= 3 for g in data["gamma_by_batch"].values())
     assert all(len(v) == 4 for v in data["tokens_per_s_by_batch"].values())

@@ -6,6 +6,7 @@ import math
 import pytest
 
 from simlab import analytic
+from simlab.errors import SimlabError
 from simlab.sim.run import Simulator
 from simlab.trace.synth import SynthSpec, synth_trace, synthetic_latency
 
@@ -70,3 +71,48 @@ def test_closed_form_known_values():
     assert analytic.speedup(0.6, 0.2, g) >= (1 + 0.6) / (1 + 0.2)
     # a steep verify cost pushes the optimal gamma down
     assert analytic.optimal_gamma(0.9, 0.05, verify_slope=0.5) < analytic.optimal_gamma(0.9, 0.05)
+
+
+@pytest.mark.parametrize("call,message", [
+    (lambda: analytic.speedup(1.5, 0.1, 5), "alpha must be in [0, 1], got 1.5"),
+    (lambda: analytic.speedup(0.8, -0.1, 5), "c must be >= 0, got -0.1"),
+    (lambda: analytic.speedup(0.8, math.inf, 5), "c must be >= 0, got inf"),
+    (lambda: analytic.speedup(0.8, 0.1, 0), "gamma must be >= 1, got 0"),
+    (lambda: analytic.speedup(0.8, 0.1, 5, verify_slope=-0.1), "verify slope must be >= 0, got -0.1"),
+    (lambda: analytic.optimal_gamma(0.8, 0.1, verify_slope=-0.1), "verify slope must be >= 0, got -0.1"),
+])
+def test_parameters_outside_the_closed_forms_are_refused_by_name(call, message):
+    with pytest.raises(SimlabError) as err:
+        call()
+    assert str(err.value) == message
+
+
+def test_the_optimal_gamma_ranges_over_1_to_max_gamma():
+    # α = 0.3, c = 0.2: S(1) = 1.3 / 1.2 = 1.08 beats S(2) = 1.39 / 1.4 = 0.99, and S falls on
+    assert analytic.optimal_gamma(0.3, 0.2) == 1
+    # every draft accepted and drafting free: S(γ) = γ + 1 grows to the longest γ allowed
+    assert analytic.optimal_gamma(1.0, 0.0, max_gamma=8) == 8
+
+
+def test_a_verification_costs_one_target_step_whatever_its_length_by_default():
+    # Leviathan et al.'s assumption; a slope prices each further token
+    assert analytic.verify_cost(9) == 1.0
+    assert analytic.verify_cost(9, verify_slope=0.5) == 5.0
+
+
+def test_analyse_reports_the_closed_forms_at_gamma_and_at_the_best_gamma():
+    # α = 0.8, c = 0.2, slope 0.1: S(γ) = E(γ) / (1 + 0.3 γ) with E = 1.8, 2.44, 2.952, 3.3616
+    # for γ = 1..4: S = 1.385, 1.525, 1.554, 1.528; the best γ is 3
+    assert analytic.analyse(0.8, 0.2, 4, verify_slope=0.1).to_dict() == pytest.approx({
+        "alpha": 0.8, "c": 0.2, "gamma": 4, "verify_slope": 0.1, "expected_tokens": 3.3616,
+        "speedup": 3.3616 / 2.2, "optimal_gamma": 3, "optimal_speedup": 2.952 / 1.9})
+    # without a slope, Leviathan's S (the known value above)
+    result = analytic.analyse(0.8, 0.1, 5)
+    assert (result.verify_slope, result.speedup) == (0.0, pytest.approx(2.45952))
+
+
+def test_the_parallel_window_is_the_drafts_that_fit_in_a_target_forward_and_at_least_one():
+    # SPIDE eq. 6: s = ⌊v_q / v_p⌋; 0.3 / 0.1 is 2.9999999999999996 in floating point, read as 3
+    assert analytic.parallel_window(t_draft=0.1, t_target=0.3) == 3
+    assert analytic.parallel_window(t_draft=0.4, t_target=1.0) == 2
+    assert analytic.parallel_window(t_draft=2.0, t_target=1.0) == 1  # a draft step outlasts a verification

@@ -82,3 +82,9 @@ def test_matches_the_definition(points):
 def test_columns_of_unequal_length_are_refused_by_name():
     with pytest.raises(ValueError, match="^speedup and cost must be 1-D and of equal length$"):
         pareto_mask([2.0, 1.5], [1.0])
+
+
+def test_a_missing_figure_given_as_none_counts_as_nan():
+    # simlab's --json writes NaN as null, so figures read back from it hold None where a
+    # speedup or a cost is missing: such a row is never optimal and never dominates
+    assert pareto_mask([2.0, None, 1.0], [1.0, 0.5, None]).tolist() == [True, False, False]

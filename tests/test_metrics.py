@@ -207,11 +207,12 @@ def test_position_stats_expand_round_histograms():
 
 
 def test_position_stats_of_two_runs_add_up():
-    # the rounds above, split between two runs (as the live report sums its prompts' runs)
+    # the rounds above, split between two runs (as the live report sums its prompts' runs);
+    # each run has a round that checked 3 tokens, so their counts of such rounds must add
     first, second = PositionStats(), PositionStats()
     first.add(3, 3)
-    first.add(3, 1)
-    second.add(1, 0)
+    first.add(1, 0)
+    second.add(3, 1)
     second.add(2, 2)
     first += second
     assert (first.checked, first.accepted) == ([4, 3, 2], [3, 2, 1])

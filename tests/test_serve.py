@@ -4,6 +4,7 @@ tokens, batch-level policies cap the draft length, and bad input fails in one li
 import json
 import subprocess
 import sys
+from collections import deque
 
 import numpy as np
 import pandas as pd
@@ -17,7 +18,8 @@ from simlab.paths import ROOT
 from simlab.policies import REGISTRY, PolicyContext
 from simlab.policies.base import RoundState, Serial
 from simlab.serve.batch_policy import BatchSpec, CappedPolicy, GammaByBatch, OffAbove, SmartSpec
-from simlab.serve.metrics import Slo
+from simlab.serve.metrics import Slo, summarize
+from simlab.serve.request import ServedRequest
 from simlab.serve.run import ServeConfig, serve, serve_once
 from simlab.serve.scheduler import Scheduler
 from simlab.serve.workload import check_requests, poisson_arrivals, read_arrivals
@@ -56,6 +58,13 @@ def test_a_request_served_alone_decodes_exactly_like_simulate(shipped_sim, polic
         assert (c.tokens, c.target_calls, c.drafted, c.accepted) == (
             want.tokens, want.target_calls, want.draft_calls, round(want.mat * want.target_calls))
         assert c.wall_time_s == r.finish - r.first_token == pytest.approx(want.wall_time_s, rel=0, abs=CLOCK_ROUNDING)
+
+
+def test_a_request_served_alone_counts_per_position_acceptance_by_hand():
+    # pattern 1101110 under sd, γ = 2 (as tests/test_metrics.py): round 1 checks positions 1, 2
+    # and rejects 2; round 2 checks and accepts 3, 4; round 3 drafts nothing
+    run = serve_once(Simulator(hand_trace(["1101110"])), [0.0], ServeConfig(), "sd", {"gamma": 2})
+    assert (run.positions.checked, run.positions.accepted) == ([2, 2], [2, 1])
 
 
 def test_a_request_alone_waits_only_for_its_prefill(shipped_sim):
@@ -136,8 +145,10 @@ def test_gamma_by_batch_table_picks_the_largest_batch_size_not_above_the_batch()
     assert [table.cap([None] * b, []) for b in (1, 3, 4, 15, 16, 40)] == [6, 6, 4, 4, 0, 0]
 
 
-def smartspec_policy(draft: float, acceptance: float, max_gamma=6):
-    trace = hand_trace(["1" * 10], latency=latency_table(draft=draft, verify={k: 1 + 0.01 * k for k in range(1, 41)}))
+def smartspec_policy(draft: float, acceptance: float, max_gamma=6, verify_slope=0.01):
+    """SmartSpec's cap for 4 requests of acceptance estimate ``acceptance`` at context 20, a
+    draft step of ``draft`` s and a k-token verification of 1 + ``verify_slope`` k s."""
+    trace = hand_trace(["1" * 10], latency=latency_table(draft=draft, verify={k: 1 + verify_slope * k for k in range(1, 41)}))
     sim = Simulator(trace)
     from simlab.latency.batch import BatchLatency
 
@@ -157,6 +168,14 @@ def test_smartspec_drafts_nothing_when_drafting_costs_more_than_it_can_earn():
 
 def test_smartspec_drafts_the_longest_length_when_drafts_are_cheap_and_always_accepted():
     assert smartspec_policy(draft=0.001, acceptance=1.0) == 6
+
+
+def test_smartspec_picks_the_length_of_the_highest_goodput_by_hand():
+    # acceptance 0.5 commits E(k) = (1 - 0.5^(k+1)) / 0.5 = 1, 1.5, 1.75, 1.875 tokens a request
+    # for k = 0..3; the batch of 4 verifies 4(k + 1) tokens in 1 + 0.05 * 4(k + 1) s, and k
+    # draft steps at 0.001 s (times the batch's growth, 1.2 / 1.05) add next to nothing. Goodput
+    # per request: 1 / 1.2 = 0.83, 1.5 / 1.401 = 1.07, 1.75 / 1.602 = 1.09, 1.875 / 1.803 = 1.04
+    assert smartspec_policy(draft=0.001, acceptance=0.5, verify_slope=0.05) == 2
 
 
 def test_smartspec_serves_every_request_to_its_end():
@@ -245,6 +264,12 @@ def test_serve_records_the_timeline_of_the_served_policy_and_names_its_latency_r
     res = serve(shipped_sim, alone(2), ServeConfig("sd", {"gamma": 4}), record=True)
     slices = res.run.slices
     assert {s.device for s in slices} == {"draft", "target"}
+    # named as the timeline plot colours them: the target's prefills and verifications
+    assert {s.name for s in slices if s.device == "target"} == {"prefill", "verify"}
+    # each slice names its engine step: the first prefill opens step 1, and time never goes back a step
+    assert slices[0].args["step"] == 1 and all(a.args["step"] <= b.args["step"] for a, b in zip(slices, slices[1:]))
+    # a prefill's tokens are its prompt's (one request a step, alone)
+    assert [s.args["tokens"] for s in slices if s.name == "prefill"] == [r.prompt_len for r in res.run.requests]
     verifies = [s for s in slices if s.device == "target" and "accepted" in s.args]
     assert len(verifies) == sum(r.counts.target_calls for r in res.run.requests)
     assert res.run.stats.prefill_steps == 2  # alone, each request is prefilled in a step of its own
@@ -252,6 +277,22 @@ def test_serve_records_the_timeline_of_the_served_policy_and_names_its_latency_r
     # the shipped trace's latency is a measured table, not a roofline: batches beyond one sequence
     # are priced by the token-count rule, and the result says so
     assert res.extrapolated and res.latency_rule.startswith("batched forwards priced by the token-count rule")
+
+
+def test_the_token_budget_counts_every_admitted_prompt_and_one_token_per_running_request():
+    # three waiting 10-token prompts beside 2 running requests, a budget of 25 tokens: 2 + 10
+    # and 2 + 10 + 10 fit, a third prompt (32 tokens) waits, and so does everything behind it
+    prompts = Simulator(hand_trace(["11"] * 3)).replay.prompts
+    waiting = deque(ServedRequest(i, p, CappedPolicy(None), 0.0) for i, p in enumerate(prompts))
+    admitted = Scheduler(max_batch=8, token_budget=25).admit(waiting, running=2)
+    assert [r.request_id for r in admitted] == [0, 1] and [r.request_id for r in waiting] == [2]
+
+
+def test_bad_policy_parameters_fail_before_the_scheduler_is_checked():
+    # a budget of 1 token is too small for any prompt here, but the bad γ is what is reported
+    sim = Simulator(hand_trace(["1111"]))
+    with pytest.raises(SimlabError, match="^gamma must be an integer >= 1, got 0$"):
+        serve_once(sim, [0.0], ServeConfig(scheduler=Scheduler(8, 1)), "sd", {"gamma": 0})
 
 
 def test_a_token_budget_too_small_for_the_longest_prompt_says_what_it_needs():
@@ -277,6 +318,9 @@ def test_two_batch_level_policies_are_refused_by_name():
     with pytest.raises(SimlabError) as err:
         BatchSpec(off_above=2, smartspec=4)
     assert str(err.value) == "choose one batch-level policy, got --sd-off-above and --smartspec"
+    with pytest.raises(SimlabError) as err:
+        BatchSpec(gamma_by_batch="1:4", off_above=2)
+    assert str(err.value) == "choose one batch-level policy, got --gamma-by-batch and --sd-off-above"
 
 
 def test_one_request_under_a_cap_by_hand():
@@ -300,6 +344,10 @@ def test_one_request_under_a_cap_by_hand():
     assert run.summary["throughput_tokens_per_s"] == 10 / 14.375
     assert run.summary["throughput_requests_per_s"] == 1 / 14.375
     assert run.summary["acceptance_rate"] == 1.0  # 6 accepted of 6 drafted
+    # every round checked its 2 drafts and accepted both: positions 0 and 1 checked and accepted 3 times
+    assert (run.positions.checked, run.positions.accepted) == ([3, 3], [3, 3])
+    # SmartSpec's estimate: from the prior 0.7, each round moves it 0.1 of the way to its rate, 1.0
+    assert run.requests[0].policy.acceptance == pytest.approx(1 - 0.3 * 0.9 ** 3, rel=1e-12)
 
 
 @pytest.mark.parametrize("policy, params", [("layerskip", {"exit_layer": 2, "gamma": 3}), ("del", {})])
@@ -329,6 +377,27 @@ def test_a_request_meets_the_tpot_objective_only_at_or_under_it():
         assert run.frame["meets_slo"].tolist() == [meets]
 
 
+def test_a_request_meets_the_slo_only_when_it_meets_both_objectives():
+    # the request above: TTFT 6.875 s (its prefill), TPOT 0.8333 s
+    trace = hand_trace(["1" * 10], latency=latency_table(draft=0.25, verify={1: 1.0, 2: 1.5, 3: 2.0, 4: 2.5}))
+    for ttft, tpot, meets in ((7.0, 1.0, True), (6.0, 1.0, False), (7.0, 0.8, False)):
+        run = serve_once(Simulator(trace), [0.0], ServeConfig(slo=Slo(ttft, tpot)), "sd", {"gamma": 3})
+        assert run.frame["meets_slo"].tolist() == [meets], (ttft, tpot)
+
+
+def test_latency_percentiles_interpolate_between_the_requests():
+    # four requests with end-to-end latencies 1, 2, 3, 4 s: the median is 2.5 s, and p90 and
+    # p99 interpolate linearly between the ranks (numpy's default, as vLLM's benchmarks report)
+    frame = pd.DataFrame({"arrival_s": 0.0, "finish_s": [1.0, 2.0, 3.0, 4.0], "ttft_s": [0.5, 0.5, 1.0, 1.0],
+                          "tpot_s": [0.1, np.nan, 0.2, 0.3], "e2e_s": [1.0, 2.0, 3.0, 4.0], "tokens": [10, 1, 10, 10],
+                          "target_calls": [3, 0, 3, 3], "drafted": 6, "accepted": 6, "meets_slo": True})
+    s = summarize(frame)
+    assert (s["e2e_p50_s"], s["e2e_p90_s"], s["e2e_p99_s"]) == pytest.approx((2.5, 3.7, 3.97))
+    assert (s["ttft_p50_s"], s["ttft_mean_s"]) == (0.75, 0.75)
+    # a one-token answer has no TPOT: the percentiles are of the other three
+    assert (s["tpot_p50_s"], s["tpot_p90_s"]) == pytest.approx((0.2, 0.28))
+
+
 def test_the_latency_rule_reported_is_that_of_the_served_run():
     # batches of 1 and 2 measured; 6 requests at once decode in batches of 6 > 2 x 2, priced
     # beyond the measured sizes: serve() says so even without a baseline run
@@ -337,6 +406,20 @@ def test_the_latency_rule_reported_is_that_of_the_served_run():
                         ignore_index=True)
     res = serve(Simulator(hand_trace(["1" * 10], latency=samples)), [0.0] * 6,
                 ServeConfig("sd", {"gamma": 2}, Scheduler(8, 1000)), baseline=False)
+    assert res.extrapolated and res.latency_rule.endswith("batches beyond the measured ones extrapolated linearly")
+
+
+def test_the_latency_rule_reported_covers_the_baseline_run_too():
+    # batches of 1 and 2 measured; a request every 10 s decodes its 39 tokens in about 6 s with
+    # sd (γ = 8, every draft accepted), alone, but in about 39 s a token at a time: the baseline
+    # piles up batches of 5 and 6, beyond twice the largest measured one, and the result says so
+    single = latency_table(draft=0.01, verify={k: 1 + 0.01 * k for k in range(1, 80)})
+    samples = pd.concat([single.assign(batch=1), single.assign(seconds=single["seconds"] * 1.5, batch=2)],
+                        ignore_index=True)
+    sim = Simulator(hand_trace(["1" * 40] * 6, latency=samples))
+    config = ServeConfig("sd", {"gamma": 8}, Scheduler(8, 1000))
+    assert not serve(sim, [10.0 * i for i in range(6)], config, baseline=False).extrapolated
+    res = serve(sim, [10.0 * i for i in range(6)], config)
     assert res.extrapolated and res.latency_rule.endswith("batches beyond the measured ones extrapolated linearly")
 
 
@@ -357,6 +440,11 @@ def test_an_arrivals_file_skips_blank_and_comment_lines_anywhere(tmp_path):
 def test_the_smallest_scheduler_and_the_slowest_arrivals_are_allowed():
     # a budget of 1 token fits a 1-token prompt beside no other request (max batch 1)
     Scheduler(max_batch=1, token_budget=1).check(longest_prompt=1)
+    # speculation only while a request decodes alone; SmartSpec choosing between 0 and 1 draft
+    BatchSpec(off_above=1)
+    BatchSpec(smartspec=1)
     # half a request per second: exponential gaps of mean 1 / 0.5 = 2 s, drawn under the seed
     gaps = np.random.default_rng(0).exponential(2.0, 3)
     assert poisson_arrivals(0.5, 3, seed=0) == [gaps[0], gaps[0] + gaps[1], gaps[0] + gaps[1] + gaps[2]]
+    # without a seed, the draw of `simlab serve`'s default --seed, 0
+    assert poisson_arrivals(0.5, 3) == poisson_arrivals(0.5, 3, seed=0)

@@ -1,7 +1,9 @@
 """Serving over request rates (`simlab serve --rate R1,R2,...`) and its plot: one serve run per
 rate on one time-scaled arrival draw, monotone where queueing theory says it must be."""
 
+import io
 import json
+import sys
 
 import numpy as np
 import pandas as pd
@@ -11,8 +13,8 @@ from simlab.cli import main
 from simlab.errors import SimlabError
 from simlab.plots.serving import rates_figure
 from simlab.serve.metrics import Slo
-from simlab.serve.rates import parse_rates, rate_sweep
-from simlab.serve.run import ServeConfig, serve_once
+from simlab.serve.rates import parse_rates, rate_sweep, series_label
+from simlab.serve.run import ServeConfig, serve, serve_once
 from simlab.serve.scheduler import Scheduler
 from simlab.serve.workload import poisson_arrivals
 from simlab.sim.run import Simulator
@@ -60,6 +62,7 @@ def test_a_saturated_single_server_serves_tokens_at_the_rate_of_its_service_time
     for policy, row in zip(("sd", "ad"), table.itertuples()):
         solo = serve_once(sim, alone(REQUESTS), one_server(), policy, {"gamma": 3} if policy == "sd" else {}).frame
         assert row.throughput_tokens_per_s == pytest.approx(solo["tokens"].sum() / solo["e2e_s"].sum(), rel=1e-6)
+    assert list(table["mean_batch"]) == [1.0, 1.0]  # one server decodes one request at a time
 
 
 def test_slo_attainment_never_rises_with_the_rate_on_one_server(sim):
@@ -73,10 +76,38 @@ def test_a_rate_sweep_has_a_row_per_rate_and_policy_with_the_speedup_on_the_spec
     table = rate_sweep(sim, [0.1, 1.0], 4, 0, ServeConfig("sd", {"gamma": 3}), progress=False)
     assert list(table["label"]) == ["sd(gamma=3)", "ad (no SD)"] * 2
     assert list(table["speculative"]) == [True, False] * 2
+    assert list(table["policy"]) == ["sd", "ad"] * 2 and list(table["batch_policy"]) == ["none"] * 4
     spec, base = table[table["speculative"]], table[~table["speculative"]]
     assert np.allclose(spec["e2e_speedup"].to_numpy(), base["e2e_mean_s"].to_numpy() / spec["e2e_mean_s"].to_numpy())
     assert rate_sweep(sim, [0.1], 4, 0, ServeConfig("sd", {"gamma": 3}), baseline=False, progress=False)["label"].tolist() \
         == ["sd(gamma=3)"]
+
+
+class Terminal(io.StringIO):
+    """stderr as a terminal shows it: tqdm draws a bar where ``isatty()`` is true."""
+
+    def isatty(self):
+        return True
+
+
+@pytest.mark.parametrize("stderr,progress,shown", [(Terminal, None, True), (io.StringIO, None, False),
+                                                   (io.StringIO, True, True), (Terminal, False, False)])
+def test_a_sweep_shows_its_progress_on_a_terminal_or_when_asked(sim, monkeypatch, stderr, progress, shown):
+    monkeypatch.setattr(sys, "stderr", stderr())
+    rate_sweep(sim, [1.0], 1, 0, one_server(), baseline=False, progress=progress)
+    assert sys.stderr.getvalue().startswith("\rserve:") == shown and ("rate/s" in sys.stderr.getvalue()) == shown
+
+
+def test_a_rate_is_served_on_the_arrivals_its_seed_draws(sim):
+    # at 0.001 requests/s the server idles between requests: the makespan is the seed's draw
+    table = rate_sweep(sim, [0.001], 4, 5, one_server(), baseline=False, progress=False)
+    res = serve(sim, poisson_arrivals(0.001, 4, seed=5), one_server(), baseline=False)
+    assert table["makespan_s"].tolist() == [res.run.summary["makespan_s"]]
+
+
+def test_a_series_is_labelled_by_its_policy_parameters_and_batch_policy():
+    assert series_label("layerskip", {"exit_layer": 2, "gamma": 3}, "smartspec") == "layerskip(exit_layer=2, gamma=3) + smartspec"
+    assert series_label("ad", {}, "none") == "ad"
 
 
 @pytest.mark.parametrize("text,needle", [("0", "> 0"), ("1,-2", "> 0"), ("inf", "> 0"), ("2,1", "increasing"),

@@ -3,6 +3,7 @@ with serve's own engine, and the JSON file `serve --gamma-by-batch` reads back."
 
 import json
 
+import pandas as pd
 import pytest
 
 from simlab.cli import main
@@ -71,7 +72,9 @@ def test_the_tuned_json_round_trips_into_serve_gamma_by_batch(tmp_path, capsys):
     text = captured.out
     assert "extrapolated" in captured.err  # the shipped trace's CPU samples price batches by the token-count rule
     data = json.loads(out.read_text())
-    assert data["format"] == TABLE_FORMAT and data["pair"] == {"draft": "qwen2.5-coder-0.5b", "target": "qwen2.5-coder-1.5b"}
+    assert data["requests_per_slot"] == 1 and data["max_gamma"] == 3 and data["policy"] == "sd"
+    assert data["objective"].startswith("tokens/s of a saturated batch")  # what "best" maximised
+    assert data["trace"] == str(SHIPPED) and data["format"] == TABLE_FORMAT and data["pair"] == {"draft": "qwen2.5-coder-0.5b", "target": "qwen2.5-coder-1.5b"}
     assert list(data["gamma_by_batch"]) == ["1", "2", "4"] and all(0 <= g <= 3 for g in data["gamma_by_batch"].values())
     assert all(len(v) == 4 for v in data["tokens_per_s_by_batch"].values())
     pairs = ",".join(f"{b}:{g}" for b, g in data["gamma_by_batch"].items())
@@ -104,14 +107,16 @@ def test_tune_refuses_to_overwrite_without_force(tmp_path, capsys):
 @pytest.mark.parametrize("content,needle", [
     ({"format": "other", "version": 1}, "is not a 'simlab-gamma-by-batch' file"),
     ({"format": TABLE_FORMAT, "version": 1}, "non-empty \"gamma_by_batch\""),
+    ({"format": TABLE_FORMAT, "version": 1, "gamma_by_batch": {}}, "non-empty \"gamma_by_batch\""),
     ({"format": TABLE_FORMAT, "version": 1, "gamma_by_batch": {"1": 4.5}}, "maps batch sizes to draft lengths"),
     ({"format": TABLE_FORMAT, "version": 1, "gamma_by_batch": {"one": 4}}, "maps batch sizes to draft lengths"),
 ])
 def test_bad_gamma_by_batch_files_fail_in_one_line(content, needle, tmp_path):
     path = tmp_path / "gamma.json"
     path.write_text(json.dumps(content))
-    with pytest.raises(SimlabError, match=needle):
+    with pytest.raises(SimlabError, match=needle) as err:
         gamma_by_batch_pairs(str(path))
+    assert str(err.value).startswith(f"--gamma-by-batch file {path}")  # the flag and the file it read
 
 
 def test_gamma_by_batch_pairs_are_read_as_pairs_or_from_a_file_in_batch_order(tmp_path):
@@ -136,3 +141,21 @@ def test_tune_prices_batches_from_a_roofline_profile_without_a_warning(tmp_path,
     assert printed == json.loads(out.read_text())
     assert printed["latency_rule"] == ROOFLINE_RULE and not printed["batch_latency_extrapolated"]
     assert "warning" not in captured.err and printed["latency"] != "qwen-coder-humaneval samples"
+
+
+def test_the_progress_bar_counts_every_batch_size_and_draft_length_served(capsys):
+    # 2 batch sizes x draft lengths 0..1: 4 serve runs, and the bar ends full at 4/4
+    tune(sim_with(0.1, {k: 1 + 0.1 * k for k in range(1, 200)}), [1, 2], max_gamma=1, requests_per_slot=1, progress=True)
+    last = capsys.readouterr().err.rstrip().split("\r")[-1]
+    assert last.startswith("serve tune: 100%") and " 4/4 " in last
+
+
+def test_a_tune_beyond_the_measured_batch_sizes_says_so():
+    # batches of 1 and 2 measured: tuning B = 8 prices batches beyond twice the largest, B = 2 does not
+    single = latency_table(draft=0.01, verify={k: 1 + 0.01 * k for k in range(1, 200)})
+    samples = pd.concat([single.assign(batch=1), single.assign(seconds=single["seconds"] * 1.5, batch=2)],
+                        ignore_index=True)
+    sim = Simulator(hand_trace(ALL_ACCEPTED, latency=samples))
+    assert not tune(sim, [1, 2], max_gamma=1, requests_per_slot=1, progress=False).extrapolated
+    tuned = tune(sim, [8], max_gamma=1, requests_per_slot=1, progress=False)
+    assert tuned.extrapolated and tuned.latency_rule.endswith("batches beyond the measured ones extrapolated linearly")

@@ -63,6 +63,7 @@ MODULES = {
     "trees": "simlab.trees.*",
     "tree_policies": "simlab.policies.trees.*",  # also in policies' pattern: the longer one wins
     "tree_replay": "simlab.trace.tree_replay.*",
+    "analytic": "simlab.analytic.*",
 }
 KILLED = {"killed", "timeout", "caught by type check"}  # mutmut's statuses that count as detected
 MISSED = ("survived", "no tests")  # undetected: a survivor, or a mutant no selected test runs

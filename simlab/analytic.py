@@ -10,8 +10,11 @@ With per-token acceptance probability α, draft length γ and c = T_draft / T_ta
 
 Leviathan's S assumes a verify of γ+1 tokens costs one target step. When it costs
 v(k) = 1 + slope·(k - 1) target steps instead (a CPU, or a large γ on a GPU), the same argument
-gives S = E / (γc + v(γ + 1)); with slope 0 this is Leviathan's S. The optimal γ is the integer
-argmax (no closed form).
+gives S = E / (γc + v(γ + 1) + α^γ·c·slope): a real decoder's draft, after a round that
+accepted all γ drafts (probability α^γ), first feeds two tokens (its last draft, never fed, and
+the target's token; :mod:`simlab.sim.draft_cache`), a forward that costs its step times the
+growth from 1 to 2 tokens, taken as the target's, v(2) = 1 + slope. With slope 0 this is
+Leviathan's S. The optimal γ is the integer argmax (no closed form).
 """
 
 from __future__ import annotations
@@ -48,9 +51,11 @@ def verify_cost(k: int, verify_slope: float = 0.0) -> float:
 
 
 def speedup(alpha: float, c: float, gamma: int, verify_slope: float = 0.0) -> float:
-    """S(α, γ, c): walltime speedup over autoregressive decoding."""
+    """S(α, γ, c): walltime speedup over autoregressive decoding (rounds cost γc + v(γ+1), plus
+    the draft's two-token catch-up after a fully accepted round: see the module)."""
     _check(alpha, c, gamma, verify_slope)
-    return expected_tokens(alpha, gamma) / (gamma * c + verify_cost(gamma + 1, verify_slope))
+    catch_up = alpha**gamma * c * verify_slope
+    return expected_tokens(alpha, gamma) / (gamma * c + verify_cost(gamma + 1, verify_slope) + catch_up)
 
 
 def optimal_gamma(alpha: float, c: float, verify_slope: float = 0.0, max_gamma: int = MAX_GAMMA) -> int:

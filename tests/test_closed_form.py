@@ -55,9 +55,14 @@ def enumerated_tokens_per_round(alpha: float, gamma: int) -> float:
 def test_closed_form_matches_brute_force_enumeration(alpha, gamma):
     e = enumerated_tokens_per_round(alpha, gamma)
     assert analytic.expected_tokens(alpha, gamma) == pytest.approx(e)
-    # a round costs γ draft steps (c each) and one verify of γ + 1 tokens (1 + slope·γ target steps)
+    # a round costs γ draft steps (c each) and one verify of γ + 1 tokens (1 + slope·γ target steps),
+    # and its first draft step feeds two tokens (c·(1 + slope)) when the round before it accepted
+    # every draft: in the long run as often as a round does, the one outcome of 2^γ with no rejection
+    full = sum(math.prod(alpha if ok else 1 - alpha for ok in outcome)
+               for outcome in itertools.product((True, False), repeat=gamma) if all(outcome))
     for c, slope in ((0.0, 0.0), (0.1, 0.0), (0.05, 0.2)):
-        assert analytic.speedup(alpha, c, gamma, slope) == pytest.approx(e / (gamma * c + 1 + slope * gamma))
+        cost = gamma * c + 1 + slope * gamma + full * c * slope
+        assert analytic.speedup(alpha, c, gamma, slope) == pytest.approx(e / cost)
 
 
 def test_closed_form_known_values():
@@ -101,11 +106,11 @@ def test_a_verification_costs_one_target_step_whatever_its_length_by_default():
 
 
 def test_analyse_reports_the_closed_forms_at_gamma_and_at_the_best_gamma():
-    # α = 0.8, c = 0.2, slope 0.1: S(γ) = E(γ) / (1 + 0.3 γ) with E = 1.8, 2.44, 2.952, 3.3616
-    # for γ = 1..4: S = 1.385, 1.525, 1.554, 1.528; the best γ is 3
+    # α = 0.8, c = 0.2, slope 0.1: S(γ) = E(γ) / (1 + 0.3 γ + 0.02 · 0.8^γ) with E = 1.8, 2.44,
+    # 2.952, 3.3616 for γ = 1..4: S = 1.368, 1.513, 1.545, 1.522; the best γ is 3
     assert analytic.analyse(0.8, 0.2, 4, verify_slope=0.1).to_dict() == pytest.approx({
         "alpha": 0.8, "c": 0.2, "gamma": 4, "verify_slope": 0.1, "expected_tokens": 3.3616,
-        "speedup": 3.3616 / 2.2, "optimal_gamma": 3, "optimal_speedup": 2.952 / 1.9})
+        "speedup": 3.3616 / 2.208192, "optimal_gamma": 3, "optimal_speedup": 2.952 / 1.91024})
     # without a slope, Leviathan's S (the known value above)
     result = analytic.analyse(0.8, 0.1, 5)
     assert (result.verify_slope, result.speedup) == (0.0, pytest.approx(2.45952))

@@ -98,7 +98,8 @@ def test_simulator_predicts_live_target_calls_and_mat_exactly(session, policy):
     serial and parallel policies alike make the same rounds live as in the replay."""
     from simlab.sim.run import Simulator
 
-    sim = Simulator(session.trace, topology=session.topology).run(policy, {}, with_cost=False).per_prompt.set_index("prompt_id")
+    simulator = Simulator(session.trace, topology=session.topology)
+    sim = simulator.run(policy, {}, with_cost=False).per_prompt.set_index("prompt_id")
     pol = session.make_policy(policy, {})
     for pid, ids in session.ids.items():
         run = session.executor.run(pol, pid, ids, TOKENS)
@@ -106,6 +107,26 @@ def test_simulator_predicts_live_target_calls_and_mat_exactly(session, policy):
         assert run.counts.accepted / run.counts.target_calls == pytest.approx(sim.loc[pid, "mat"])
         assert run.counts.num_drafts == sim.loc[pid, "num_drafts"]  # vLLM's counter, tallied alike
         assert sum(run.positions.accepted) == run.counts.accepted
+        # a round's first draft forward feeds what the draft's KV cache lacks, and the simulator
+        # prices the same forwards (simlab/sim/draft_cache.py)
+        timeline = simulator.run(policy, {}, with_cost=False, timeline_prompt=pid).timeline
+        priced = sorted((s.args["position"], s.args["fed"]) for s in timeline if "fed" in s.args)
+        assert catch_ups(run) == priced
+
+
+def catch_ups(run) -> list[tuple[int, int]]:
+    """(position, tokens) of every round's first draft forward that fed more than one token: a
+    draft forward right after a target forward (later draft steps feed one token, a tree's
+    expansions follow its root's forward; a parallel round's verification, logged when it ends,
+    may fall between its one-token draft steps)."""
+    out, after_target = [], True
+    for f in run.forwards:
+        if f.what == "prefill":
+            continue
+        if f.device == "draft" and after_target and f.tokens > 1:
+            out.append((f.position, f.tokens))
+        after_target = f.device == "target"
+    return sorted(out)
 
 
 def test_a_live_session_hands_policies_the_simulators_context(session):

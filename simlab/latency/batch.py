@@ -115,21 +115,35 @@ class BatchLatency:
         c = _mean(ctxs)
         return self.grid.draft_step(c, layer) * self.grid.target_forward(sum(ks), c) / self.grid.target_forward(1, c)
 
-    def draft_phase(self, drafts: Sequence[int], ctxs: Sequence[int], layer: int = NO_LAYER) -> tuple[float, int]:
+    def draft_phase(self, drafts: Sequence[int], ctxs: Sequence[int], layer: int = NO_LAYER,
+                    feeds: Sequence[int] | None = None) -> tuple[float, int]:
         """Ragged drafting: sequence i drafts ``drafts[i]`` tokens from context ``ctxs[i]``. Draft
         step j runs over the sequences that draft at least j tokens, so the phase lasts as many
-        steps as the longest draft. Returns (seconds, draft forwards)."""
-        active = [(c, k) for c, k in zip(ctxs, drafts) if k > 0]
+        steps as the longest draft. The first step feeds sequence i ``feeds[i]`` tokens (what its
+        draft's cache lacks, :mod:`simlab.sim.draft_cache`; one each when None): a padded forward,
+        the batched step grown as one sequence's step grows to the widest feed; alone, a sequence's step
+        plus :meth:`~simlab.latency.grid.LatencyGrid.catch_up_seconds`, the simulator's price.
+        Returns (seconds, draft forwards)."""
+        feeds = feeds or [1] * len(drafts)
+        active = [(c, k, f) for c, k, f in zip(ctxs, drafts, feeds) if k > 0]
         if not active:
             return 0.0, 0
         if len(active) == 1:
-            c, k = active[0]
-            return self.grid.draft_seconds(c, k, layer), k
-        longest = max(k for _, k in active)
+            c, k, f = active[0]
+            seconds = self.grid.draft_seconds(c, k, layer)
+            if f > 1:
+                seconds += self.grid.catch_up_seconds(c, f, layer)
+            return seconds, k
+        longest = max(k for _, k, _ in active)
+        widest = max(f for _, _, f in active)
         seconds = 0.0
         for j in range(longest):
-            step = [c + j for c, k in active if k > j]
-            seconds += self.draft([1] * len(step), step, layer)
+            step = [c + j for c, k, _ in active if k > j]
+            price = self.draft([1] * len(step), step, layer)
+            if j == 0 and widest > 1:
+                c = max(step)
+                price *= 1.0 + self.grid.catch_up_seconds(c, widest, layer) / self.grid.draft_step(c, layer)
+            seconds += price
         return seconds, longest
 
     def prefill(self, prompt_lens: Sequence[int], layer: int = NO_LAYER) -> float:

@@ -167,6 +167,18 @@ class LatencyGrid:
                 seconds += step * (self.draft_tree_factor(w, ctx) - 1.0)
         return seconds
 
+    def catch_up_seconds(self, context_len: int, tokens: int, layer: int = NO_LAYER, corun: bool = False) -> float:
+        """What a draft forward that feeds ``tokens`` tokens (what the draft's KV cache lacks at the
+        start of a round: :mod:`simlab.sim.draft_cache`) costs beyond a one-token draft step at
+        ``context_len``: the step times the target's growth from 1 to ``tokens`` tokens, less
+        one (:func:`~simlab.latency.model.chain_factor`: a causal forward, not a tree-mask one,
+        whose probed figures cost more on a CPU; never below one step). 0 for one token."""
+        if tokens <= 1:
+            return 0.0
+        step = self.draft_seconds(context_len, 1, layer, corun)
+        growth = self.target_forward(tokens, context_len, corun) / self.target_forward(1, context_len, corun)
+        return step * (max(growth, 1.0) - 1.0)
+
     def draft_seconds(self, context_len: int, k: int, layer: int = NO_LAYER, corun: bool = False) -> float:
         """Time of ``k`` consecutive draft steps from ``context_len`` (the draft's KV cache grows
         by one token per step)."""

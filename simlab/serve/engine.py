@@ -8,7 +8,9 @@ An engine step, in model time (docs/serving.md):
 2. every request that was already running plans its round (its own policy, under the step's
    batch-level cap) and drafts: draft step j is one batched draft forward over the requests
    that draft at least j tokens, so ragged draft lengths cost as many steps as the longest
-   draft, and a request that stopped drafting waits for the others;
+   draft, and a request that stopped drafting waits for the others; the first step feeds each
+   request what its draft's cache lacks (:mod:`simlab.sim.draft_cache`: two tokens after a
+   round that accepted every draft), a forward as wide as the widest;
 3. one batched target forward verifies every running request's drafts plus its bonus
    position (k_i + 1 tokens each); under a policy that reads shadow tokens (DEL) the target
    then runs an exit head per exit layer over the positions every request just settled (its
@@ -127,7 +129,8 @@ class Engine:
         drafts = [k for _, k, _ in rounds]
         drafted = [r.drafted for r in decoders]  # a dropped draft was drafted too
         layers = [layer for _, _, layer in rounds if layer is not None]
-        seconds, steps = self.latency.draft_phase(drafted, ctxs, max(layers) if layers else NO_LAYER)
+        seconds, steps = self.latency.draft_phase(drafted, ctxs, max(layers) if layers else NO_LAYER,
+                                                  [r.feed for r in decoders])
         if steps:
             t = self._book(self.draft_dev, t, seconds, f"draft x{steps}", len(decoders), sum(drafted))
         verify = self.latency.target([k + 1 for k in drafts], ctxs)

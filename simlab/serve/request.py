@@ -17,7 +17,9 @@ from simlab.metrics import Counts, PositionStats
 from simlab.policies.base import PromptInfo
 from simlab.rounds import DraftLoop, DraftRun, ParallelRound, PolicyError, Shadow, Verify, decode
 from simlab.serve.batch_policy import CappedPolicy
+from simlab.sim.draft_cache import DraftCache
 from simlab.trace.replay import PromptReplay, SignalRun
+from simlab.trace.schema import NO_LAYER
 
 
 @dataclass(eq=False)
@@ -35,6 +37,8 @@ class ServedRequest:
     committed: int = 1
     finished_steps: int = 0  # how many times it was marked finished (conservation tests: exactly 1)
     drafted: int = 0  # tokens its last round drafted, a dropped one included (paid for: rounds.py)
+    feed: int = 0  # tokens its last round's first draft forward fed (simlab.sim.draft_cache)
+    cache: DraftCache | None = None
     _answer: object = None
     _gen: object = None
 
@@ -54,6 +58,7 @@ class ServedRequest:
                           replay=rp if self.policy.needs_future else None)
         self._gen = decode(self.policy, info)
         self._answer = None
+        self.cache = DraftCache(rp.prompt_len)
 
     def next_round(self) -> tuple[int, int, int | None]:
         """Run the protocol up to the next verification: (start, drafts, layer)."""
@@ -65,6 +70,8 @@ class ServedRequest:
             if kind is Verify:
                 self.counts.drafted += self.drafted
                 self.counts.draft_calls += self.drafted
+                self.feed = self.cache.draft(NO_LAYER if req.layer is None else req.layer, rp.prompt_len + req.start,
+                                             self.drafted) if self.drafted else 0
                 return req.start, req.drafts, req.layer
             if kind is DraftRun:
                 answer = SignalRun(rp, req.start, req.count, req.layer)
@@ -91,6 +98,7 @@ class ServedRequest:
         c.accepted += accepted
         positions.add(accepted + 1 if accepted < drafts else drafts, accepted)
         self.committed = start + accepted + 1
+        self.cache.crop(rp.prompt_len + start + accepted)
         self._answer = accepted
         if self.done:  # let the generator see its last answer (and ask for shadows) and end
             try:

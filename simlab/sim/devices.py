@@ -53,8 +53,10 @@ class Device:
     slices: list[Slice] = field(default_factory=list)
 
     def book(self, start: float, seconds: float, what: str, position: int, tokens: int,
-             accepted: int | None = None) -> float:
-        """Occupy the device for ``seconds`` from ``start``; return the end time."""
+             accepted: int | None = None, fed: int = 1) -> float:
+        """Occupy the device for ``seconds`` from ``start``; return the end time. ``fed``: the
+        tokens a draft run's first forward fed (:mod:`simlab.sim.draft_cache`), shown when more
+        than one."""
         if start < self.free_at - 1e-12:
             raise DeviceBusyError(f"{self.name} asked to {what} at t={start:.6f} while busy until {self.free_at:.6f}")
         end = start + seconds
@@ -64,6 +66,8 @@ class Device:
             args = {"position": position, "tokens": tokens}
             if accepted is not None:
                 args["accepted"] = accepted
+            if fed > 1:
+                args["fed"] = fed
             self.slices.append(Slice(self.name, f"{what} x{tokens}", start, end, args))
         return end
 

@@ -53,6 +53,7 @@ from simlab.rounds import (
 )
 from simlab.signals import shadow_layers
 from simlab.sim.devices import Device, Slice, Topology
+from simlab.sim.draft_cache import DraftCache
 from simlab.trace.replay import PromptReplay, SignalRun, TraceReplay
 from simlab.trace.schema import NO_LAYER, Manifest
 from simlab.trees.draft_tree import ROOT, accepted_length
@@ -168,6 +169,8 @@ class SimExecutor:
         checked_hist, accepted_hist = positions.checked_hist, positions.accepted_hist
         drafts_before = positions.drafting_rounds()
         grown: list[int] = []  # the recorded tree node of each candidate of the current tree round
+        expanded: set[int] = set()  # the recorded tree nodes the current tree round expanded
+        cache = DraftCache(pl)  # what the drafts' KV caches hold: a round's first draft forward feeds the rest
         while True:
             try:
                 req = send(answer)
@@ -194,10 +197,11 @@ class SimExecutor:
                 unpaid_start, unpaid_layer = req.start, NO_LAYER if req.layer is None else req.layer
                 continue
             if kind is ExpandTree:
-                answer = _expand(rp, req, grown)
+                answer = _expand(rp, req, grown, expanded)
                 continue
             if kind is VerifyTree:
-                answer, clock = _verify_tree(clock, grid, rp, req, draft_dev, target_dev, counts, positions, tokens)
+                answer, clock = _verify_tree(clock, grid, rp, req, draft_dev, target_dev, counts, positions, tokens,
+                                             cache, expanded)
                 continue
             if unpaid:  # the serial drafting that led to this forward
                 ctx = pl + unpaid_start
@@ -205,7 +209,10 @@ class SimExecutor:
                     seconds = cum[ctx + unpaid] - cum[ctx]
                 else:
                     seconds = grid.draft_seconds(ctx, unpaid, unpaid_layer)
-                clock = draft_dev.book(clock, seconds, "draft", unpaid_start, unpaid)
+                feed = cache.draft(unpaid_layer, ctx, unpaid)
+                if feed > 1:  # the first step feeds what the draft's cache lacks (draft_cache.py)
+                    seconds += grid.catch_up_seconds(ctx, feed, unpaid_layer)
+                clock = draft_dev.book(clock, seconds, "draft", unpaid_start, unpaid, None, feed)
                 drafted += unpaid
                 unpaid = 0
             if kind is Verify:
@@ -218,6 +225,7 @@ class SimExecutor:
                     accepted = end - c - 1
                 row = rows.get(k + 1) or grid.target_row(k + 1)
                 clock = target_dev.book(clock, row[pl + c], "verify", c, k + 1, accepted)
+                cache.crop(pl + c + accepted)
                 target_calls += 1
                 verified += k
                 accepted_total += accepted
@@ -228,7 +236,7 @@ class SimExecutor:
                 answer = accepted
             elif kind is ParallelRound:
                 answer, clock = _parallel(clock, grid, rp, req, draft_dev, target_dev, corun, counts, positions, tokens,
-                                          parallel_prices)
+                                          parallel_prices, cache)
             elif kind is Shadow:  # DEL's shadow tokens: an exit head per layer over the settled positions
                 answer = rp.shadows(req.start, req.count)
                 if heads:
@@ -255,11 +263,15 @@ class SimExecutor:
 
 def _parallel(clock: float, grid: LatencyGrid, rp: PromptReplay, req: ParallelRound, draft_dev: Device,
               target_dev: Device, corun: bool, counts: Counts, positions: PositionStats,
-              tokens: list[int] | None, prices: tuple[list[float], dict[int, list[float]]]) -> tuple[ParallelResult, float]:
+              tokens: list[int] | None, prices: tuple[list[float], dict[int, list[float]]],
+              cache: DraftCache) -> tuple[ParallelResult, float]:
     """One parallel round from ``clock``: both forwards start then; the round ends with the later one.
     ``prices``: the grid's cumulative draft steps and target rows for this topology, looked up
     directly as the serial rounds in :meth:`SimExecutor._prompt` do (the same floats as
-    ``draft_seconds`` and ``target_forward``; a round costs a few lookups, not a few calls)."""
+    ``draft_seconds`` and ``target_forward``; a round costs a few lookups, not a few calls).
+    The draft's first step feeds what its cache lacks (:mod:`simlab.sim.draft_cache`); unless
+    the first new draft is accepted (its drafts go on), the draft's cache is cropped to the
+    committed prefix, as the live decoder does."""
     c, m, s = req.start, req.pending, req.window
     path = rp.draft
     last = rp.n_tokens - 1  # the end token: always the target's (see rounds.py)
@@ -273,7 +285,12 @@ def _parallel(clock: float, grid: LatencyGrid, rp: PromptReplay, req: ParallelRo
         seconds = cum[start + s] - cum[start]
     else:
         seconds = grid.draft_seconds(start, s, NO_LAYER, corun)
-    draft_end = draft_dev.book(clock, seconds, "draft (parallel)", c + m, s)
+    feed = cache.draft(NO_LAYER, start, s)
+    if feed > 1:
+        seconds += grid.catch_up_seconds(start, feed, NO_LAYER, corun)
+    if not first_new:
+        cache.crop(ctx + accepted_pending, NO_LAYER)
+    draft_end = draft_dev.book(clock, seconds, "draft (parallel)", c + m, s, None, feed)
     row = rows.get(1 + m) or grid.target_row(1 + m, corun)
     verify_end = target_dev.book(clock, row[ctx], "verify (parallel)", c, 1 + m, n_accepted)
     counts.target_calls += 1
@@ -290,14 +307,16 @@ def _parallel(clock: float, grid: LatencyGrid, rp: PromptReplay, req: ParallelRo
     return result, max(draft_end, verify_end)
 
 
-def _expand(rp: PromptReplay, req: ExpandTree, grown: list[int]) -> tuple[tuple[int, int, float], ...]:
+def _expand(rp: PromptReplay, req: ExpandTree, grown: list[int], expanded: set[int]) -> tuple[tuple[int, int, float], ...]:
     """One level of a growing tree from the EAGLE-2 tree recorded at ``req.start``; ``grown``
-    maps the round's candidates to recorded nodes (restarted at depth 1)."""
+    maps the round's candidates to recorded nodes and ``expanded`` collects the recorded nodes
+    the round expands (both restarted at depth 1)."""
     if rp.expansions is None:
         raise SimlabError("a growing tree needs the trace's EAGLE-2 trees; record it with --topk K --tree-depth D")
     tree = rp.expansions.at(req.start)
     if req.depth == 1:
         grown.clear()
+        expanded.clear()
     out: list[tuple[int, int, float]] = []
     for e in req.expand:
         node = ROOT if e == ROOT else grown[e]
@@ -307,21 +326,31 @@ def _expand(rp: PromptReplay, req: ExpandTree, grown: list[int]) -> tuple[tuple[
                               f"{rp.expansions.topk} candidates of each level into their top-{rp.expansions.topk} "
                               f"children, {rp.expansions.depth} levels deep (depth {req.depth}, top-k {req.topk} asked)")
         out += [(e, rank, prob) for rank, prob in tree.answers[node]]
+        expanded.add(node)
         grown += kids
     return tuple(out)
 
 
 def _verify_tree(clock: float, grid: LatencyGrid, rp: PromptReplay, req: VerifyTree, draft_dev: Device,
                  target_dev: Device, counts: Counts, positions: PositionStats,
-                 tokens: list[int] | None) -> tuple[int, float]:
-    """Draft forwards over ``req.widths`` nodes per level, then one target forward over the tree."""
+                 tokens: list[int] | None, cache: DraftCache, expanded: set[int]) -> tuple[int, float]:
+    """Draft forwards over ``req.widths`` nodes per level, then one target forward over the tree.
+    The root's forward feeds what the draft's cache lacks (:mod:`simlab.sim.draft_cache`); the
+    draft then keeps the accepted nodes it fed, those it expanded (a leaf is never fed)."""
     c, tree, widths = req.start, req.tree, req.widths
     ctx = rp.prompt_len + c
     n = tree.size
-    if widths:
-        clock = draft_dev.book(clock, grid.tree_draft_seconds(ctx, widths), "draft", c, n)
-    ranks: Sequence[int] = rp.expansions.at(c).path_ranks if req.grown else rp.ranks[c : c + tree.depth]
+    grown = rp.expansions.at(c) if req.grown else None
+    ranks: Sequence[int] = grown.path_ranks if grown is not None else rp.ranks[c : c + tree.depth]
     accepted = min(accepted_length(tree, ranks), rp.n_tokens - c - 1)  # the end token is the target's
+    if widths:
+        fed = accepted and accepted - (not _deepest_fed(tree, grown, ranks[:accepted], expanded))
+        feed = cache.draft(NO_LAYER, ctx, 1 + fed)
+        seconds = grid.tree_draft_seconds(ctx, widths)
+        if feed > 1:
+            seconds += grid.catch_up_seconds(ctx, feed)
+        clock = draft_dev.book(clock, seconds, "draft", c, n, None, feed)
+    cache.crop(ctx + accepted)
     clock = target_dev.book(clock, grid.target_tree(n + 1, ctx), "verify", c, n + 1, accepted)
     counts.target_calls += 1
     counts.accepted += accepted
@@ -332,3 +361,18 @@ def _verify_tree(clock: float, grid: LatencyGrid, rp: PromptReplay, req: VerifyT
     if tokens is not None:
         tokens.extend(rp.target_tokens[c : c + accepted + 1])
     return accepted, clock
+
+
+def _deepest_fed(tree, grown, path: Sequence[int], expanded: set[int]) -> bool:
+    """Whether the draft fed the node the accepted ``path`` (ranks from the root) ends at: for a
+    grown round (``grown``: the trace's EAGLE-2 tree at the round's start) a recorded node in
+    ``expanded``; for a fixed tree a node with children (the draft expands every such node)."""
+    node = ROOT
+    if grown is not None:
+        for rank in path:  # a recorded node's children are its top-k, in rank order
+            node = grown.children[node][rank]
+        return node in expanded
+    child = tree.child
+    for rank in path:
+        node = child[(node, rank)]
+    return node in tree.parents

@@ -42,7 +42,7 @@ from simlab.latency.grid import LatencyGrid
 from simlab.policies.base import Policy
 from simlab.policies.trees import GrowingTree, StaticTree
 from simlab.sim.executor import SimRun, ad_seconds
-from simlab.sim.vanilla import TargetRows, interleave, rounds_run, walls
+from simlab.sim.vanilla import TargetRows, catch_up, interleave, rounds_run, walls
 from simlab.trace.replay import TraceReplay
 from simlab.trace.schema import NO_LAYER
 from simlab.trees.draft_tree import DraftTree
@@ -126,11 +126,11 @@ class TreeRounds:
         rounds = self._rounds(*tables) if tables is not None else None
         if rounds is None:
             return None
-        prompt_calls, nodes, accepted, tree_depth, levels, widths, ctx = rounds
+        prompt_calls, nodes, accepted, tree_depth, levels, widths, ctx, feed = rounds
         if len(ctx) and (ctx + levels).max() > self.grid.max_context:  # priced by the model past the grid
             return None
         prices = self.prices
-        draft = prices.tree_draft(ctx, widths, levels)
+        draft = catch_up(self.grid, prices.cum, prices.tree_draft(ctx, widths, levels), ctx, (feed > 1) & (levels > 0))
         verify = prices.target(nodes + 1, ctx)
         wall = walls(interleave(draft, verify), 2 * np.cumsum(prompt_calls))
         checked = np.where(accepted < tree_depth, accepted + 1, tree_depth)
@@ -139,16 +139,19 @@ class TreeRounds:
                           target_busy_s=verify)
 
     def _rounds(self, nodes: np.ndarray, accepted_at: list[int], tree_depth: np.ndarray, levels: np.ndarray,
-                widths: np.ndarray, bad: list[bool] | None) -> tuple[np.ndarray, ...] | None:
+                widths: np.ndarray, leaf: list[bool], bad: list[bool] | None) -> tuple[np.ndarray, ...] | None:
         """Every round in executor order, from the round at every position (nodes verified,
-        accepted drafts, tree depth, levels drafted, nodes expanded per level, and whether the
-        protocol must replay it): rounds per prompt, then those figures per round and its
-        context length. Accepted drafts may be counted past the prompt's end (the next prompt's
-        positions): the walk clips them to the end, as the executor does, and a cut never binds
-        tighter (a round's cap is at least the positions left before the end)."""
-        rows, accepted = [], []
+        accepted drafts, tree depth, levels drafted, nodes expanded per level, whether its
+        deepest accepted node is a leaf the draft never fed, and whether the protocol must
+        replay it): rounds per prompt, then those figures per round, its context length and
+        the tokens its first draft forward feeds (:mod:`simlab.sim.draft_cache`: two after a
+        round that ended on such a leaf). Accepted drafts may be counted past the prompt's end
+        (the next prompt's positions): the walk clips them to the end, as the executor does, and
+        a cut never binds tighter (a round's cap is at least the positions left before the end);
+        only a prompt's last round is clipped, and no round follows it."""
+        rows, accepted, feed = [], [], []
         for start, n in zip(self.starts, self.lengths):
-            c = 1
+            c, lacks = 1, 1
             while c < n:  # decode()'s loop
                 row = start + c
                 if bad is not None and bad[row]:
@@ -156,11 +159,13 @@ class TreeRounds:
                 a = min(accepted_at[row], n - c - 1)  # the end token is the target's
                 rows.append(row)
                 accepted.append(a)
+                feed.append(lacks)
+                lacks = 1 + leaf[row]
                 c += a + 1
         row = np.array(rows, dtype=np.int64)
         prompt_calls = np.bincount(np.searchsorted(self.starts, row, side="right") - 1, minlength=len(self.lengths))
         return (prompt_calls, nodes[row], np.array(accepted, dtype=np.int64), tree_depth[row], levels[row], widths[row],
-                self.ctx[row])
+                self.ctx[row], np.array(feed, dtype=np.int64))
 
     def _fixed(self, tree: DraftTree) -> tuple:
         """The round of ``tree`` from every position, cut to decode()'s cap (see :meth:`_rounds`):
@@ -184,7 +189,10 @@ class TreeRounds:
             node = np.where(follows, nxt, node)
             accepted += follows
         widths = np.broadcast_to(np.array(tree.widths, dtype=np.int64), (self.rows, depth))
-        return nodes_within[cap], accepted.tolist(), cap, cap, widths, None
+        has_children = np.zeros(tree.size + 1, dtype=bool)  # by node + 1 (0: the root)
+        has_children[np.array(tree.parents, dtype=np.int64) + 1] = True
+        leaf = (accepted > 0) & ~has_children[node + 1]  # the draft expands, so feeds, every node with children
+        return nodes_within[cap], accepted.tolist(), cap, cap, widths, leaf.tolist(), None
 
 
 class RecordedTrees:
@@ -283,6 +291,7 @@ class RecordedTrees:
         widths[:, 0] = 1
         grown = np.ones(rows, dtype=np.int64)  # levels that exist
         candidates = np.full(rows, k, dtype=np.int64)
+        expanded = np.zeros((rows, self.size), dtype=bool)  # the recorded nodes the draft expands (feeds)
         for d in range(1, depth):  # expand level d into level d + 1 where the round goes on
             live = np.flatnonzero((grown == d) & (cap > d) & (first_bad > d))
             order = self.by_level[d - 1][live]
@@ -291,6 +300,7 @@ class RecordedTrees:
             keep = policy.keep_rows(self.value[live[:, None], frontier], candidates[live], ctx[live], widths[live, :d],
                                     prices)
             kept = keep.sum(axis=1)
+            expanded[np.broadcast_to(live[:, None], frontier.shape)[keep], frontier[keep]] = True
             kids = self.children[live[:, None], frontier + 1]  # (rows, k, k)
             keep = np.broadcast_to(keep[:, :, None], kids.shape)
             first_bad[live[(keep & (kids < 0)).any(axis=(1, 2))]] = d + 1
@@ -305,5 +315,8 @@ class RecordedTrees:
         # it), so the accepted path is as deep as the deepest chosen node on the target's path
         accepted = np.where(chosen, self.ranked_path, 0).max(axis=1)
         tree_depth = np.where(chosen, self.ranked_level, 0).max(axis=1)
-        return (chosen.sum(axis=1), accepted.tolist(), tree_depth, np.minimum(grown, cap), widths,
+        row = np.arange(rows)
+        deepest = self.ranked[row, np.argmax(chosen & (self.ranked_path == accepted[:, None]), axis=1)]
+        leaf = (accepted > 0) & ~expanded[row, deepest]
+        return (chosen.sum(axis=1), accepted.tolist(), tree_depth, np.minimum(grown, cap), widths, leaf.tolist(),
                 (first_bad <= cap).tolist())

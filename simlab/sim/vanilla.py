@@ -15,6 +15,10 @@ A round never jumps past a rejected position ``d``, and a round that meets one r
 ``i = 0..L // (γ+1)``. Acceptance bits come from the replay, so stochastic traces give the
 seed's outcomes exactly as the SimPy executor meets them.
 
+A round after a fully accepted one (every round of a stretch but the first) first feeds the
+draft two tokens, the last draft and the target's token (:mod:`simlab.sim.draft_cache`), and
+is priced so.
+
 Wall times repeat the executor's floating-point operations in the same order — each
 prompt's clock adds draft then verify seconds round by round (``np.cumsum`` adds
 sequentially), each prompt ends at ``t0 + (clock - t0)`` as a SimPy timeout does, totals are
@@ -106,6 +110,11 @@ class FixedGammaSD:
         accepted = np.minimum(self.length[stretch] - i * g1, gamma)
         ctx = self.prompt_len[stretch] + c
         draft = self._cum[ctx + k] - self._cum[ctx]  # 0.0 when nothing is drafted
+        # a round after a fully accepted one (every round of a stretch but its first, and the first
+        # when the stretch before it ended on one) first feeds the draft two tokens (draft_cache.py)
+        after_full = np.zeros(len(k), dtype=bool)
+        after_full[1:] = (accepted[:-1] == gamma) & (self.prompt[stretch[1:]] == self.prompt[stretch[:-1]])
+        draft = catch_up(self.grid, self._cum, draft, ctx, after_full & (k > 0))
         verify = self._verify_rows(gamma + 1)[k, ctx]
         calls = np.bincount(self.prompt, weights=rounds, minlength=self.n_prompts).astype(np.int64)
         return calls, k, accepted, draft, verify
@@ -124,6 +133,18 @@ class FixedGammaSD:
         return rounds_run(self.prompt_ids, self.lengths, self.ad_wall_time_s, calls, wall, np.where(accepted < k, accepted + 1, k),
                           accepted, drafted=k, draft_calls=k, verified=k, num_drafts=k > 0, draft_busy_s=draft,
                           target_busy_s=verify)
+
+def catch_up(grid: LatencyGrid, cum: np.ndarray, draft: np.ndarray, ctx: np.ndarray, two: np.ndarray) -> np.ndarray:
+    """``draft`` (rounds' draft seconds at contexts ``ctx``) plus, where ``two``, what the round's
+    first draft forward costs for feeding two tokens (:mod:`simlab.sim.draft_cache`):
+    :meth:`~simlab.latency.grid.LatencyGrid.catch_up_seconds` with its operations in its
+    order (``cum``: the grid's cumulative draft steps)."""
+    if not two.any():
+        return draft
+    step = cum[ctx + 1] - cum[ctx]
+    growth = np.asarray(grid.target_row(2))[ctx] / np.asarray(grid.target_row(1))[ctx]
+    return np.where(two, draft + step * (np.maximum(growth, 1.0) - 1.0), draft)
+
 
 def walls(seconds: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Per-prompt wall times as the executor's clock gives them. Prompts run back to back on

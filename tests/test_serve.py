@@ -295,6 +295,11 @@ def test_bad_policy_parameters_fail_before_the_scheduler_is_checked():
         serve_once(sim, [0.0], ServeConfig(scheduler=Scheduler(8, 1)), "sd", {"gamma": 0})
 
 
+def test_serving_no_arrivals_is_refused_in_one_line():
+    with pytest.raises(SimlabError, match="^nothing to serve: no arrivals$"):
+        serve_once(Simulator(hand_trace(["1111"])), [], ServeConfig(), "sd", {"gamma": 2})
+
+
 def test_a_token_budget_too_small_for_the_longest_prompt_says_what_it_needs():
     # a prompt of 9 tokens beside 3 running requests (max batch 4) needs 9 + 3 = 12 tokens
     with pytest.raises(SimlabError) as err:

@@ -76,6 +76,8 @@ def check_policy(name: str) -> None:
 def serve_once(sim: Simulator, arrivals: Sequence[float], config: ServeConfig, policy: str,
                params: dict[str, Any], record: bool = False, latency: BatchLatency | None = None) -> ServeRun:
     """Serve ``arrivals`` with every request under its own ``policy`` object."""
+    if not arrivals:
+        raise SimlabError("nothing to serve: no arrivals")
     check_policy(policy)
     context = sim.context()
     make_policy(policy, context, **params)  # bad parameters fail before anything runs
@@ -86,7 +88,7 @@ def serve_once(sim: Simulator, arrivals: Sequence[float], config: ServeConfig, p
     env = simpy.Environment()
     requests = [ServedRequest(i, prompts[i % len(prompts)], CappedPolicy(make_policy(policy, context, **params)), t)
                 for i, t in enumerate(arrivals)]
-    heads = shadow_heads(sim.latency, sim.trace.manifest, requests[0].policy.inner) if requests else 0
+    heads = shadow_heads(sim.latency, sim.trace.manifest, requests[0].policy.inner)
     engine = Engine(env, latency, config.scheduler, batch_policy, record, heads)
 
     def arrive():
@@ -100,8 +102,7 @@ def serve_once(sim: Simulator, arrivals: Sequence[float], config: ServeConfig, p
     env.process(engine.run(len(requests)))
     env.run()
     frame = request_frame(engine.finished, config.slo)
-    described = requests[0].policy.describe() if requests else {"policy": policy}
-    return ServeRun(policy, described, batch_policy.name, requests, frame, summarize(frame), engine.positions, engine.stats,
+    return ServeRun(policy, requests[0].policy.describe(), batch_policy.name, requests, frame, summarize(frame), engine.positions, engine.stats,
                     engine.slices)
 
 

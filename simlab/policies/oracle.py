@@ -58,11 +58,19 @@ def schedule(rounds: list[list[float]], run: list[int], n: int, budget: int, top
         if top > top_k:
             top = top_k
         head = r if r < top else top
-        # the first least of T(c, k) + best[c + k + 1] for k = 0..head
+        # the first least of T(c, k) + best[c + k + 1] for k = 0..head (head = 1, common, without
+        # the slices)
         best_t, best_k = seconds[0] + best[c + 1], 0
-        for k, t in enumerate(map(add, seconds[1 : head + 1], best[c + 2 : c + head + 2]), 1):
+        if head == 1:
+            t = seconds[1] + best[c + 2]
             if t < best_t:
-                best_t, best_k = t, k
+                best_t, best_k = t, 1
+        elif head:
+            k = 0
+            for t in map(add, seconds[1 : head + 1], best[c + 2 : c + head + 2]):
+                k += 1
+                if t < best_t:
+                    best_t, best_k = t, k
         if r < top:
             tail = seconds[r + 1 : top + 1]
             after, least = best[c + r + 1], min(tail)

@@ -74,9 +74,11 @@ class DraftPath:
     end: list[bool] = field(default_factory=list)  # the drafted token at each position is an end token
 
     def __post_init__(self) -> None:
-        # what a signal's score reads at each position: NaN without a trained predictor's (one
-        # list read per drafted token rather than a test)
-        self.scores = self.score if self.score is not None else [NAN] * len(self.confidence)
+        # what a drafted token's signal is read from, in one tuple (one attribute read a drafted
+        # round, not five): confidence, entropy, score (NaN at every position without a trained
+        # predictor's: a list read per token rather than a test), end flag; and the accepted runs
+        scores = self.score if self.score is not None else [NAN] * len(self.confidence)
+        self.lists = (self.confidence, self.entropy, scores, self.end, self.run)
 
 
 @dataclass(repr=False)
@@ -122,9 +124,9 @@ class PromptReplay:
         """
         new, nan = NEW, NAN
         path = self.draft if layer is None else self.path(layer)
-        conf, ent, ends, scores = path.confidence, path.entropy, path.end, path.scores
+        conf, ent, scores, ends, run = path.lists
         n = self.n_tokens
-        r = path.run[start]
+        r = run[start]
         d = start + r  # the run's first rejected position (n when the run reaches the end)
         # on the true path: positions start+first-1..d, each read as it is drafted (a range
         # loop: this generator yields once per simulated draft token)
@@ -164,17 +166,16 @@ class PromptReplay:
         DRAFT) reads from :meth:`signals`, rollout overruns included, drafted in one frame: the
         simulator drafts most tokens so, and a generator's resumption, its closing and a loop
         around it were most of a short round. tests/test_replay.py pins the two together."""
-        new, nan = NEW, NAN
         path = self.draft if layer is None else self.path(layer)
-        conf, ent, ends, scores = path.confidence, path.entropy, path.end, path.scores
+        conf, ent, scores, ends, run = path.lists
         n = self.n_tokens
-        d = start + path.run[start]  # the run's first rejected position (n when the run reaches the end)
+        d = start + run[start]  # the run's first rejected position (n when the run reaches the end)
         drafted: list[TokenSignal] = []
         append = drafted.append
         hi = d + 1 if d < n else n  # min(d, n - 1) + 1 (d <= n), as the bounds below, without a call
         last = start + cap if start + cap < hi else hi
         for t in range(start, last):  # on the true path
-            signal = new(TokenSignal, (t - start + 1, conf[t], ent[t], scores[t], ends[t]))
+            signal = NEW(TokenSignal, (t - start + 1, conf[t], ent[t], scores[t], ends[t]))
             append(signal)
             said = None if stop_at_end and signal.end else stop(signal)
             if said != go:
@@ -185,7 +186,7 @@ class PromptReplay:
         if t == d:  # the run reaches past the end token, where nothing was recorded
             self.rollout_overruns += 1
             u = n - 1
-            signal = new(TokenSignal, (i, conf[u], ent[u], scores[u], ends[u]))
+            signal = NEW(TokenSignal, (i, conf[u], ent[u], scores[u], ends[u]))
             append(signal)
             said = None if stop_at_end and signal.end else stop(signal)
             if said != go:
@@ -195,7 +196,7 @@ class PromptReplay:
         if rollout is None:  # teacher-forced signals at the next positions, the last one repeated
             for i in range(i, cap + 1):
                 u = min(t, n - 1)
-                signal = new(TokenSignal, (i, conf[u], ent[u], scores[u], ends[u]))
+                signal = NEW(TokenSignal, (i, conf[u], ent[u], scores[u], ends[u]))
                 append(signal)
                 said = None if stop_at_end and signal.end else stop(signal)
                 if said != go:
@@ -204,7 +205,7 @@ class PromptReplay:
             return drafted, go
         rconf, rent, rends = rollout
         for j in range(t - d - 1, min(len(rconf), t - d - 1 + cap - i + 1)):  # the rollout's steps
-            signal = new(TokenSignal, (i, rconf[j], rent[j], nan, rends[j]))
+            signal = NEW(TokenSignal, (i, rconf[j], rent[j], NAN, rends[j]))
             append(signal)
             said = None if stop_at_end and signal.end else stop(signal)
             if said != go:
@@ -212,7 +213,7 @@ class PromptReplay:
             i += 1
         for i in range(i, cap + 1):  # past the recorded rollout
             self.rollout_overruns += 1
-            signal = new(TokenSignal, (i, rconf[-1], rent[-1], nan, rends[-1]))
+            signal = NEW(TokenSignal, (i, rconf[-1], rent[-1], NAN, rends[-1]))
             append(signal)
             said = None if stop_at_end and signal.end else stop(signal)
             if said != go:

@@ -148,6 +148,17 @@ def test_adaedl_stops_when_the_entropy_bound_falls_below_lambda():
     assert rounds(simulate(conf_trace(conf), "adaedl"))[0] == (1, 4, 3)
 
 
+def test_adaedls_stop_rule_is_the_entropy_bound_below_lambda():
+    # AdaEDL writes acceptance_lower_bound out in its per-token rule: the same decision on every
+    # entropy, at λ just either side of the bound (the bound itself stops nothing: L < λ)
+    policy, rng = AdaEdl(PolicyContext(latency=None), scale=0.3), random.Random(3)
+    for entropy in [rng.random() * 4 for _ in range(500)] + [0.0, 1 / 0.3]:
+        bound = acceptance_lower_bound(entropy, 0.3)
+        for level in (math.nextafter(bound, -2.0), bound, math.nextafter(bound, 2.0)):
+            policy.level = level
+            assert policy.stops(TokenSignal(1, 0.5, entropy)) is (bound < level)
+
+
 # -- Draft & Verify ----------------------------------------------------------------------------------
 
 def test_dv_threshold_moves_toward_the_target_rate_after_each_round():

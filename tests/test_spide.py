@@ -76,6 +76,22 @@ def test_mapping_table_counts_per_interval_and_reads_mid_confidence_when_empty()
     assert (table.total[HIGH], table.accepted[HIGH]) == (3, 2)
 
 
+def test_a_verifications_checked_tokens_count_in_their_intervals():
+    # observe() records a verification's tokens in one call, the first `accepted` accepted: per
+    # interval N_T and N_A count them, and α_b = N_A / N_T where N_T > 0 (else the mid confidence)
+    rng = random.Random(4)
+    table, total, hits = MappingTable(), [0] * len(SPIDE_EDGES), [0] * len(SPIDE_EDGES)
+    for _ in range(300):
+        confidences = [rng.choice([rng.random(), 0.955, 1.0]) for _ in range(rng.randint(0, 6))]
+        accepted = rng.randint(0, len(confidences))
+        table.record_checked(iter(confidences), accepted)
+        for i, confidence in enumerate(confidences):
+            total[confidence_bin(confidence)] += 1
+            hits[confidence_bin(confidence)] += i < accepted
+        assert (table.total, table.accepted) == (total, hits)
+        assert table.rate == [a / t if t else MappingTable().rate[b] for b, (a, t) in enumerate(zip(hits, total))]
+
+
 def test_spide_reproduces_figure_2():
     """Serial x1..x7 (Γ_7 ≤ τ); the target verifies x1..x8 while x8..x11 are drafted; then
     x9..x12 while x12..x15 are drafted; x11 is rejected and y11 emitted; back to serial."""

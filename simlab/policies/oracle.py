@@ -49,14 +49,28 @@ def schedule(rounds: list[list[float]], run: list[int], n: int, budget: int, top
     """
     best = [0.0] * (n + 1)
     choice = [0] * (n + 1)
-    for c in range(n - 1, 0, -1):
+    for c in range(n - 1, 0, -1):  # (scalar minima by comparisons: a builtin call costs more)
         seconds = rounds[c - 1]
-        r = min(run[c], n - c - 1)  # a round from c emits min(k, r) + 1 tokens (rounds.py)
-        top = min(top_k, budget - c - 1)
-        head = min(r, top)
-        times = list(map(add, seconds[: head + 1], best[c + 1 : c + head + 2]))
-        best_t = min(times)
-        best_k = times.index(best_t)
+        r = run[c]  # a round from c emits min(k, r) + 1 tokens (rounds.py), r = min(run[c], n - c - 1)
+        if r > n - c - 1:
+            r = n - c - 1
+        top = budget - c - 1
+        if top > top_k:
+            top = top_k
+        head = r if r < top else top
+        # the first least of T(c, k) + best[c + k + 1] for k = 0..head (head = 1, common, without
+        # the slices)
+        best_t, best_k = seconds[0] + best[c + 1], 0
+        if head == 1:
+            t = seconds[1] + best[c + 2]
+            if t < best_t:
+                best_t, best_k = t, 1
+        elif head:
+            k = 0
+            for t in map(add, seconds[1 : head + 1], best[c + 2 : c + head + 2]):
+                k += 1
+                if t < best_t:
+                    best_t, best_k = t, k
         if r < top:
             tail = seconds[r + 1 : top + 1]
             after, least = best[c + r + 1], min(tail)

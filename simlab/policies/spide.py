@@ -21,7 +21,9 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from functools import partial
-from typing import Any, ClassVar
+from itertools import islice
+from operator import attrgetter
+from typing import Any, ClassVar, Iterable
 
 from simlab.errors import SimlabError
 from simlab.mapping import ONE, SPIDE_EDGES
@@ -49,6 +51,8 @@ UPPER_EDGES = (*SPIDE_EDGES[1:-1], ONE)
 # simlab.mapping): a bisection as a C callable, with no Python frame, as the simulator bins
 # every drafted token and again every checked one.
 confidence_bin = partial(bisect_right, UPPER_EDGES)
+CONFIDENCE = attrgetter("confidence")
+DRAFT = Decision.DRAFT
 
 
 def bin_bounds(b: int) -> tuple[float, float]:
@@ -83,10 +87,20 @@ class MappingTable:
         return self.rate[confidence_bin(confidence)]
 
     def record(self, confidence: float, accepted: bool) -> None:
-        b = confidence_bin(confidence)
-        self.total[b] += 1
-        self.accepted[b] += accepted
-        self.rate[b] = self.accepted[b] / self.total[b]
+        self.record_checked((confidence,), int(accepted))
+
+    def record_checked(self, confidences: Iterable[float], accepted: int) -> None:
+        """Record a verification's checked tokens: the first ``accepted`` were accepted, the
+        others not (one call a verification: SPIDE records after every one, Alg. 1 line 29)."""
+        total, hits, rate = self.total, self.accepted, self.rate
+        bins = map(confidence_bin, confidences)
+        for b in islice(bins, accepted):
+            t = total[b] = total[b] + 1
+            h = hits[b] = hits[b] + 1
+            rate[b] = h / t
+        for b in bins:  # the rejected ones (at most one, the last)
+            t = total[b] = total[b] + 1
+            rate[b] = hits[b] / t
 
 
 class Spide(Policy):
@@ -103,11 +117,13 @@ class Spide(Policy):
         super().__init__(context, **values)
         if not self.dyna_draft:
             self.gamma = self._gamma(context)
+            self._serial_plan = Serial(self.gamma)
         if self.para_verify:
             self.window = window_param(self.window, context, self.name)
             self._parallel_plan = Parallel(self.window)
         self._stop = Decision.PARALLEL if self.para_verify else Decision.VERIFY
         self.table = MappingTable()
+        self._rate = self.table.rate  # α_b per interval, updated in place
         self.reliability = 1.0
         self.parallel_mode = False
 
@@ -124,26 +140,24 @@ class Spide(Policy):
     def plan(self, state: RoundState) -> Plan:
         if self.parallel_mode:
             return self._parallel_plan
-        if not self.dyna_draft:
-            return Serial(self.gamma)
         self.reliability = self.prior  # Γ_0 (Alg. 1 line 4)
-        return Serial(state.remaining)  # line 5: for k = 1 to L - len(x)
+        # line 5: for k = 1 to L - len(x) (a Serial built without its Python-level __new__:
+        # a plan per serial round)
+        return tuple.__new__(Serial, (state.remaining, False, None, 0))
 
     def on_draft(self, signal: TokenSignal) -> Decision:
-        if self.dyna_draft:
-            self.reliability *= self.table.alpha(signal.confidence)  # eq. 3; lines 8-10
-            stop = self.reliability <= self.tau  # eq. 4; line 11
-        else:
-            stop = signal.index == self.gamma
+        # eq. 3, lines 8-10 (the table's alpha() read inline: this runs per drafted token)
+        self.reliability *= self._rate[confidence_bin(signal.confidence)]
+        stop = self.reliability <= self.tau  # eq. 4; line 11
         if not stop:
-            return Decision.DRAFT
+            return DRAFT
         self.parallel_mode = self.para_verify  # line 12
         return self._stop
 
     def observe(self, outcome: Outcome) -> None:
-        for i, signal in enumerate(outcome.checked):  # line 29
-            self.table.record(signal.confidence, i < outcome.accepted)
-        self.parallel_mode = outcome.parallel and not outcome.rejected  # lines 30-39
+        checked, accepted = outcome.checked, outcome.accepted
+        self.table.record_checked(map(CONFIDENCE, checked), accepted)  # line 29
+        self.parallel_mode = outcome.parallel and accepted == len(checked)  # lines 30-39: none rejected
 
 
 class SpideNoDynaDraft(Spide):
@@ -154,6 +168,15 @@ class SpideNoDynaDraft(Spide):
               WINDOW)
     choices = WINDOW_CHOICES
     dyna_draft = False
+
+    def plan(self, state: RoundState) -> Plan:
+        return self._parallel_plan if self.parallel_mode else self._serial_plan
+
+    def on_draft(self, signal: TokenSignal) -> Decision:
+        if signal.index != self.gamma:  # a fixed γ, then parallel verification
+            return DRAFT
+        self.parallel_mode = True
+        return self._stop
 
 
 class SpideNoParaVerify(Spide):

@@ -49,7 +49,8 @@ class StopRule(Policy):
     def plan(self, state: RoundState) -> Plan:
         if self._begins:
             self.begin_round(state)
-        return self._plan or Serial(state.remaining)
+        # (a Serial up to the prompt's end built without its Python-level __new__: once a round)
+        return self._plan or tuple.__new__(Serial, (state.remaining, False, None, 0))
 
     def begin_round(self, state: RoundState) -> None:
         """Called before each round's first token (per-round state starts here)."""
@@ -95,6 +96,8 @@ class AdaptiveStop(StopRule):
         super().__init__(context, **values)
         self.level = self.threshold
         self._rate = 0.0
+        self._update = (self.beta1, 1 - self.beta1, self.beta2, 1 - self.beta2, self.target_rate, self.epsilon,
+                        self.max_draft)
 
     def reset(self, prompt: PromptInfo) -> None:
         self._rate = 0.0
@@ -103,15 +106,17 @@ class AdaptiveStop(StopRule):
         drafted = outcome.drafted
         if not drafted:  # the last position of a prompt: nothing was drafted
             return
-        beta1, beta2, level = self.beta1, self.beta2, self.level  # (read once: this runs every round)
-        rate = self._rate = beta1 * self._rate + (1 - beta1) * outcome.accepted / drafted
-        if rate < self.target_rate:
-            moved = level + self.epsilon
-        elif drafted == self.max_draft:
+        # the parameters read in one tuple, 1 − β₁ and 1 − β₂ computed once: this runs every round
+        beta1, kept1, beta2, kept2, target_rate, epsilon, max_draft = self._update
+        level = self.level
+        rate = self._rate = beta1 * self._rate + kept1 * outcome.accepted / drafted
+        if rate < target_rate:
+            moved = level + epsilon
+        elif drafted == max_draft:
             moved = level
         else:
-            moved = level - self.epsilon
-        self.level = beta2 * level + (1 - beta2) * moved
+            moved = level - epsilon
+        self.level = beta2 * level + kept2 * moved
 
 
 class PredictedStop(StopRule):

@@ -48,6 +48,9 @@ from simlab.trace.io import Trace
 from simlab.trace.schema import NO_LAYER, with_defaults
 from simlab.trace.tree_replay import Expansions, group_expansions, target_ranks
 
+NAN = math.nan  # a signal's score where no predictor's was recorded
+NEW = tuple.__new__  # builds a TokenSignal several times faster than calling the class
+
 
 def runs_of(accept: list[bool]) -> list[int]:
     """run[t] = number of consecutive accepted positions starting at t."""
@@ -69,6 +72,13 @@ class DraftPath:
     # divergence position -> (confidences, entropies, end flags) of the draft's own continuation
     rollouts: "Rollouts | dict[int, tuple[list[float], list[float], list[bool]]]" = field(default_factory=dict)
     end: list[bool] = field(default_factory=list)  # the drafted token at each position is an end token
+
+    def __post_init__(self) -> None:
+        # what a drafted token's signal is read from, in one tuple (one attribute read a drafted
+        # round, not five): confidence, entropy, score (NaN at every position without a trained
+        # predictor's: a list read per token rather than a test), end flag; and the accepted runs
+        scores = self.score if self.score is not None else [NAN] * len(self.confidence)
+        self.lists = (self.confidence, self.entropy, scores, self.end, self.run)
 
 
 @dataclass(repr=False)
@@ -112,31 +122,30 @@ class PromptReplay:
         at the following positions stand in (see the module docstring). Reads past what was
         recorded repeat its last entry and count a rollout overrun.
         """
-        new = tuple.__new__  # builds a TokenSignal several times faster than calling the class
+        new, nan = NEW, NAN
         path = self.draft if layer is None else self.path(layer)
-        conf, ent, ends, scores = path.confidence, path.entropy, path.end, path.score
+        conf, ent, scores, ends, run = path.lists
         n = self.n_tokens
-        r = path.run[start]
+        r = run[start]
         d = start + r  # the run's first rejected position (n when the run reaches the end)
-        nan = math.nan
         # on the true path: positions start+first-1..d, each read as it is drafted (a range
         # loop: this generator yields once per simulated draft token)
         lo, hi = start + first - 1, min(d, n - 1) + 1
         for t in range(lo, hi):
-            yield new(TokenSignal, (t - start + 1, conf[t], ent[t], nan if scores is None else scores[t], ends[t]))
+            yield new(TokenSignal, (t - start + 1, conf[t], ent[t], scores[t], ends[t]))
         t = max(lo, hi)
         i = t - start + 1
         if t == d:  # the run reaches past the end token, where nothing was recorded
             self.rollout_overruns += 1
             u = n - 1
-            yield new(TokenSignal, (i, conf[u], ent[u], nan if scores is None else scores[u], ends[u]))
+            yield new(TokenSignal, (i, conf[u], ent[u], scores[u], ends[u]))
             i += 1
             t += 1
         rollout = path.rollouts.get(d)
         if rollout is None:
             while True:
                 u = min(t, n - 1)
-                yield new(TokenSignal, (i, conf[u], ent[u], nan if scores is None else scores[u], ends[u]))
+                yield new(TokenSignal, (i, conf[u], ent[u], scores[u], ends[u]))
                 i += 1
                 t += 1
         rconf, rent, rends = rollout
@@ -157,16 +166,16 @@ class PromptReplay:
         DRAFT) reads from :meth:`signals`, rollout overruns included, drafted in one frame: the
         simulator drafts most tokens so, and a generator's resumption, its closing and a loop
         around it were most of a short round. tests/test_replay.py pins the two together."""
-        new, nan = tuple.__new__, math.nan  # a TokenSignal without its Python-level __new__
         path = self.draft if layer is None else self.path(layer)
-        conf, ent, ends, scores = path.confidence, path.entropy, path.end, path.score
+        conf, ent, scores, ends, run = path.lists
         n = self.n_tokens
-        d = start + path.run[start]  # the run's first rejected position (n when the run reaches the end)
+        d = start + run[start]  # the run's first rejected position (n when the run reaches the end)
         drafted: list[TokenSignal] = []
         append = drafted.append
-        hi = min(d, n - 1) + 1
-        for t in range(start, min(hi, start + cap)):  # on the true path
-            signal = new(TokenSignal, (t - start + 1, conf[t], ent[t], nan if scores is None else scores[t], ends[t]))
+        hi = d + 1 if d < n else n  # min(d, n - 1) + 1 (d <= n), as the bounds below, without a call
+        last = start + cap if start + cap < hi else hi
+        for t in range(start, last):  # on the true path
+            signal = NEW(TokenSignal, (t - start + 1, conf[t], ent[t], scores[t], ends[t]))
             append(signal)
             said = None if stop_at_end and signal.end else stop(signal)
             if said != go:
@@ -177,7 +186,7 @@ class PromptReplay:
         if t == d:  # the run reaches past the end token, where nothing was recorded
             self.rollout_overruns += 1
             u = n - 1
-            signal = new(TokenSignal, (i, conf[u], ent[u], nan if scores is None else scores[u], ends[u]))
+            signal = NEW(TokenSignal, (i, conf[u], ent[u], scores[u], ends[u]))
             append(signal)
             said = None if stop_at_end and signal.end else stop(signal)
             if said != go:
@@ -187,7 +196,7 @@ class PromptReplay:
         if rollout is None:  # teacher-forced signals at the next positions, the last one repeated
             for i in range(i, cap + 1):
                 u = min(t, n - 1)
-                signal = new(TokenSignal, (i, conf[u], ent[u], nan if scores is None else scores[u], ends[u]))
+                signal = NEW(TokenSignal, (i, conf[u], ent[u], scores[u], ends[u]))
                 append(signal)
                 said = None if stop_at_end and signal.end else stop(signal)
                 if said != go:
@@ -196,7 +205,7 @@ class PromptReplay:
             return drafted, go
         rconf, rent, rends = rollout
         for j in range(t - d - 1, min(len(rconf), t - d - 1 + cap - i + 1)):  # the rollout's steps
-            signal = new(TokenSignal, (i, rconf[j], rent[j], nan, rends[j]))
+            signal = NEW(TokenSignal, (i, rconf[j], rent[j], NAN, rends[j]))
             append(signal)
             said = None if stop_at_end and signal.end else stop(signal)
             if said != go:
@@ -204,7 +213,7 @@ class PromptReplay:
             i += 1
         for i in range(i, cap + 1):  # past the recorded rollout
             self.rollout_overruns += 1
-            signal = new(TokenSignal, (i, rconf[-1], rent[-1], nan, rends[-1]))
+            signal = NEW(TokenSignal, (i, rconf[-1], rent[-1], NAN, rends[-1]))
             append(signal)
             said = None if stop_at_end and signal.end else stop(signal)
             if said != go:

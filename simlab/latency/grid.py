@@ -167,6 +167,16 @@ class LatencyGrid:
                 seconds += step * (self.draft_tree_factor(w, ctx) - 1.0)
         return seconds
 
+    def catch_up_row(self, tokens: int) -> list[float]:
+        """:meth:`catch_up_seconds` of the draft model at every context length, solo (the same
+        floats, looked up by the executor's serial rounds: a round after a fully accepted one
+        feeds two tokens)."""
+        rows = self._rows.setdefault(("catch_up", False), {})
+        row = rows.get(tokens)
+        if row is None:
+            row = rows[tokens] = [self.catch_up_seconds(c, tokens) for c in range(self.max_context + 1)]
+        return row
+
     def catch_up_seconds(self, context_len: int, tokens: int, layer: int = NO_LAYER, corun: bool = False) -> float:
         """What a draft forward that feeds ``tokens`` tokens (what the draft's KV cache lacks at the
         start of a round: :mod:`simlab.sim.draft_cache`) costs beyond a one-token draft step at

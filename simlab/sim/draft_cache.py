@@ -48,8 +48,12 @@ class DraftCache:
         """Keep at most ``length`` tokens in ``layer``'s cache (None: every cache), as the live
         decoder crops to the committed prefix less its last token after a verification."""
         held = self.held
-        for key in held if layer is None else (layer,):
-            if held[key] > length:
+        if layer is not None:
+            if held[layer] > length:
+                held[layer] = length
+            return
+        for key, value in held.items():
+            if value > length:
                 held[key] = length
 
 

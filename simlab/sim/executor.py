@@ -171,6 +171,9 @@ class SimExecutor:
         grown: list[int] = []  # the recorded tree node of each candidate of the current tree round
         expanded: set[int] = set()  # the recorded tree nodes the current tree round expanded
         cache = DraftCache(pl)  # what the drafts' KV caches hold: a round's first draft forward feeds the rest
+        cache_draft, cache_crop = cache.draft, cache.crop
+        catch_up = grid.catch_up_row(2)  # the common case: two tokens after a fully accepted round
+        fed_since_verify = False  # a verification crops the caches only after drafting (else they hold less)
         while True:
             try:
                 req = send(answer)
@@ -209,9 +212,13 @@ class SimExecutor:
                     seconds = cum[ctx + unpaid] - cum[ctx]
                 else:
                     seconds = grid.draft_seconds(ctx, unpaid, unpaid_layer)
-                feed = cache.draft(unpaid_layer, ctx, unpaid)
+                feed = cache_draft(unpaid_layer, ctx, unpaid)
                 if feed > 1:  # the first step feeds what the draft's cache lacks (draft_cache.py)
-                    seconds += grid.catch_up_seconds(ctx, feed, unpaid_layer)
+                    if feed == 2 and unpaid_layer == NO_LAYER:
+                        seconds += catch_up[ctx]
+                    else:
+                        seconds += grid.catch_up_seconds(ctx, feed, unpaid_layer)
+                fed_since_verify = True
                 clock = draft_dev.book(clock, seconds, "draft", unpaid_start, unpaid, None, feed)
                 drafted += unpaid
                 unpaid = 0
@@ -225,7 +232,9 @@ class SimExecutor:
                     accepted = end - c - 1
                 row = rows.get(k + 1) or grid.target_row(k + 1)
                 clock = target_dev.book(clock, row[pl + c], "verify", c, k + 1, accepted)
-                cache.crop(pl + c + accepted)
+                if fed_since_verify:
+                    cache_crop(pl + c + accepted)
+                    fed_since_verify = False
                 target_calls += 1
                 verified += k
                 accepted_total += accepted

@@ -81,6 +81,14 @@ MUTANTS = [
            "recorded EAGLE-2 trees cut at the wrong node count (right only for top-2)"),
     Mutant("simlab/trees/candidates.py", "if not 0 <= c < len(self.parents):", "if not 0 <= c <= len(self.parents):",
            "a chosen candidate one past the last accepted"),
+    Mutant("simlab/sim/draft_cache.py", "self.held[layer] = known + steps - 1", "self.held[layer] = known + steps",
+           "a run's last draft counted as fed to the draft's cache (no catch-up after a fully accepted round)"),
+    Mutant("simlab/latency/grid.py", "return step * (max(growth, 1.0) - 1.0)", "return step * (growth - 1.0)",
+           "a catch-up cheaper than one draft step where a 2-token forward measured faster"),
+    Mutant("simlab/sim/vanilla.py", "(self.prompt[stretch[1:]] == self.prompt[stretch[:-1]])",
+           "(stretch[1:] == stretch[:-1])", "fixed-γ SD's catch-up missed after a stretch that ended fully accepted"),
+    Mutant("simlab/sim/trees.py", "leaf = (accepted > 0) & ~has_children[node + 1]",
+           "leaf = (accepted > 0) & has_children[node + 1]", "a fixed tree's catch-up after an expanded node, not a leaf"),
 ]
 
 

@@ -130,7 +130,7 @@ class TreeRounds:
         if len(ctx) and (ctx + levels).max() > self.grid.max_context:  # priced by the model past the grid
             return None
         prices = self.prices
-        draft = catch_up(self.grid, prices.cum, prices.tree_draft(ctx, widths, levels), ctx, (feed > 1) & (levels > 0))
+        draft = catch_up(self.grid, prices.tree_draft(ctx, widths, levels), ctx, (feed > 1) & (levels > 0))
         verify = prices.target(nodes + 1, ctx)
         wall = walls(interleave(draft, verify), 2 * np.cumsum(prompt_calls))
         checked = np.where(accepted < tree_depth, accepted + 1, tree_depth)

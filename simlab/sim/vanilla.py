@@ -114,7 +114,7 @@ class FixedGammaSD:
         # when the stretch before it ended on one) first feeds the draft two tokens (draft_cache.py)
         after_full = np.zeros(len(k), dtype=bool)
         after_full[1:] = (accepted[:-1] == gamma) & (self.prompt[stretch[1:]] == self.prompt[stretch[:-1]])
-        draft = catch_up(self.grid, self._cum, draft, ctx, after_full & (k > 0))
+        draft = catch_up(self.grid, draft, ctx, after_full & (k > 0))
         verify = self._verify_rows(gamma + 1)[k, ctx]
         calls = np.bincount(self.prompt, weights=rounds, minlength=self.n_prompts).astype(np.int64)
         return calls, k, accepted, draft, verify
@@ -134,16 +134,13 @@ class FixedGammaSD:
                           accepted, drafted=k, draft_calls=k, verified=k, num_drafts=k > 0, draft_busy_s=draft,
                           target_busy_s=verify)
 
-def catch_up(grid: LatencyGrid, cum: np.ndarray, draft: np.ndarray, ctx: np.ndarray, two: np.ndarray) -> np.ndarray:
+def catch_up(grid: LatencyGrid, draft: np.ndarray, ctx: np.ndarray, two: np.ndarray) -> np.ndarray:
     """``draft`` (rounds' draft seconds at contexts ``ctx``) plus, where ``two``, what the round's
-    first draft forward costs for feeding two tokens (:mod:`simlab.sim.draft_cache`):
-    :meth:`~simlab.latency.grid.LatencyGrid.catch_up_seconds` with its operations in its
-    order (``cum``: the grid's cumulative draft steps)."""
+    first draft forward costs for feeding two tokens (:mod:`simlab.sim.draft_cache`): the
+    grid's :meth:`~simlab.latency.grid.LatencyGrid.catch_up_row`, the executor's floats."""
     if not two.any():
         return draft
-    step = cum[ctx + 1] - cum[ctx]
-    growth = np.asarray(grid.target_row(2))[ctx] / np.asarray(grid.target_row(1))[ctx]
-    return np.where(two, draft + step * (np.maximum(growth, 1.0) - 1.0), draft)
+    return np.where(two, draft + np.asarray(grid.catch_up_row(2))[ctx], draft)
 
 
 def walls(seconds: np.ndarray, ends: np.ndarray) -> np.ndarray:

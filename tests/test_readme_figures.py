@@ -143,3 +143,113 @@ def test_closed_form_agreement_figure_matches_the_simulation():
                                 abs(s.tokens / s.target_calls / analytic.expected_tokens(measured, gamma) - 1),
                                 abs(s.speedup / analytic.speedup(measured, c, gamma, slope) - 1))
     assert shows(m.group(1), worst, 100)
+
+
+LLAMA = ROOT / "results" / "llama-cpp"
+LLAMA_README = (LLAMA / "README.md").read_text()
+
+
+def table_cells(text: str, first: str) -> list[list[str]]:
+    """The rows of the markdown table in ``text`` whose header starts with ``first``, as cells."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {first} |"))
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([c.strip() for c in line.strip().strip("|").split("|")])
+    return rows
+
+
+def pair(text: str) -> tuple[str, str]:
+    measured, predicted = text.split(" / ")
+    return measured, predicted
+
+
+def test_llama_cpp_results_table_matches_every_committed_run():
+    rows = table_cells(LLAMA_README, "run")
+    assert {r[0].strip("`") for r in rows} == {p.stem for p in LLAMA.glob("*.json")}
+    for name, pair_prompts, flags, drafted, accepted, tokens, exact, speed, median in rows:
+        run = json.loads((LLAMA / f"{name.strip('`')}.json").read_text())
+        assert pair_prompts.endswith(f", {run['prompts']}")
+        expected_flags = f"{run['draft_max']}, {run['p_min']}"
+        if run.get("draft_min"):
+            expected_flags += f", `--draft-min {run['draft_min']}`"
+        assert flags == expected_flags
+        for cell, key in ((drafted, "n_drafted"), (accepted, "n_accept"), (tokens, "n_predict")):
+            assert pair(cell) == (str(run[f"measured_{key}"]), str(run[f"predicted_{key}"])), (name, key)
+        every = min(run[f"prompts_matching_{k}"] for k in ("n_drafted", "n_accept", "n_predict"))
+        assert exact == f"{every}/{run['prompts']}" == f"{run['prompts']}/{run['prompts']}"
+        m = re.fullmatch(rf"({NUMBER}) / ({NUMBER}) \(({NUMBER}%)\)", speed)
+        assert shows(m.group(1), run["measured_tokens_per_s"]) and shows(m.group(2), run["predicted_tokens_per_s"])
+        assert shows(m.group(3), run["error_tokens_per_s"], 100)
+        assert shows(median, run["median_abs_error_tokens_per_s"], 100)
+        table = pd.read_csv(LLAMA / f"{name.strip('`')}.csv")
+        assert table["measured_n_drafted"].sum() == run["measured_n_drafted"]
+        assert run["error_tokens_per_s"] == pytest.approx(run["predicted_tokens_per_s"] / run["measured_tokens_per_s"] - 1,
+                                                          abs=1e-3)
+
+
+def test_the_readme_llama_cpp_table_is_the_re_probed_runs():
+    """The README's table shows the re-probed runs of results/llama-cpp/README.md, in its order."""
+    reprobed = [r for r in table_cells(LLAMA_README, "run") if r[0].endswith("-reprobe`")]
+    shown = table_cells(README.split("### llama.cpp predicted")[1], "pair")
+    assert len(shown) == len(reprobed)
+    for readme_row, row in zip(shown, reprobed):
+        _, _, flags, drafted, accepted, _, exact, speed, median = row
+        assert [c.rstrip("¹") for c in readme_row[1:]] == [flags, drafted, accepted, exact, speed, median]
+
+
+SERVE_LIVE = ROOT / "results" / "serve-live" / "quiet"
+
+
+def test_serve_live_quiet_table_matches_the_committed_decodes():
+    """results/serve-live/README.md's table of the second quiet run, from quiet/b*.csv."""
+    text = (SERVE_LIVE.parent / "README.md").read_text().split("### Second run")[1]
+    rows = table_cells(text, "B")
+    assert [int(r[0]) for r in rows] == [1, 2, 4, 8]
+    for b, sd, sd_err, ad, ad_err, sd_tpot, ad_tpot, ratio, checks in rows:
+        runs = pd.read_csv(SERVE_LIVE / f"b{b}.csv")
+        for policy, cell, err, tpot in (("sd", sd, sd_err, sd_tpot), ("ad", ad, ad_err, ad_tpot)):
+            rows_ = runs[runs.policy == policy]
+            m = re.fullmatch(rf"({NUMBER}) \(({NUMBER})–({NUMBER})\) / ({NUMBER})", cell)
+            measured = rows_.measured_tokens_per_s.median()
+            predicted = rows_.predicted_tokens_per_s.iloc[0]
+            assert shows(m.group(1), measured) and shows(m.group(4), predicted), (b, policy)
+            assert shows(m.group(2), rows_.measured_tokens_per_s.min()) and shows(m.group(3), rows_.measured_tokens_per_s.max())
+            assert shows(err, predicted / measured - 1, 100), (b, policy)
+            measured_ms, predicted_ms = pair(tpot)
+            assert shows(measured_ms, rows_.measured_tpot_s.median() * 1000)
+            assert shows(predicted_ms, rows_.predicted_tpot_s.iloc[0] * 1000)
+        sd_rows, ad_rows = runs[runs.policy == "sd"], runs[runs.policy == "ad"]
+        measured_ratio, predicted_ratio = pair(ratio)
+        assert shows(measured_ratio, sd_rows.measured_tokens_per_s.median() / ad_rows.measured_tokens_per_s.median())
+        assert shows(predicted_ratio, sd_rows.predicted_tokens_per_s.iloc[0] / ad_rows.predicted_tokens_per_s.iloc[0])
+        n = len(runs)
+        assert checks == f"{int(runs.lossless.sum())}/{n}, {int(runs.target_calls_equal.sum())}/{n}" == f"{n}/{n}, {n}/{n}"
+
+
+def within(text: str, value: float) -> bool:
+    """Whether "within ``text``%" holds for ``value`` (a ratio), rounded to the digits ``text`` shows."""
+    decimals = len(text.split(".")[1]) if "." in text else 0
+    return round(value * 100, decimals) <= float(text)
+
+
+def test_the_readme_serve_live_sentence_matches_the_committed_decodes():
+    m = re.search(rf"`sd`'s tokens/s within ({NUMBER})% of the\s+prediction at B = 1, 2, 4 and 8, `ad`'s within "
+                  rf"({NUMBER})% at B = 1 and ({NUMBER})–({NUMBER})% faster than predicted at\s+B = 2–8", README)
+    errors = {}
+    ratios = {}
+    for b in (1, 2, 4, 8):
+        runs = pd.read_csv(SERVE_LIVE / f"b{b}.csv")
+        med = runs.groupby("policy").measured_tokens_per_s.median()
+        pred = runs.groupby("policy").predicted_tokens_per_s.first()
+        errors[b] = pred / med - 1
+        ratios[b] = (med["sd"] / med["ad"], pred["sd"] / pred["ad"])
+    assert within(m.group(1), max(abs(e["sd"]) for e in errors.values()))
+    assert within(m.group(2), abs(errors[1]["ad"]))
+    faster = [-errors[b]["ad"] for b in (2, 4, 8)]
+    assert shows(m.group(3), min(faster), 100) and shows(m.group(4), max(faster), 100)
+    m = re.search(rf"measured \(({NUMBER})–({NUMBER})× of `ad`\) and\s+predicted \(({NUMBER})–({NUMBER})×\)", README)
+    assert shows(m.group(1), min(r[0] for r in ratios.values())) and shows(m.group(2), max(r[0] for r in ratios.values()))
+    assert shows(m.group(3), min(r[1] for r in ratios.values())) and shows(m.group(4), max(r[1] for r in ratios.values()))

@@ -253,3 +253,65 @@ def test_the_readme_serve_live_sentence_matches_the_committed_decodes():
     m = re.search(rf"measured \(({NUMBER})–({NUMBER})× of `ad`\) and\s+predicted \(({NUMBER})–({NUMBER})×\)", README)
     assert shows(m.group(1), min(r[0] for r in ratios.values())) and shows(m.group(2), max(r[0] for r in ratios.values()))
     assert shows(m.group(3), min(r[1] for r in ratios.values())) and shows(m.group(4), max(r[1] for r in ratios.values()))
+
+
+SERVE_LOAD = ROOT / "results" / "serve-load"
+SERVE_LOAD_README = (SERVE_LOAD / "README.md").read_text()
+TUNED = {"qwen-coder, trace's CPU samples": "gamma-qwen-coder-cpu.json",
+         "qwen-coder, H100 roofline": "gamma-qwen-coder-h100-roofline.json",
+         "smollm2-selfspec": "gamma-smollm2-cpu.json"}
+
+
+def tuned_cells(name: str) -> list[str]:
+    """A tune file's best γ per batch size as the tables write it: "5 (1.31x)", or "0" alone for
+    a file whose γ is 0 at every size."""
+    tune = json.loads((SERVE_LOAD / name).read_text())
+    gammas, speedups = tune["gamma_by_batch"], tune["speedup_by_batch"]
+    if not any(gammas.values()):
+        return [str(g) for g in gammas.values()]
+    return [f"{gammas[b]} ({speedups[b]:.2f}x)" for b in gammas]
+
+
+def test_serve_tune_tables_match_the_committed_tune_files():
+    results_rows = {r[0]: r[1:] for r in table_cells(SERVE_LOAD_README, "B")}
+    assert len(results_rows) == len(TUNED)
+    for label, cells in results_rows.items():
+        name = next(file for prefix, file in TUNED.items() if label.startswith(prefix))
+        assert [c for c in cells if c] == tuned_cells(name), label
+    # the README's first serving table repeats the two Qwen rows
+    shown = table_cells(README.split("best γ\n(tokens/s speedup over no speculation) per batch size")[1], "B")
+    assert [r[1:] for r in shown] == [tuned_cells(TUNED["qwen-coder, trace's CPU samples"]),
+                                      tuned_cells(TUNED["qwen-coder, H100 roofline"])]
+
+
+RATES = {"`ad` (no SD)": ("rates-sd4.csv", "ad"), "`ad`": ("rates-sd4.csv", "ad"), "`sd` γ=4": ("rates-sd4.csv", "sd"),
+         "`sd` + tuned table": ("rates-tuned.csv", "sd"), "`sd` + SmartSpec ≤ 8": ("rates-smartspec.csv", "sd")}
+
+
+def rate_rows(label: str) -> pd.DataFrame:
+    name, policy = RATES[label]
+    table = pd.read_csv(SERVE_LOAD / name)
+    return table[table.policy == policy].set_index("rate_per_s")
+
+
+def test_serve_rate_table_matches_the_committed_rate_sweeps():
+    rows = table_cells(SERVE_LOAD_README, "rate (req/s)")
+    header = SERVE_LOAD_README.split("| rate (req/s) |")[1].splitlines()[0]
+    rates = [float(r) for r in header.strip(" |").split("|")]
+    assert len(rows) == 8  # goodput and TPOT p50 of four policies
+    for label, *cells in rows:
+        data = rate_rows(label.removesuffix(" goodput").removesuffix(" TPOT p50"))
+        assert list(data.index) == rates
+        for rate, cell in zip(rates, cells):
+            value = data.goodput_requests_per_s[rate] if label.endswith("goodput") else data.tpot_p50_s[rate] * 1000
+            assert shows(cell, value), (label, rate)
+
+
+def test_the_readme_goodput_sentence_matches_the_rate_sweeps():
+    m = re.search(rf"goodput ({NUMBER}) requests/s\s+without speculation against ({NUMBER}) with `sd` γ=4 and ({NUMBER})\s+"
+                  rf"with the tuned table at ({NUMBER})\s+requests/s \(TPOT p50 (\d+), (\d+) and (\d+) ms\)", README)
+    rate = float(m.group(4))
+    for i, label in enumerate(("`ad` (no SD)", "`sd` γ=4", "`sd` + tuned table")):
+        row = rate_rows(label).loc[rate]
+        assert shows(m.group(1 + i), row.goodput_requests_per_s), label
+        assert shows(m.group(5 + i), row.tpot_p50_s * 1000), label

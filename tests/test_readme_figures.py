@@ -109,11 +109,14 @@ def test_the_readme_shows_every_live_policy_on_smollm2_as_the_runs_give_it():
     assert trees in README
     assert trees.count("\n| `") == 3  # tree-static, eagle2, ags-tree
     assert module.table(LIVE / "qwen-tree") in README
+    qwen = module.table(LIVE / "qwen-all")
+    assert qwen in README
+    assert qwen.count("\n| `") == len(list((LIVE / "qwen-all").glob("*.json")))
 
 
 def test_every_live_run_has_equal_target_calls_in_simulation_and_live():
     for csv in sorted([*LIVE.glob("*.csv"), *LIVE.glob("smollm2-all/*.csv"), *LIVE.glob("smollm2-tree/*.csv"),
-                              *LIVE.glob("qwen-tree/*.csv")]):
+                              *LIVE.glob("qwen-tree/*.csv"), *LIVE.glob("qwen-all/*.csv")]):
         table = pd.read_csv(csv)
         assert (table["measured_target_calls"] == table["predicted_target_calls"]).all(), csv.name
         assert table["lossless"].all(), csv.name

@@ -198,6 +198,19 @@ def test_live_cli_compares_measured_with_predicted(trace_dir, tmp_path):
     # the baseline is the mean of autoregressive decodes before and after the policy's
     assert df["measured_ad_spread"].between(0, 2).all() and summary["median_ad_spread"] >= 0
     assert (tmp_path / "log" / "live-0.json").exists() and (tmp_path / "log" / "sim-0.json").exists()
+    # the time per kind of forward, measured and priced, is what the decode logs hold
+    from simlab.sim.timeline import kind_of, read_chrome_trace
+
+    logged = {"measured_s": {}, "predicted_s": {}}
+    for side, prefix in (("measured_s", "live"), ("predicted_s", "sim")):
+        for path in sorted((tmp_path / "log").glob(f"{prefix}-*.json")):
+            for s in read_chrome_trace(path)[1]:
+                logged[side][kind_of(s.name)] = logged[side].get(kind_of(s.name), 0.0) + s.end - s.start
+    assert set(summary["forwards"]) == {"draft", "verify"} == set(logged["measured_s"])
+    for kind, figures in summary["forwards"].items():
+        assert figures["measured_s"] == pytest.approx(logged["measured_s"][kind])
+        assert figures["predicted_s"] == pytest.approx(logged["predicted_s"][kind])
+    assert df["forward_gap"].str.contains(r"^(?:draft|verify) \d+\.\d\d s vs \d+\.\d\d s priced").all()
 
 
 def test_ctrl_c_keeps_finished_prompts(trace_dir, tmp_path):

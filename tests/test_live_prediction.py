@@ -4,6 +4,8 @@ however often the measured table is written."""
 
 from types import SimpleNamespace
 
+import pytest
+
 from simlab.live.prediction import Prediction
 from simlab.metrics import Counts
 from simlab.sim.devices import Topology
@@ -20,9 +22,9 @@ def fake_setup(topology=Topology.ONE_DEVICE, budget=7):
                            tree_data=lambda: None)  # sd drafts no trees
 
 
-def outcome(source, seconds=1.0):
+def outcome(source, seconds=1.0, forwards=()):
     run = SimpleNamespace(counts=Counts(tokens=6, target_calls=3, drafted=6, accepted=3, wall_time_s=seconds,
-                                        ad_wall_time_s=2 * seconds))
+                                        ad_wall_time_s=2 * seconds), forwards=list(forwards))
     ad = SimpleNamespace(counts=Counts(wall_time_s=2 * seconds))
     return SimpleNamespace(prompt_id=int(source[-1]), source=source, policy=run, ad=ad, ad_after=ad, lossless=True,
                            ad_spread=0.0, speedups=[2.0], speedup_spread=0.0, other_cpu_max=0.02, disturbed=False)
@@ -52,10 +54,11 @@ def test_the_prediction_is_simulated_once_however_often_the_table_is_written():
     prediction = Prediction(fake_setup(Topology.TWO_DEVICES), trace, None)
     runs = []
     real_run = prediction.simulator.run
-    prediction.simulator.run = lambda *a, **k: runs.append(a) or real_run(*a, **k)
+    prediction.simulator.run = lambda *a, **k: runs.append((a, k)) or real_run(*a, **k)
     first = prediction.compare([outcome("hand/0")])
     both = prediction.compare([outcome("hand/0"), outcome("hand/1")])
-    assert len(runs) == 1
+    # the policy once, and each prompt's timeline (its price per kind of forward) once
+    assert [k.get("timeline_prompt") for _, k in runs] == [None, 0, 1]
     assert list(both.table["predicted_target_calls"]) == list(prediction.simulated().per_prompt["target_calls"])
     assert first.table.loc[0, "predicted_target_calls"] == both.table.loc[0, "predicted_target_calls"]
 
@@ -80,3 +83,21 @@ def test_a_prompt_is_disturbed_when_others_took_more_than_the_threshold_in_any_d
     assert prompt([0.0, DISTURBED + 0.01, 0.0]).disturbed
     assert prompt([None, None]).other_cpu_max is None and not prompt([None]).disturbed
     assert prompt([0.0], speedups=[1.0, 1.2, 0.9]).speedup_spread == (1.2 - 0.9) / 1.0
+
+
+def test_each_prompt_is_explained_by_its_forwards_against_their_price():
+    """sd γ=2 on "1101111" with 0.1 s draft steps and 1 s forwards of any size (so no catch-up
+    costs more than a step), drafter and target on two devices: a round from 1 drafts 2 and
+    accepts 1, a round from 3 drafts 2 and accepts both, the last position is a plain target
+    step: 4 draft steps (0.4 s) and 3 verifications (3 s) priced."""
+    trace = hand_trace(["1101111"], latency=latency_table(draft=0.1))
+    prediction = Prediction(fake_setup(Topology.TWO_DEVICES), trace, None)
+    live = [SimpleNamespace(what=what, start=start, end=end) for what, start, end in
+            [("prefill", 0.0, 5.0), ("draft", 5.0, 5.25), ("draft", 5.25, 5.5), ("verify", 5.5, 6.6),
+             ("draft", 6.6, 6.7), ("verify", 6.7, 7.8), ("verify", 7.8, 8.9)]]
+    comparison = prediction.compare([outcome("hand/0", forwards=live)])
+    draft, verify = comparison.forwards[0]["draft"], comparison.forwards[0]["verify"]
+    assert draft == pytest.approx((0.6, 0.4)) and verify == pytest.approx((3.3, 3.0))  # the prefill is not priced
+    assert set(comparison.forwards[0]) == {"draft", "verify"}
+    # the verifications are 0.3 s over their price, the drafts 0.2 s: the row names the former
+    assert comparison.table.loc[0, "forward_gap"] == "verify 3.30 s vs 3.00 s priced (+10%)"

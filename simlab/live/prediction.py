@@ -9,10 +9,14 @@ Without a comparison trace (``--no-compare``) the context comes from the same re
 run's prompts and budget, and its tree data are the trees the run drafts
 (:meth:`~simlab.live.setup.LiveSetup.tree_data`): no trace bounds them.
 
-For a policy that reads shadow tokens (DEL) each prompt's row also holds the time its shadow
-reads took (the decode log's ``shadow`` entries) beside the time the simulator priced for them
-(its timeline's ``shadow`` slices; 0 where the trace's probe has no exit-head axis), the one
-piece of a decode that is neither a draft step nor a verification.
+Each prompt's measured device time is also summed per kind of forward (``draft``, ``verify``,
+``draft (parallel)``, ``verify (parallel)``, ``shadow``) beside the simulator's price for the same
+kind (its timeline's slices): :attr:`Comparison.forwards`, and the row's ``forward_gap`` names
+the kind whose time is furthest from its price, so a prompt's speedup error is explained by
+which forwards ran slower or faster than priced rather than by the total alone. For a policy
+that reads shadow tokens (DEL) the row also holds the time its shadow reads took beside their
+price (0 where the trace's probe has no exit-head axis), the one piece of a decode that is
+neither a draft step nor a verification.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from simlab.sim.context import policy_context, tabulated, typical_context_len
 from simlab.sim.devices import Slice
 from simlab.sim.run import SimResult, Simulator
 from simlab.sim.spread import SamplingSpread, sampling_spread
+from simlab.sim.timeline import kind_of, seconds_by_kind
 from simlab.trace.io import Trace
 
 
@@ -43,6 +48,28 @@ class Comparison:
     trace_path: Path | None
     simulated: SimResult | None = None
     notes: list[str] = field(default_factory=list)
+    # prompt_id -> kind of forward -> (measured, priced) device seconds, for the predicted prompts
+    forwards: dict[int, dict[str, tuple[float, float]]] = field(default_factory=dict)
+
+
+def forward_times(measured: dict[str, float], priced: dict[str, float]) -> dict[str, tuple[float, float]]:
+    """(measured, priced) seconds per kind of forward that either side ran."""
+    return {kind: (measured.get(kind, 0.0), priced.get(kind, 0.0)) for kind in sorted({*measured, *priced})}
+
+
+def describe_gap(kind: str, measured: float, priced: float) -> str:
+    """'verify (parallel) 7.65 s vs 6.51 s priced (+17%)'."""
+    share = f" ({measured / priced - 1:+.0%})" if priced else ""
+    return f"{kind} {measured:.2f} s vs {priced:.2f} s priced{share}"
+
+
+def largest_gap(times: dict[str, tuple[float, float]]) -> str:
+    """The kind of forward whose measured time is furthest from its price, described ('' when
+    the prompt ran no forward after its prefill)."""
+    if not times:
+        return ""
+    kind, (measured, priced) = max(times.items(), key=lambda item: abs(item[1][0] - item[1][1]))
+    return describe_gap(kind, measured, priced)
 
 
 def relative_error(predicted: float, measured: float) -> float:
@@ -61,7 +88,7 @@ class Prediction:
             else None
         self._simulated: SimResult | None = None
         self._spread: SamplingSpread | None = None
-        self._shadow: dict[str, float] = {}  # source -> priced seconds of its shadow reads
+        self._priced: dict[str, dict[str, float]] = {}  # source -> priced seconds per kind of forward
         self._prompt_ids = dict(zip(trace.prompts["source"], trace.prompts["prompt_id"])) if trace is not None else {}
 
     def context(self) -> PolicyContext:
@@ -108,12 +135,12 @@ class Prediction:
         res = self.simulator.run(cfg.policy, cfg.params, timeline_prompt=self.prompt_id(source), with_cost=False)
         return res.timeline
 
-    def shadow_seconds(self, source: str) -> float:
-        """The time the simulator prices for one prompt's shadow reads: the ``shadow`` slices of
-        its timeline (cached, as each timeline is a simulation of its own)."""
-        if source not in self._shadow:
-            self._shadow[source] = sum(s.end - s.start for s in self.timeline(source) if s.name.startswith("shadow "))
-        return self._shadow[source]
+    def priced_by_kind(self, source: str) -> dict[str, float]:
+        """The device time the simulator prices for one prompt, per kind of forward: its
+        timeline's slices (cached, as each timeline is a simulation of its own)."""
+        if source not in self._priced:
+            self._priced[source] = seconds_by_kind((kind_of(s.name), s.end - s.start) for s in self.timeline(source))
+        return self._priced[source]
 
     def compare(self, outcomes: list[PromptOutcome]) -> Comparison:
         """Measured beside predicted, one row per finished prompt."""
@@ -121,8 +148,10 @@ class Prediction:
         sim = self.simulated()
         predicted = sim.per_prompt.set_index("prompt_id") if sim is not None else None
         rows = []
+        forwards: dict[int, dict[str, tuple[float, float]]] = {}
         for o in outcomes:
             m = Summary.from_counts(o.policy.counts)
+            measured = seconds_by_kind((f.what, f.end - f.start) for f in o.policy.forwards)
             row = {"prompt_id": o.prompt_id, "source": o.source, **({} if o.lossless is None else {"lossless": o.lossless}),
                    "measured_tokens": m.tokens, "measured_tokens_per_s": m.tokens_per_s,
                    "measured_speedup": m.speedup, "measured_target_calls": m.target_calls, "measured_mat": m.mat,
@@ -131,7 +160,7 @@ class Prediction:
                    "measured_speedup_spread": o.speedup_spread, "other_cpu_max": o.other_cpu_max,
                    "disturbed": o.disturbed}
             if shadows:
-                row["measured_shadow_s"] = sum(f.end - f.start for f in o.policy.forwards if f.what == "shadow")
+                row["measured_shadow_s"] = measured.get("shadow", 0.0)
             pid = self.prompt_id(o.source) if predicted is not None else None
             if pid is not None:
                 pr = predicted.loc[pid]
@@ -143,7 +172,10 @@ class Prediction:
                     row[f"error_{key}"] = relative_error(row[f"predicted_{key}"], row[f"measured_{key}"])
                 # how far the machine's autoregressive speed has moved from the trace's probe
                 row["ad_drift"] = relative_error(m.ad_wall_time_s, row["predicted_ad_wall_time_s"])
+                times = forwards[o.prompt_id] = forward_times(measured, self.priced_by_kind(o.source))
+                row["forward_gap"] = largest_gap(times)
                 if shadows:
-                    row["predicted_shadow_s"] = self.shadow_seconds(o.source)
+                    row["predicted_shadow_s"] = times.get("shadow", (0.0, 0.0))[1]
             rows.append(row)
-        return Comparison(pd.DataFrame(rows), self.trace.path if self.trace is not None else None, sim)
+        return Comparison(pd.DataFrame(rows), self.trace.path if self.trace is not None else None, sim,
+                          forwards=forwards)

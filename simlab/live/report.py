@@ -14,13 +14,15 @@ from rich.table import Table
 
 from simlab.atomic import replace_file
 from simlab.live.decoding import DISTURBED, PromptOutcome
-from simlab.live.prediction import Comparison
+from simlab.live.prediction import Comparison, describe_gap
 from simlab.live.session import LiveSession
 from simlab.metrics import PositionStats, Summary, total
 from simlab.paths import portable_path
 from simlab.sim.devices import Slice
 from simlab.sim.timeline import write_chrome_trace
 from simlab.table_file import write_frame
+
+EXPLAIN = 0.10  # a prompt whose speedup error exceeds this is explained by its forwards in the printout
 
 
 def _forward_slices(run) -> list[Slice]:
@@ -152,6 +154,8 @@ class LiveReport:
                 out.update(target_calls_equal=int((df["measured_target_calls"] == df["predicted_target_calls"]).sum()),
                            tokens_equal=int((df["measured_tokens"] == df["predicted_tokens"]).sum()))
             out["error_speedup"] = out["predicted_speedup"] / out["measured_speedup"] - 1
+        if self.comparison is not None and self.comparison.forwards:
+            out["forwards"] = self._forwards()
         if "measured_shadow_s" in df:
             shadow = float(df["measured_shadow_s"].sum())
             out.update(measured_shadow_s=shadow, measured_shadow_share=shadow / wall)
@@ -177,6 +181,16 @@ class LiveReport:
                        / hf["simlab_seconds"].sum(),
                        simlab_vs_hf=(hf["hf_seconds"].sum() / hf["simlab_seconds"].sum()))
         return out
+
+    def _forwards(self) -> dict[str, dict[str, float]]:
+        """Measured and priced device seconds per kind of forward, summed over the predicted prompts."""
+        totals: dict[str, list[float]] = {}
+        for times in self.comparison.forwards.values():
+            for kind, (measured, priced) in times.items():
+                pair = totals.setdefault(kind, [0.0, 0.0])
+                pair[0] += measured
+                pair[1] += priced
+        return {kind: {"measured_s": m, "predicted_s": p} for kind, (m, p) in totals.items()}
 
     def _drafts(self) -> dict[str, Any]:
         """vLLM's counters over the finished prompts: measured, and predicted where simulated."""
@@ -235,6 +249,13 @@ class LiveReport:
             drift = summ["median_ad_drift"]
             lines.append(f"autoregressive decoding ran {drift:+.1%} against the trace's probed latencies (median)"
                          + (" — the machine has drifted since the probe: consider --reprobe" if abs(drift) > 0.1 else ""))
+            if "forwards" in summ:
+                lines.append("forwards, measured against priced (all prompts): " + "; ".join(
+                    describe_gap(kind, f["measured_s"], f["predicted_s"]) for kind, f in summ["forwards"].items()))
+                far = df[df["error_speedup"].abs() > EXPLAIN]
+                for _, row in far.iterrows():
+                    lines.append(f"  prompt {row['prompt_id']} (speedup error {row['error_speedup']:+.1%}): "
+                                 f"furthest from its price: {row['forward_gap']}")
             if "target_calls_equal" in summ:
                 lines.append(f"target calls equal on {summ['target_calls_equal']}/{summ['prompts']} prompts "
                              f"(measured {summ['measured_target_calls']}, predicted {summ['predicted_target_calls']}); "

@@ -11,15 +11,12 @@ are visible at a glance and a simulated and a live timeline compare colour for c
 
 from __future__ import annotations
 
-import re
-
 from matplotlib.figure import Figure
 
 from simlab.errors import SimlabError
 from simlab.sim.devices import Slice
-from simlab.sim.timeline import DEVICES
+from simlab.sim.timeline import DEVICES, kind_of
 
-COUNT_SUFFIX = re.compile(r"\s+x\d+$")
 ROW_HEIGHT = 0.6
 # One colour per kind of forward, the same in every timeline (simulated or live), so that two
 # figures side by side read alike: draft work in greens, verification in blues, parallel darker.
@@ -32,11 +29,6 @@ KIND_COLORS = {
     "shadow": "#9e9ac8",
 }
 OTHER_COLOR = "#fd8d3c"  # a kind not listed above (none today)
-
-
-def kind_of(name: str) -> str:
-    """'verify (parallel) x5' -> 'verify (parallel)'."""
-    return COUNT_SUFFIX.sub("", name)
 
 
 def timeline_figure(slices: list[Slice], title: str = "timeline", start: float | None = None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Iterable
 
@@ -11,6 +12,24 @@ from simlab.errors import SimlabError
 from simlab.sim.devices import Slice
 
 DEVICES = ("draft", "target")
+COUNT_SUFFIX = re.compile(r"\s+x\d+$")
+
+
+def kind_of(name: str) -> str:
+    """'verify (parallel) x5' -> 'verify (parallel)': what a slice's forward did, without its
+    token count (live decode logs name their forwards the same way)."""
+    return COUNT_SUFFIX.sub("", name)
+
+
+def seconds_by_kind(forwards: Iterable[tuple[str, float]]) -> dict[str, float]:
+    """Device seconds per kind of forward, from (kind, seconds) pairs, the prefill left out (the
+    simulator starts after it). A live decode and its simulated timeline summed alike say which
+    forwards ran slower or faster than priced."""
+    out: dict[str, float] = {}
+    for kind, seconds in forwards:
+        if kind != "prefill":
+            out[kind] = out.get(kind, 0.0) + seconds
+    return out
 
 
 def chrome_trace(slices: Iterable[Slice], title: str = "simlab") -> dict:

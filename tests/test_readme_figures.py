@@ -111,6 +111,7 @@ def test_the_readme_shows_every_live_policy_on_smollm2_as_the_runs_give_it():
     assert module.table(LIVE / "qwen-tree") in README
     qwen = module.table(LIVE / "qwen-all")
     assert qwen in README
+    assert module.forwards_table(LIVE / "qwen-all") in README  # where the time went, from the decode logs
     assert qwen.count("\n| `") == len(list((LIVE / "qwen-all").glob("*.json")))
 
 

@@ -1,8 +1,11 @@
 """Print the README's table of every live policy on SmolLM2 from this directory's runs, or of
 another directory of runs made the same way (a run.sh and one POLICY.json per policy).
 
-Usage: python results/live/smollm2-all/table.py [DIRECTORY] (tests/test_readme_figures.py checks
-that the README shows exactly these tables, for this directory and for ../smollm2-tree).
+Usage: python results/live/smollm2-all/table.py [DIRECTORY] [--forwards] (tests/test_readme_figures.py
+checks that the README shows exactly these tables, for this directory and for ../smollm2-tree).
+``--forwards`` prints instead where the time went: per policy and kind of forward, the device
+seconds of the live decodes against the simulator's price, summed over the prompts of the decode
+logs (``POLICY.log/live-P.json`` against ``sim-P.json``).
 """
 
 import json
@@ -28,15 +31,42 @@ def row(run: dict) -> str:
 
 def table(directory: Path = HERE) -> str:
     runs = [json.loads(p.read_text()) for p in sorted(directory.glob("*.json"))]
-    order = (directory / "run.sh").read_text()  # rows in the order its POLICIES list names them
-
-    def place(run: dict) -> int:
-        found = re.search(rf"(?<![\w-]){re.escape(run['policy'])}(?![\w-])", order)
-        return found.start() if found else len(order)
-
-    runs.sort(key=place)
+    runs.sort(key=lambda run: place(directory, run["policy"]))
     return "\n".join([HEADER, *map(row, runs)])
 
 
+def place(directory: Path, policy: str) -> int:
+    """Where run.sh's POLICIES list names ``policy``: rows follow that order."""
+    order = (directory / "run.sh").read_text()
+    found = re.search(rf"(?<![\w-]){re.escape(policy)}(?![\w-])", order)
+    return found.start() if found else len(order)
+
+
+def seconds_by_kind(path: Path) -> dict[str, float]:
+    """Device seconds per kind of forward ("verify (parallel) x5" -> "verify (parallel)") in a decode log."""
+    out: dict[str, float] = {}
+    for event in json.loads(path.read_text())["traceEvents"]:
+        if event.get("ph") == "X":
+            kind = re.sub(r"\s+x\d+$", "", event["name"])
+            out[kind] = out.get(kind, 0.0) + event["dur"] / 1e6
+    return out
+
+
+def forwards_table(directory: Path = HERE) -> str:
+    rows = ["| policy | forward | measured s | priced s | measured / priced − 1 |", "|---|---|---|---|---|"]
+    finished = [log for log in directory.glob("*.log") if log.with_suffix(".json").exists()]
+    for log in sorted(finished, key=lambda log: place(directory, log.stem)):
+        totals: dict[str, list[float]] = {}
+        for live in sorted(log.glob("live-*.json")):
+            for side, path in enumerate((live, live.with_name(live.name.replace("live-", "sim-")))):
+                for kind, seconds in seconds_by_kind(path).items():
+                    totals.setdefault(kind, [0.0, 0.0])[side] += seconds
+        for kind, (measured, priced) in sorted(totals.items()):
+            rows.append(f"| `{log.stem}` | {kind} | {measured:.1f} | {priced:.1f} | {measured / priced - 1:+.1%} |")
+    return "\n".join(rows)
+
+
 if __name__ == "__main__":
-    print(table(Path(sys.argv[1]) if len(sys.argv) > 1 else HERE))
+    args = [a for a in sys.argv[1:] if a != "--forwards"]
+    directory = Path(args[0]) if args else HERE
+    print(forwards_table(directory) if "--forwards" in sys.argv else table(directory))

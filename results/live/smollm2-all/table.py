@@ -13,6 +13,8 @@ import re
 import sys
 from pathlib import Path
 
+from simlab.sim.timeline import kind_of, read_chrome_trace, seconds_by_kind
+
 HERE = Path(__file__).resolve().parent
 HEADER = ("| policy | measured speedup | predicted | error | median per-prompt error (speedup / tok/s) "
           "| target calls equal | mean acceptance length (vLLM), measured = predicted | lossless "
@@ -42,14 +44,9 @@ def place(directory: Path, policy: str) -> int:
     return found.start() if found else len(order)
 
 
-def seconds_by_kind(path: Path) -> dict[str, float]:
-    """Device seconds per kind of forward ("verify (parallel) x5" -> "verify (parallel)") in a decode log."""
-    out: dict[str, float] = {}
-    for event in json.loads(path.read_text())["traceEvents"]:
-        if event.get("ph") == "X":
-            kind = re.sub(r"\s+x\d+$", "", event["name"])
-            out[kind] = out.get(kind, 0.0) + event["dur"] / 1e6
-    return out
+def logged_by_kind(path: Path) -> dict[str, float]:
+    """Device seconds per kind of forward in a decode log (the sums `simlab live` reports)."""
+    return seconds_by_kind((kind_of(s.name), s.end - s.start) for s in read_chrome_trace(path)[1])
 
 
 def forwards_table(directory: Path = HERE) -> str:
@@ -59,7 +56,7 @@ def forwards_table(directory: Path = HERE) -> str:
         totals: dict[str, list[float]] = {}
         for live in sorted(log.glob("live-*.json")):
             for side, path in enumerate((live, live.with_name(live.name.replace("live-", "sim-")))):
-                for kind, seconds in seconds_by_kind(path).items():
+                for kind, seconds in logged_by_kind(path).items():
                     totals.setdefault(kind, [0.0, 0.0])[side] += seconds
         for kind, (measured, priced) in sorted(totals.items()):
             rows.append(f"| `{log.stem}` | {kind} | {measured:.1f} | {priced:.1f} | {measured / priced - 1:+.1%} |")

@@ -74,6 +74,9 @@ def test_serial_rounds_equal_the_scalar_prices_bit_for_bit(table):
         assert len(rows) == count
         assert rows == [[grid.draft_seconds(c, k) + grid.target_forward(k + 1, c) for k in range(top_k + 1)]
                         for c in range(first, first + count)]
+        least, first_k = grid.serial_round_tails(first, count, top_k)  # the best round drafting >= i tokens
+        assert least == [[min(row[i:]) for i in range(top_k + 1)] for row in rows]
+        assert first_k == [[row.index(min(row[i:]), i) for i in range(top_k + 1)] for row in rows]
 
 
 def test_beyond_the_largest_k_a_falling_last_segment_is_not_extended_downwards():

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from simlab.errors import SimlabError
+from simlab.latency.grid import suffix_least
 from simlab.policies import REGISTRY
 from simlab.policies.base import Decision
 from simlab.policies.oracle import schedule
@@ -98,22 +99,26 @@ def test_oracle_drafts_exactly_the_accepted_runs_when_verify_is_flat():
 
 
 def brute_force_best(pattern: str, draft: float, verify: dict[int, float]) -> float:
-    """Try every sequence of draft lengths (tiny traces only)."""
+    """Try every sequence of draft lengths (tiny traces only), paying the draft's catch-up: a
+    round's first draft forward feeds f tokens (two after a round that accepted all its drafts,
+    one more for each round before it that drafted nothing) and costs draft x (verify[f] /
+    verify[1] - 1) more than a step when that is positive (LatencyGrid.catch_up_seconds)."""
     bits = [ch == "1" for ch in pattern]
     n = len(bits)
 
-    def best(c: int) -> float:
+    def best(c: int, feed: int) -> float:
         if c >= n:
             return 0.0
-        options = []
-        for k in range(0, n - c):
+        options = [verify[1] + best(c + 1, feed + 1)]
+        for k in range(1, n - c):
             accepted = 0
             while accepted < k and bits[c + accepted]:
                 accepted += 1
-            options.append(k * draft + verify[k + 1] + best(c + accepted + 1))
+            catch_up = draft * max(verify[feed] / verify[1] - 1.0, 0.0)
+            options.append(catch_up + k * draft + verify[k + 1] + best(c + accepted + 1, 2 if accepted == k else 1))
         return min(options)
 
-    return best(1)
+    return best(1, 1)
 
 
 def test_oracle_is_the_fastest_serial_schedule_even_when_verify_is_not_monotone():
@@ -129,32 +134,62 @@ def test_oracle_is_the_fastest_serial_schedule_even_when_verify_is_not_monotone(
         assert res.summary.wall_time_s <= sim.run("sd", {"gamma": gamma}, with_cost=False).summary.wall_time_s + 1e-12
 
 
-def scan(rounds, run, n, budget, top_k):
-    """The oracle's programme as its module docstring writes it: every k tried in turn."""
-    best, choice = [0.0] * (n + 1), [0] * (n + 1)
+def test_oracle_plans_the_drafts_catch_up():
+    """A round after one that accepted every draft first feeds the draft two tokens, which costs
+    0.1 x (verify[2] / verify[1] - 1) = 0.2 s on top of its first step. On "1" + "110" + "110"
+    (draft steps 0.1 s, verify 1 s for 1 and for 3 or more tokens, 3 s for 2): drafting 2 and
+    accepting both from position 1, then 2 from position 4, is 1.2 + (0.2 + 1.2) = 2.6 s (what
+    sd at gamma 2 runs); drafting 3 from position 1 emits the same 3 tokens but rejects one, so
+    the next round feeds one token: 1.3 + 1.2 = 2.5 s. A programme blind to the catch-up
+    planned the first (2.4 s planned, 2.6 s run)."""
+    verify = {1: 1.0, 2: 3.0, **{k: 1.0 for k in range(3, 9)}}
+    pattern = "1" + "110" + "110"
+    sim = Simulator(hand_trace([pattern], latency=latency_table(draft=0.1, verify=verify)))
+    res = sim.run("oracle", timeline_prompt=0, with_cost=False)
+    assert rounds(res) == [(1, 4, 2), (4, 3, 2)]
+    assert res.summary.wall_time_s == pytest.approx(2.5) == brute_force_best(pattern, 0.1, verify)
+    assert sim.run("sd", {"gamma": 2}, with_cost=False).summary.wall_time_s == pytest.approx(2.6)
+
+
+def reference_programme(rounds, run, n, budget, top_k, catch_up):
+    """The oracle's programme as its module docstring's first lines write it, over every state
+    (c, f) (no unrolling, no early stop): a plain step adds a token to feed, a drafting round
+    pays u(c, f) and leaves f = 2 if it accepted every draft, else f = 1."""
+    v = [[0.0] * (n + 2) for _ in range(n + 1)]
     for c in range(n - 1, 0, -1):
         r = min(run[c], n - c - 1)
-        best_k, best_t = 0, math.inf
-        for k in range(min(top_k, budget - c - 1) + 1):
-            t = rounds[c - 1][k] + best[c + min(k, r) + 1]
-            if t < best_t:
-                best_k, best_t = k, t
-        best[c], choice[c] = best_t, best_k
-    return best, choice
+        for f in range(1, c + 1):  # a prompt's first round feeds one token: f <= c
+            best = rounds[c - 1][0] + v[c + 1][f + 1]
+            for k in range(1, min(top_k, budget - c - 1) + 1):
+                after = v[c + k + 1][2] if k <= r else v[c + r + 1][1]
+                best = min(best, rounds[c - 1][k] + (catch_up(c, f) if f > 1 else 0.0) + after)
+            v[c][f] = best
+    return v[1][1]
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_the_oracles_programme_is_the_scan_over_k(seed):
-    # schedule() takes the least round time past the accepted run at once: the same times and
-    # choices as trying every k, also where round times differ by less than the rounding of the
-    # time left after them (on such ties the scan keeps the first k)
+def seconds_of(choice, rounds, run, n, catch_up):
+    """What the rounds ``choice`` names cost, walked as the executor runs them."""
+    c, feed, total = 1, 1, 0.0
+    while c < n:
+        k, r = choice[c], min(run[c], n - c - 1)
+        total += rounds[c - 1][k] + (catch_up(c, feed) if k and feed > 1 else 0.0)
+        c, feed = (c + 1, feed + 1) if k == 0 else (c + k + 1, 2) if k <= r else (c + r + 1, 1)
+    return total
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_oracles_programme_is_the_search_over_every_state(seed):
+    # random round prices (not monotone in k), catch-ups not monotone in the tokens fed, and
+    # stretches of rejections and cheap plain steps, where plain steps before a drafting round pay
     rng = random.Random(seed)
-    n, top_k = 300, 16
+    n, top_k = 70, rng.choice([3, 16])
     budget = n + rng.choice([0, 5])
-    run = [min(int(rng.expovariate(0.25)), 40) for _ in range(n)]
-    rounds = [[1.0 + rng.choice([0.0, 1e-15, 2e-15, 3e-15, 1e-12, 0.5, -0.5]) for _ in range(top_k + 1)]
-              for _ in range(n - 1)]
-    assert schedule(rounds, run, n, budget, top_k) == scan(rounds, run, n, budget, top_k)
+    run = [0 if rng.random() < 0.4 else min(int(rng.expovariate(0.3)), 20) for _ in range(n)]
+    rounds = [[rng.uniform(0.2, 1.0)] + [rng.uniform(0.5, 1.5) for _ in range(top_k)] for _ in range(n - 1)]
+    table = {(c, f): rng.uniform(0.0, 0.8) for c in range(n) for f in range(2, n + 2)}
+    seconds, choice = schedule(rounds, suffix_least(rounds), run, n, budget, top_k, lambda f: [table[c, f] for c in range(n)])
+    assert seconds == pytest.approx(reference_programme(rounds, run, n, budget, top_k, lambda c, f: table[c, f]), abs=1e-9)
+    assert seconds_of(choice, rounds, run, n, lambda c, f: table[c, f]) == pytest.approx(seconds, abs=1e-9)
 
 
 def test_cost_is_relative_to_sd_at_its_best_gamma():

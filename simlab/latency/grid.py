@@ -20,6 +20,22 @@ from simlab.latency.model import LatencyModel
 from simlab.trace.schema import MAX_FORWARD_SECONDS, NO_LAYER
 
 
+def suffix_least(rows: list[list[float]]) -> tuple[list[list[float]], list[list[int]]]:
+    """For each row, the least of row[i:] and the first index attaining it, for every i."""
+    least, first = [], []
+    for row in rows:
+        top = len(row) - 1
+        m, a = row[top], top
+        mins, args = [0.0] * (top + 1), [0] * (top + 1)
+        for k in range(top, -1, -1):
+            if row[k] <= m:
+                m, a = row[k], k
+            mins[k], args[k] = m, a
+        least.append(mins)
+        first.append(args)
+    return least, first
+
+
 class LatencyGrid:
     """Durations of ``model`` for context lengths 0..``max_context`` (beyond that: the model)."""
 
@@ -31,7 +47,7 @@ class LatencyGrid:
         # (operation, corun) -> {size: row over context length}
         self._rows: dict[tuple[str, bool], dict[int, list[float]]] = {}
         self._draft_cum: dict[tuple[int, bool], list[float]] = {}
-        self._arrays: list[np.ndarray] = []  # for serial_rounds: [draft cumulative sums, 1-token row, 2-token row, ...]
+        self._serial: dict[int, tuple] = {}  # top_k -> serial round table (_serial_table)
         self._heads: dict[int, float | None] = {}  # rows -> seconds of one exit head (None: not priced)
 
     def _column(self, fn, what: str, unit: str = " s") -> np.ndarray:
@@ -93,22 +109,36 @@ class LatencyGrid:
 
     def serial_rounds(self, first: int, count: int, top_k: int) -> list[list[float]]:
         """For each context c in ``first..first+count-1``, the seconds of a serial round drafting
-        k = 0..``top_k`` tokens from c: ``draft_seconds(c, k) + target_forward(k + 1, c)``,
-        tabulated at once (a planner like the oracle asks for every c and k; the same
-        differences and sums of the same floats as the scalar methods, so bit for bit equal)."""
+        k = 0..``top_k`` tokens from c: ``draft_seconds(c, k) + target_forward(k + 1, c)``
+        (a planner like the oracle asks for every c and k; the same differences and sums of the
+        same floats as the scalar methods, so bit for bit equal). Within the grid the rows are
+        tabulated once for every context and shared: callers must not change them."""
         if first + count - 1 + top_k > self.max_context:  # past the grid: the scalar methods
             return [[self.draft_seconds(c, k) + self.target_forward(k + 1, c) for k in range(top_k + 1)]
                     for c in range(first, first + count)]
-        arrays = self._arrays
-        if not arrays:  # the draft steps' cumulative sums, then the verify rows by size
-            arrays.append(np.asarray(self._cum(NO_LAYER, False)))
-        while len(arrays) < top_k + 2:
-            arrays.append(np.asarray(self.target_row(len(arrays))))
-        ctx = np.arange(first, first + count)
-        cum = arrays[0]
-        draft = cum[ctx[:, None] + np.arange(top_k + 1)] - cum[ctx][:, None]
-        verify = np.stack([arrays[k + 1][ctx] for k in range(top_k + 1)], axis=1)
-        return (draft + verify).tolist()
+        return self._serial_table(top_k)[0][first : first + count]
+
+    def serial_round_tails(self, first: int, count: int, top_k: int) -> tuple[list[list[float]], list[list[int]]]:
+        """For each row of :meth:`serial_rounds`: the least round time over k = i..``top_k`` and
+        the first k attaining it, for i = 0..``top_k`` (a planner's best round that drafts at
+        least i tokens, looked up rather than searched for every context)."""
+        if first + count - 1 + top_k > self.max_context:
+            return suffix_least(self.serial_rounds(first, count, top_k))
+        _, least, first_k = self._serial_table(top_k)
+        return least[first : first + count], first_k[first : first + count]
+
+    def _serial_table(self, top_k: int) -> tuple[list[list[float]], list[list[float]], list[list[int]]]:
+        """:meth:`serial_rounds` and :meth:`serial_round_tails` for every context up to
+        ``max_context - top_k``, computed once per ``top_k``."""
+        table = self._serial.get(top_k)
+        if table is None:
+            cum = np.asarray(self._cum(NO_LAYER, False))
+            ctx = np.arange(self.max_context - top_k + 1)
+            draft = cum[ctx[:, None] + np.arange(top_k + 1)] - cum[ctx][:, None]
+            verify = np.stack([np.asarray(self.target_row(k + 1))[ctx] for k in range(top_k + 1)], axis=1)
+            rows = (draft + verify).tolist()
+            table = self._serial[top_k] = (rows, *suffix_least(rows))
+        return table
 
     @property
     def prices_shadows(self) -> bool:

@@ -40,15 +40,6 @@ def draft_time(latency, context_len: int, k: int, corun: bool = False) -> float:
     return sum(latency.draft_step(context_len + i, NO_LAYER, corun) for i in range(k))
 
 
-def serial_round_seconds(latency, first: int, count: int, top_k: int) -> list[list[float]]:
-    """For contexts ``first..first+count-1``: the seconds of a serial round of k = 0..``top_k``
-    drafts then a (k+1)-token verify (the grid tabulates them at once)."""
-    if hasattr(latency, "serial_rounds"):
-        return latency.serial_rounds(first, count, top_k)
-    return [[draft_time(latency, c, k) + latency.target_forward(k + 1, c) for k in range(top_k + 1)]
-            for c in range(first, first + count)]
-
-
 def balanced_window(context: PolicyContext, policy: str = "a parallel policy") -> int:
     """SPIDE eq. 6 on a latency model whose verify cost may vary with k (module docstring)."""
     lat, ctx, corun = latency_of(context, policy), context.context_len, context.corun

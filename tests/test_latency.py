@@ -79,6 +79,18 @@ def test_serial_rounds_equal_the_scalar_prices_bit_for_bit(table):
         assert first_k == [[row.index(min(row[i:]), i) for i in range(top_k + 1)] for row in rows]
 
 
+def test_a_catch_up_is_never_cheaper_than_the_one_token_step():
+    """A draft forward feeding f tokens costs the step times the target's growth from 1 to f
+    tokens: 0.1 x (1.5 / 1.0 - 1) = 0.05 s more for 3 tokens; where a 2-token forward measured
+    faster than a 1-token one (0.8 s against 1.0 s, as on CPUs), the first forward still costs a
+    whole step, so nothing more, not 0.1 x (0.8 - 1) = -0.02 s."""
+    grid = LatencyGrid(TableLatency.from_samples(latency_table(draft=0.1, verify={1: 1.0, 2: 0.8, 3: 1.5})), 300)
+    assert grid.catch_up_seconds(100, 3) == pytest.approx(0.05)
+    assert grid.catch_up_seconds(100, 2) == 0.0
+    assert grid.catch_up_row(2)[100] == 0.0
+    assert grid.catch_up_seconds(100, 1) == 0.0
+
+
 def test_beyond_the_largest_k_a_falling_last_segment_is_not_extended_downwards():
     # measured: k=1 1.0 s, k=2 2.0 s, k=3 1.5 s; the last segment falls (-0.5 s per token).
     # Extending it would give k=5 at 0.5 s and k=7 at -0.5 s; the rule holds the last value.

@@ -312,12 +312,13 @@ def test_live_protocol_at_temperature(tmp_path):
     """At T > 0 with --repeats 2: no token-by-token verdict, a predicted interval over the
     recorded continuations (results/live/smollm2-t07/traces, record --seed 0 and 1), and the
     protocol's columns: repeats, their speedup spread, the CPU others took, the disturbed flag
-    and the baseline's drift against the probe."""
+    and the baseline's drift against the probe, with its flag."""
     import json
 
     import pandas as pd
 
     from simlab.live.decoding import DISTURBED
+    from simlab.live.prediction import DRIFTED
     from simlab.paths import ROOT
 
     traces = ROOT / "results/live/smollm2-t07/traces"
@@ -343,4 +344,6 @@ def test_live_protocol_at_temperature(tmp_path):
     assert 0 <= row["other_cpu_max"] <= 1  # decodes of 64 tokens last over a second: measurable
     assert row["disturbed"] == (row["other_cpu_max"] > DISTURBED)
     assert row["ad_drift"] == pytest.approx(row["measured_ad_wall_time_s"] / row["predicted_ad_wall_time_s"] - 1)
+    assert row["drifted"] == (abs(row["ad_drift"]) > DRIFTED)
     assert summary["repeats"] == 2 and summary["disturbed"] == int(row["disturbed"])
+    assert summary["drifted"] == int(row["drifted"]) and summary["drifted_threshold"] == DRIFTED

@@ -22,9 +22,10 @@ def fake_setup(topology=Topology.ONE_DEVICE, budget=7):
                            tree_data=lambda: None)  # sd drafts no trees
 
 
-def outcome(source, seconds=1.0, forwards=()):
+def outcome(source, seconds=1.0, forwards=(), ad_seconds=None):
+    ad_seconds = 2 * seconds if ad_seconds is None else ad_seconds
     run = SimpleNamespace(counts=Counts(tokens=6, target_calls=3, drafted=6, accepted=3, wall_time_s=seconds,
-                                        ad_wall_time_s=2 * seconds), forwards=list(forwards))
+                                        ad_wall_time_s=ad_seconds), forwards=list(forwards))
     ad = SimpleNamespace(counts=Counts(wall_time_s=2 * seconds))
     return SimpleNamespace(prompt_id=int(source[-1]), source=source, policy=run, ad=ad, ad_after=ad, lossless=True,
                            ad_spread=0.0, speedups=[2.0], speedup_spread=0.0, other_cpu_max=0.02, disturbed=False)
@@ -83,6 +84,19 @@ def test_a_prompt_is_disturbed_when_others_took_more_than_the_threshold_in_any_d
     assert prompt([0.0, DISTURBED + 0.01, 0.0]).disturbed
     assert prompt([None, None]).other_cpu_max is None and not prompt([None]).disturbed
     assert prompt([0.0], speedups=[1.0, 1.2, 0.9]).speedup_spread == (1.2 - 0.9) / 1.0
+
+
+def test_a_prompt_has_drifted_when_its_baselines_ran_further_than_the_threshold_from_their_price():
+    """Baselines 1% inside the threshold of the trace's price for them are not flagged; 1% beyond
+    it, either way, are."""
+    from simlab.live.prediction import DRIFTED
+
+    prediction = Prediction(fake_setup(Topology.TWO_DEVICES), hand_trace(["1101111"]), None)
+    priced = prediction.simulated().per_prompt.loc[0, "ad_wall_time_s"]
+    rows = prediction.compare([outcome("hand/0", ad_seconds=priced * f) for f in
+                               (1 + DRIFTED - 0.01, 1 + DRIFTED + 0.01, 1 - DRIFTED - 0.01)]).table
+    assert list(rows["ad_drift"]) == pytest.approx([DRIFTED - 0.01, DRIFTED + 0.01, -DRIFTED - 0.01])
+    assert list(rows["drifted"]) == [False, True, True]
 
 
 def test_each_prompt_is_explained_by_its_forwards_against_their_price():

@@ -14,7 +14,7 @@ from rich.table import Table
 
 from simlab.atomic import replace_file
 from simlab.live.decoding import DISTURBED, PromptOutcome
-from simlab.live.prediction import Comparison, describe_gap
+from simlab.live.prediction import DRIFTED, Comparison, describe_gap
 from simlab.live.session import LiveSession
 from simlab.metrics import PositionStats, Summary, total
 from simlab.paths import portable_path
@@ -149,7 +149,8 @@ class LiveReport:
                        predicted_speedup=pad / pw, predicted_target_calls=int(df["predicted_target_calls"].sum()),
                        median_abs_error_speedup=float(df["error_speedup"].abs().median()),
                        median_abs_error_tokens_per_s=float(df["error_tokens_per_s"].abs().median()),
-                       median_ad_drift=float(df["ad_drift"].median()))
+                       median_ad_drift=float(df["ad_drift"].median()), drifted=int(df["drifted"].sum()),
+                       drifted_threshold=DRIFTED)
             if s.cfg.temperature == 0:  # at T > 0 the trace's continuation is another sample
                 out.update(target_calls_equal=int((df["measured_target_calls"] == df["predicted_target_calls"]).sum()),
                            tokens_equal=int((df["measured_tokens"] == df["predicted_tokens"]).sum()))
@@ -225,7 +226,7 @@ class LiveReport:
                 ("calls pred", "predicted_target_calls", "{}"), ("MAT meas", "measured_mat", "{:.2f}"),
                 ("MAT pred", "predicted_mat", "{:.2f}"), ("lossless", "lossless", "{}"),
                 ("spread", "measured_speedup_spread", "{:.1%}"), ("AD drift", "ad_drift", "{:+.1%}"),
-                ("others", "other_cpu_max", "{:.0%}"), ("disturbed", "disturbed", "{}")]
+                ("others", "other_cpu_max", "{:.0%}"), ("disturbed", "disturbed", "{}"), ("drifted", "drifted", "{}")]
         cols = [c for c in cols if c[1] in df]
         for name, _, _ in cols:
             t.add_column(name, justify="right")
@@ -247,8 +248,11 @@ class LiveReport:
                          f"{summ['predicted_speedup']:.3f}x ({summ['error_speedup']:+.1%}); median |error| per prompt: "
                          f"speedup {summ['median_abs_error_speedup']:.1%}, tok/s {summ['median_abs_error_tokens_per_s']:.1%}")
             drift = summ["median_ad_drift"]
-            lines.append(f"autoregressive decoding ran {drift:+.1%} against the trace's probed latencies (median)"
-                         + (" — the machine has drifted since the probe: consider --reprobe" if abs(drift) > 0.1 else ""))
+            lines.append(f"autoregressive decoding ran {drift:+.1%} against the trace's probed latencies (median); "
+                         f"{summ['drifted']}/{summ['prompts']} prompts drifted (baselines more than "
+                         f"{summ['drifted_threshold']:.0%} off their price: the machine, not the policy)"
+                         + (" — the machine has drifted since the probe: consider --reprobe" if abs(drift) > DRIFTED
+                            else ""))
             if "forwards" in summ:
                 lines.append("forwards, measured against priced (all prompts): " + "; ".join(
                     describe_gap(kind, f["measured_s"], f["predicted_s"]) for kind, f in summ["forwards"].items()))

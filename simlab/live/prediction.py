@@ -53,6 +53,7 @@ from simlab.trace.io import Trace
 # than three times the 3% speedup error the predictions aim for.
 DRIFTED = 0.10
 
+
 @dataclass
 class Comparison:
     """Per-prompt measured and predicted figures (one row each) and the simulated run."""

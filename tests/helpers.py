@@ -134,3 +134,22 @@ def run_killed(cmd: list[str], after: float) -> bool:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         return True
+
+
+def greedy_continuation(model, prefix: list[int], steps: int) -> tuple[list[int], list[float]]:
+    """What a draft that never stops reads after ``prefix``: ``steps`` greedy tokens and their
+    confidences, on past its end tokens, decoding one token at a time with a KV cache (the
+    obvious slow way that rollouts must equal)."""
+    import torch
+
+    from simlab.record.signals import greedy_stats
+
+    tokens, confs = [], []
+    with torch.inference_mode():
+        out = model(input_ids=torch.tensor([prefix]), use_cache=True)
+        for _ in range(steps):
+            stats = greedy_stats(out.logits[:, -1])
+            tokens.append(int(stats.token[0]))
+            confs.append(float(stats.conf[0]))
+            out = model(input_ids=torch.tensor([[tokens[-1]]]), past_key_values=out.past_key_values, use_cache=True)
+    return tokens, confs

@@ -5,7 +5,7 @@ replay reads that layer's own continuation. A trace of SmolLM2 drafting with its
 layers (exit layers 1, 2, 3 and 24; 2 HumanEval prompts x 32 tokens) is recorded without layer
 rollouts (``plain``), and they are added by two ``--resume`` runs (``layered``): what was there
 must stay, the rollouts must be what each layer's early-exit draft does from its own wrong
-token (an independent ``generate`` of that draft), and with them the simulator must predict a
+token and past the path's end (decoded token by token), and with them the simulator must predict a
 live DEL decode's drafted tokens exactly, which the teacher-forced stand-in does not.
 """
 
@@ -35,7 +35,7 @@ from simlab.record.recorder import RecordConfig, record  # noqa: E402
 from simlab.sim.run import Simulator  # noqa: E402
 from simlab.trace import read_trace  # noqa: E402
 from simlab.trace.checks import validate  # noqa: E402
-from tests.helpers import simlab_cmd  # noqa: E402
+from tests.helpers import greedy_continuation, simlab_cmd  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -104,8 +104,8 @@ def test_resume_adds_the_layers_rollouts_and_keeps_the_rest(plain, layered, tmp_
 
 @pytest.mark.parametrize("layer", [1, 3])
 def test_a_layers_rollouts_are_its_early_exit_drafts_own_greedy_continuation(layered, model, layer):
+    """After each of its divergences and past the path's end (the tail, from step 0)."""
     trace = read_trace(layered)
-    eos = trace.manifest.eos_token_ids
     draft = early_exit_draft(model, layer)
     checked = 0
     for pid in trace.prompts["prompt_id"]:
@@ -114,20 +114,16 @@ def test_a_layers_rollouts_are_its_early_exit_drafts_own_greedy_continuation(lay
         exits = trace.layers[(trace.layers.prompt_id == pid) & (trace.layers.layer == layer)].sort_values("pos")
         diverged = exits[exits["token"].to_numpy() != np.asarray(path)]
         runs = trace.rollouts[(trace.rollouts.prompt_id == pid) & (trace.rollouts.layer == layer)]
-        assert sorted(runs.pos.unique()) == sorted(diverged.pos)
-        for row in diverged.head(3).itertuples():
-            prefix = torch.tensor([prompt + path[: row.pos] + [int(row.token)]])
-            with torch.inference_mode():
-                out = draft.generate(prefix, attention_mask=torch.ones_like(prefix), max_new_tokens=ROLLOUT,
-                                     do_sample=False, eos_token_id=eos, pad_token_id=eos[0], output_logits=True,
-                                     return_dict_in_generate=True)
-            tokens = out.sequences[0, prefix.shape[1]:].tolist()
-            confs = [float(torch.softmax(step[0].float(), dim=-1).max()) for step in out.logits]
-            got = runs[runs.pos == row.pos].sort_values("step")
+        assert sorted(runs.pos.unique()) == [*sorted(diverged.pos), len(path)]
+        starts = [(row.pos, 1, prompt + path[: row.pos] + [int(row.token)]) for row in diverged.head(3).itertuples()]
+        for at, first, prefix in [*starts, (len(path), 0, prompt + path)]:
+            tokens, confs = greedy_continuation(draft, prefix, ROLLOUT)
+            got = runs[runs.pos == at].sort_values("step")
+            assert got["step"].tolist() == list(range(first, first + ROLLOUT))
             assert got["token"].tolist() == tokens
             np.testing.assert_allclose(got["draft_conf"], confs, atol=1e-4)
             checked += 1
-    assert checked > 0, "the layer never diverged"
+    assert checked > len(trace.prompts), "the layer never diverged"
 
 
 def test_the_simulator_predicts_a_live_del_decode_with_layer_rollouts_exactly(plain, layered):

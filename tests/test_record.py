@@ -39,7 +39,7 @@ from simlab.record.forward import truncated  # noqa: E402
 from simlab.record.recorder import RecordConfig, record  # noqa: E402
 from simlab.record.signals import greedy_stats  # noqa: E402
 from simlab.trace import read_trace  # noqa: E402
-from tests.helpers import kill_moments, run_killed  # noqa: E402
+from tests.helpers import greedy_continuation, kill_moments, run_killed  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -97,20 +97,6 @@ def _incremental_logits(model, prompt: list[int], path: list[int]) -> torch.Tens
     return torch.stack(rows)
 
 
-@torch.inference_mode()
-def _greedy_continuation(model, prefix: list[int], steps: int, eos: set[int]) -> tuple[list[int], list[float]]:
-    out = model(input_ids=torch.tensor([prefix]), use_cache=True)
-    tokens, confs = [], []
-    for _ in range(steps):
-        stats = greedy_stats(out.logits[:, -1])
-        tokens.append(int(stats.token[0]))
-        confs.append(float(stats.conf[0]))
-        if tokens[-1] in eos:
-            break
-        out = model(input_ids=torch.tensor([[tokens[-1]]]), past_key_values=out.past_key_values, use_cache=True)
-    return tokens, confs
-
-
 def test_target_tokens_are_what_generate_produces_greedily(selfspec, model):
     for pid in selfspec.prompts.prompt_id:
         prompt, path = _prompt(selfspec, pid)
@@ -153,8 +139,9 @@ def test_early_exit_signals_equal_incremental_decoding_of_the_cut_model(selfspec
 
 @pytest.mark.parametrize("name", ["selfspec", "sampled"])
 def test_rollouts_are_the_drafts_own_greedy_continuation(name, request, model):
+    """After a divergence at d, step s is the draft at d + s given its own wrong token; the tail
+    (pos = n, from step 0) is the draft past the whole path's end."""
     trace = request.getfixturevalue(name)
-    eos = set(trace.manifest.eos_token_ids)
     steps = trace.manifest.rollout_len
     checked = 0
     for pid in trace.prompts.prompt_id:
@@ -162,17 +149,43 @@ def test_rollouts_are_the_drafts_own_greedy_continuation(name, request, model):
         pos = trace.positions[trace.positions.prompt_id == pid].sort_values("pos")
         diverged = pos[pos.draft_token != pos.target_token]
         runs = trace.rollouts[trace.rollouts.prompt_id == pid]
-        assert sorted(runs.pos.unique()) == sorted(diverged.pos)
-        for row in diverged.head(3).itertuples():
-            prefix = prompt + path[: row.pos] + [int(row.draft_token)]
+        assert sorted(runs.pos.unique()) == [*sorted(diverged.pos), len(path)]
+        starts = [(row.pos, 1, prompt + path[: row.pos] + [int(row.draft_token)]) for row in diverged.head(3).itertuples()]
+        for at, first, prefix in [*starts, (len(path), 0, prompt + path)]:
             cut = truncated(model, trace.manifest.draft_layer) if name == "selfspec" else _no_cut()
             with cut:
-                tokens, confs = _greedy_continuation(model, prefix, steps, eos)
-            got = runs[runs.pos == row.pos].sort_values("step")
+                tokens, confs = greedy_continuation(model, prefix, steps)
+            got = runs[runs.pos == at].sort_values("step")
+            assert got["step"].tolist() == list(range(first, first + steps))
             assert got["token"].tolist() == tokens
             np.testing.assert_allclose(got["draft_conf"], confs, atol=1e-4)
             checked += 1
-    assert checked > 0, "the recording had no divergence to check"
+    assert checked > len(trace.prompts), "the recording had no divergence to check"
+
+
+@pytest.mark.parametrize("name", ["selfspec", "sampled"])
+def test_resume_records_again_the_rollouts_of_prompts_recorded_before_tails(name, request, tmp_path):
+    """A trace whose rollouts lack the tail (recorded before it) gets them all again, the same as
+    a new recording's, and keeps everything else."""
+    import dataclasses
+    import shutil
+
+    from simlab.trace.io import update_trace
+
+    trace = request.getfixturevalue(name)
+    out = tmp_path / "t"
+    shutil.copytree(trace.path, out)
+    rollouts = trace.rollouts
+    old = rollouts[(rollouts.step > 0) & (rollouts.prompt_id == 0)]  # prompt 1 keeps its tail: left alone
+    update_trace(dataclasses.replace(trace, rollouts=pd.concat([old, rollouts[rollouts.prompt_id != 0]])), out)
+    kw = SELFSPEC if name == "selfspec" else {"target": "smollm2", "draft": "smollm2", "temperature": 0.8, "rollout": 4}
+    record(_config(out, **kw, resume=True))
+    after = read_trace(out)
+    key = ["prompt_id", "layer", "pos", "step"]
+    pd.testing.assert_frame_equal(after.rollouts.sort_values(key).reset_index(drop=True),
+                                  rollouts.sort_values(key).reset_index(drop=True), check_dtype=False)
+    assert after.manifest.extra["rollouts_rerecorded"]["prompts"] == 1
+    assert after.positions.equals(trace.positions) and after.latency.equals(trace.latency)
 
 
 def _no_cut():

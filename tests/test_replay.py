@@ -275,6 +275,40 @@ def test_drafting_past_a_rejection_reads_the_rollout_step_by_step():
     assert rp.rollout_overruns == 1
 
 
+def tail_trace(tail_conf: list[float]):
+    """Positions 0..3 all accepted, ending at the end token (8 is the draft's end token too),
+    and the draft's tail past position 3: steps 0, 1, 2 at positions 4, 5, 6."""
+    trace = hand_trace(["1111"], stop="eos", max_new_tokens=12)
+    trace.manifest.eos_token_ids = [8]
+    trace.rollouts = pd.DataFrame({"prompt_id": 0, "pos": 4, "step": [0, 1, 2], "token": [7, 8, 9],
+                                   "draft_conf": tail_conf, "draft_entropy": [1.5, 2.0, 2.5], "layer": -1})
+    return trace
+
+
+def test_a_run_accepted_to_the_end_drafts_on_into_the_tail():
+    # a run from 1 accepts 1..3 (d = n = 4); its 4th..6th tokens are the tail's steps 0..2 (the
+    # 5th an end token), the 7th repeats step 2 and is the one overrun; without a tail the 4th
+    # is already an overrun, position 3's signal again (as are the next, teacher-forced stand-ins)
+    rp = TraceReplay(tail_trace([0.5, 0.25, 0.125])).prompts[0]
+    signals = list(islice(rp.signals(1), 7))
+    assert [(s.confidence, s.end) for s in signals[3:]] == [(0.5, False), (0.25, True), (0.125, False), (0.125, False)]
+    assert rp.rollout_overruns == 1
+    drafted, said = rp.draft_until(1, None, 7, lambda s: False)
+    assert repr(drafted) == repr(signals) and said is False and rp.rollout_overruns == 2
+    bare = hand_trace(["1111"], stop="eos", max_new_tokens=12)
+    rp = TraceReplay(bare).prompts[0]
+    assert [s.confidence for s in islice(rp.signals(1), 5)][3:] == [0.9, 0.9] and rp.rollout_overruns == 1
+
+
+def test_a_confidence_stopped_draft_stops_past_the_end_where_the_tail_is_unsure():
+    # hf-confidence (threshold 0.4, at most 8) from position 1 drafts 1..3 on the path (0.9);
+    # past the end a sure tail lets it draft on to the tail's end token (step 1, position 5),
+    # an unsure one stops it at the tail's first token
+    calls = [Simulator(tail_trace([c, c, c])).run("hf-confidence", {"max_draft": 8, "threshold": 0.4},
+                                                  with_cost=False).summary.draft_calls for c in (0.95, 0.1)]
+    assert calls == [5, 4]
+
+
 def test_an_exit_layer_past_a_rejection_reads_its_own_rollout_else_its_teacher_forced_signals():
     # the draft and exit layers 2 and 5 all diverge at d = 2; a run from 1 reads its 3rd and 4th
     # tokens past d: layer 2 its own rollout, the draft its own, layer 5 (no rollouts of its own)
@@ -307,7 +341,10 @@ def signal_by_definition(rp, start: int, i: int, layer=None):
     path, n = rp.path(layer), rp.n_tokens
     r, t = path.run[start], start + i - 1
     score = (lambda u: math.nan) if path.score is None else path.score.__getitem__
-    if i <= r + 1:  # on the true path
+    if i <= r + 1:  # on the true path, or just past its end: the tail's step 0 where there is one
+        head = path.rollouts.head(t) if t == n else None
+        if head is not None:
+            return (i, *head), False
         u = min(t, n - 1)
         return (i, path.confidence[u], path.entropy[u], score(u), path.end[u]), t >= n
     d = start + r

@@ -139,5 +139,14 @@ def test_positions_with_a_gap(written, trace):
     expect_error(written, "prompt 0 should have positions 0..39")
 
 
+@pytest.mark.parametrize("pos, step", [(5, 0), (41, 1)])
+def test_a_rollout_step_0_off_the_tail_or_a_rollout_past_it(written, trace, pos, step):
+    """Step 0 belongs to the tail only (pos = n_tokens = 40), and nothing starts past it."""
+    rollouts = trace.rollouts.copy()
+    rollouts.loc[0, ["pos", "step"]] = [pos, step]
+    pq.write_table(pa.Table.from_pandas(rollouts, preserve_index=False), written / "rollouts.parquet")
+    expect_error(written, f"position {pos}, step {step}: step 0 belongs only to the tail")
+
+
 def test_writing_leaves_no_temporary_files(written):
     assert not [f for f in os.listdir(written) if f.startswith(".")]

@@ -6,8 +6,9 @@
    with exit layers, the target's own teacher-forced pass gives every exit layer's early-exit
    token and confidence, and for self-speculative traces the chosen ``draft_layer`` is the
    draft;
-3. after every divergence the draft continues on its own for ``rollout`` tokens, all of a
-   prompt's rollouts in one batch branching from the teacher-forced cache (``rollouts``);
+3. after every divergence the draft continues on its own for ``rollout`` tokens, and once more
+   past the path's end (the tail), all of a prompt's rollouts in one batch branching from the
+   teacher-forced cache (``rollouts``);
    ``layer_rollouts`` does the same for exit layers, after their own divergences, for a prompt
    recorded now or earlier (``--rollout-layers``);
 4. with ``topk``, the draft's top-K candidates at every position, and with ``tree_depth`` the
@@ -84,12 +85,10 @@ def record_prompt(m: Models, prompt: Prompt) -> dict[str, pd.DataFrame]:
     signals = position_signals(draft_logits, out.logits, out.tokens, m.temperature)
     t2 = time.perf_counter()
     path = out.tokens.cpu().numpy()
-    diverged = [int(t) for t in np.flatnonzero(signals.draft.token != path)]
     runs: list[Rollout] = []
-    if diverged and m.rollout > 0:
-        first = [int(signals.draft.token[t]) for t in diverged]
+    if m.rollout > 0:
         with m.drafter() as drafter:
-            runs = rollouts(drafter, draft_pass.cache, len(rendered.ids), diverged, first, m.rollout, m.eos_token_ids)
+            runs = _rollouts(drafter, draft_pass.cache, len(rendered.ids), path, signals.draft.token, m.rollout)
     t3 = time.perf_counter()
     if m.topk:
         candidates = top_k(draft_logits, m.topk)
@@ -176,14 +175,31 @@ def layer_rollouts(m: Models, prompt_id: int, prompt_len: int, cache, path: np.n
     """
     for layer, tokens in layer_tokens.items():
         started = time.perf_counter()
-        diverged = [int(t) for t in np.flatnonzero(tokens != path)]
-        runs: list[Rollout] = []
-        if diverged:
-            first = [int(tokens[t]) for t in diverged]
-            with truncated(m.target, layer) as drafter:
-                runs = rollouts(drafter, first_layers(cache, layer), prompt_len, diverged, first, m.rollout,
-                                m.eos_token_ids)
+        with truncated(m.target, layer) as drafter:
+            runs = _rollouts(drafter, first_layers(cache, layer), prompt_len, path, tokens, m.rollout)
         yield layer, _rollout_rows(prompt_id, runs, layer), time.perf_counter() - started
+
+
+def draft_rollouts(m: Models, prompt_id: int, prompt_ids: list[int], path: np.ndarray,
+                   draft_tokens: np.ndarray) -> pd.DataFrame:
+    """The draft's rollouts of a recorded prompt again (``draft_tokens``: its tokens on the true
+    path, as positions.parquet holds them), branching from a new teacher-forced pass: what
+    ``simlab record --resume`` gives prompts recorded before rollouts had a tail."""
+    ids = torch.tensor([prompt_ids], device=m.target.device)
+    if m.draft is not None:
+        cache = forced_pass(m.draft, ids, torch.as_tensor(path, dtype=torch.long)).cache
+    else:
+        cache = first_layers(forced_cache(m, prompt_ids, path), m.draft_layer)
+    with m.drafter() as drafter:
+        runs = _rollouts(drafter, cache, len(prompt_ids), path, draft_tokens, m.rollout)
+    return _rollout_rows(prompt_id, runs)
+
+
+def _rollouts(drafter, cache, prompt_len: int, path: np.ndarray, tokens: np.ndarray, steps: int) -> list[Rollout]:
+    """A drafter's rollouts after every position where its token (``tokens``) is not the
+    target's (``path``), and its tail (:func:`~simlab.record.rollouts.rollouts`)."""
+    diverged = [int(t) for t in np.flatnonzero(tokens != path)]
+    return rollouts(drafter, cache, prompt_len, diverged, [int(tokens[t]) for t in diverged], steps, int(path[-1]))
 
 
 def _rollout_rows(prompt_id: int, runs: list[Rollout], layer: int = NO_LAYER) -> pd.DataFrame:
@@ -193,7 +209,7 @@ def _rollout_rows(prompt_id: int, runs: list[Rollout], layer: int = NO_LAYER) ->
         {
             "prompt_id": prompt_id,
             "pos": np.concatenate([np.full(len(r.tokens), r.pos) for r in runs]),
-            "step": np.concatenate([np.arange(1, len(r.tokens) + 1) for r in runs]),
+            "step": np.concatenate([np.arange(r.first_step, r.first_step + len(r.tokens)) for r in runs]),
             "token": np.concatenate([r.tokens for r in runs]),
             "draft_conf": np.concatenate([r.conf for r in runs]),
             "draft_entropy": np.concatenate([r.entropy for r in runs]),

@@ -12,7 +12,9 @@ or on another one, whose name the manifest then carries, without recording the p
 see drafting past a mistake with a layer other than the draft's). ``--resume`` adds them to the
 prompts already recorded, committing each prompt and layer as it is done, before recording any
 new prompt with all of them; a layer the trace already lists (the manifest's
-``rollout_layers``) is kept for new prompts without being asked again.
+``rollout_layers``) is kept for new prompts without being asked again. ``--resume`` also
+records again the rollouts of prompts recorded before rollouts had a tail past the path's end
+(``simlab.record.rollouts``), the draft's and each listed layer's, prompt by prompt.
 """
 
 from __future__ import annotations
@@ -37,12 +39,12 @@ from simlab.params import check_seed
 from simlab.record import machine
 from simlab.record.decode import neutralise
 from simlab.record.latency import DEFAULT_PROBE, ProbePlan, probe_latency
-from simlab.record.prompt_rows import Models, forced_cache, layer_rollouts, record_prompt
+from simlab.record.prompt_rows import Models, draft_rollouts, forced_cache, layer_rollouts, record_prompt
 from simlab.record.prompts import Prompt, load_prompts
 from simlab.record.ranges import int_ranges
 from simlab.record.writer import ROW_TABLES, TraceWriter, agreement
 from simlab.trace.io import Trace, read_trace
-from simlab.trace.schema import MANIFEST, NO_LAYER, Manifest, Topology
+from simlab.trace.schema import MANIFEST, NO_LAYER, Manifest, Topology, with_defaults
 
 # Manifest fields that must match for --resume to append to an existing trace.
 RESUME_FIELDS = (
@@ -348,6 +350,7 @@ def record(cfg: RecordConfig) -> RecordResult:
     todo = [p for p in setup.prompts if p.prompt_id not in done]
     writer.commit(started)
     here = setup.manifest.hardware  # this machine (the manifest written keeps the trace's)
+    _add_tails(cfg, models, writer, started, here)
     layer_sets = _add_layer_rollouts(cfg, setup.rollout_layers, models, writer, started, here)
 
     tokens, loop_started = 0, time.perf_counter()
@@ -377,27 +380,57 @@ def record(cfg: RecordConfig) -> RecordResult:
     )
 
 
+def _add_tails(cfg: RecordConfig, models: Models, writer: TraceWriter, started: float, hardware: str) -> None:
+    """Record the draft's rollouts again, as this version records them (with the tail past the
+    path's end, not stopped at the draft's end token), for every prompt already in the trace
+    whose rollouts lack the tail, committing each prompt as it is done; the manifest's
+    ``extra["rollouts_rerecorded"]`` sums what that cost and says where it ran."""
+    if not models.rollout:
+        return
+    prompts, positions = writer.table("prompts"), writer.table("positions")
+    todo = sorted(set(prompts["prompt_id"].tolist()) - _with_tail(writer.table("rollouts"), NO_LAYER))
+    if not todo:
+        return
+    cost = writer.manifest.extra.setdefault("rollouts_rerecorded", {"prompts": 0, "seconds": 0.0})
+    cost["computed_on"] = sorted({*cost.get("computed_on", []), hardware})
+    with tqdm(total=len(todo), unit="prompt", desc=f"{cfg.out.name} rollouts with tails", file=sys.stderr,
+              disable=not cfg.progress) as bar:
+        for pid in todo:
+            t0 = time.perf_counter()
+            ids = [int(t) for t in prompts.loc[prompts["prompt_id"] == pid, "prompt_token_ids"].iat[0]]
+            rows = positions[positions["prompt_id"] == pid].sort_values("pos")
+            path, tokens = (rows[c].to_numpy(np.int64) for c in ("target_token", "draft_token"))
+            writer.replace_rollouts(pid, NO_LAYER, draft_rollouts(models, pid, ids, path, tokens))
+            cost["prompts"] += 1
+            cost["seconds"] = round(cost["seconds"] + time.perf_counter() - t0, 2)
+            writer.commit(started)
+            bar.update(1)
+
+
+def _with_tail(rollouts: pd.DataFrame, layer: int) -> set[int]:
+    """The prompts whose rollouts of one drafter hold the tail (step 0): recorded whole by this
+    version (:mod:`simlab.record.rollouts`), as rollouts recorded before the tail are not."""
+    rows = with_defaults("rollouts", rollouts)
+    return set(rows.loc[(rows["step"] == 0) & (rows["layer"] == layer), "prompt_id"].tolist())
+
+
 def _add_layer_rollouts(cfg: RecordConfig, wanted: list[int], models: Models, writer: TraceWriter,
                         started: float, hardware: str) -> int:
     """Give the prompts already in the trace the rollouts of each ``wanted`` exit layer they lack,
     committing each prompt and layer as it is done; return how many were added.
 
-    A prompt holds a layer's rollouts when the rollouts table has rows of that prompt and layer
-    (a commit writes them all at once), or when the layer never diverges from the target there.
-    The manifest's ``rollout_layers`` lists a layer once no prompt lacks it.
+    A prompt holds a layer's rollouts when the rollouts table has that prompt's tail of that
+    layer (a commit writes them all at once; rollouts recorded before the tail are recorded
+    again). The manifest's ``rollout_layers`` lists a layer once no prompt lacks it.
     """
     prompts, manifest = writer.table("prompts"), writer.manifest
     if not wanted or prompts.empty:
         manifest.rollout_layers = list(wanted)
         return 0
     rolled = writer.table("rollouts")
-    have = set(zip(rolled["prompt_id"].tolist(), rolled["layer"].tolist()))
+    have = {layer: _with_tail(rolled, layer) for layer in wanted}
     positions, layers = writer.table("positions"), writer.table("layers")
-    lacking: dict[int, list[int]] = {}
-    for pid in prompts["prompt_id"].tolist():
-        path = _path(positions, pid)
-        tokens = _layer_tokens(layers, pid, [layer for layer in wanted if (pid, layer) not in have])
-        lacking[pid] = [layer for layer, t in tokens.items() if (t != path).any()]
+    lacking = {pid: [layer for layer in wanted if pid not in have[layer]] for pid in prompts["prompt_id"].tolist()}
     pending = {layer: {pid for pid, todo in lacking.items() if layer in todo} for layer in wanted}
     manifest.rollout_layers = [layer for layer in wanted if not pending[layer]]
     added = 0
@@ -408,7 +441,7 @@ def _add_layer_rollouts(cfg: RecordConfig, wanted: list[int], models: Models, wr
                 continue
             one = prompts[prompts["prompt_id"] == pid]
             for layer, rows in _layer_rollouts(models, writer, one, positions, layers, todo, hardware):
-                writer.add({"rollouts": rows})
+                writer.replace_rollouts(pid, layer, rows)
                 pending[layer].discard(pid)
                 manifest.rollout_layers = [layer for layer in wanted if not pending[layer]]
                 writer.commit(started)

@@ -10,6 +10,17 @@ the cache holds ``prompt + y[:-1]`` (length L); row i may see only its first ``P
 entries, so the attention mask hides the rest, and the row's new tokens are appended after
 index L with position ids ``P + t_i, P + t_i + 1, ...``. Rotary embeddings were applied to the
 cached keys at their own positions, so hiding entries is all a branch needs.
+
+One more row of the same batch records the *tail*: the draft's continuation of the target's
+whole path, fed the path's last token. A round that drafts past the target's end token (its
+run accepted to the end) reads it live, and the replay reads it there (``simlab.trace.replay``).
+It is stored as the rollout at ``pos = n`` (the path's length) from ``step = 0``, so that
+step s of every rollout at pos d is the draft at position d + s; at an ordinary divergence
+step 0 is the positions table's draft token, and is not stored again.
+
+Rollouts do not end at the draft's own end token: a policy that drafts on past it feeds the
+end token back and goes on, and the rollout records what it then reads; a policy that stops
+there (``Policy.stops_at_draft_end``) stops reading.
 """
 
 from __future__ import annotations
@@ -28,7 +39,8 @@ MAX_BATCH = 32
 
 @dataclass
 class Rollout:
-    pos: int  # the divergence position
+    pos: int  # the divergence position, or the path's length for the tail
+    first_step: int  # 1 at a divergence (step 0 is on the true path); 0 for the tail
     tokens: np.ndarray
     conf: np.ndarray
     entropy: np.ndarray
@@ -42,29 +54,26 @@ def rollouts(
     positions: list[int],
     first_tokens: list[int],
     steps: int,
-    eos_token_ids: set[int],
+    last_token: int,
 ) -> list[Rollout]:
-    """Greedy continuations of ``steps`` tokens after feeding ``first_tokens[i]`` at ``positions[i]``.
+    """Greedy continuations of ``steps`` tokens after feeding ``first_tokens[i]`` at
+    ``positions[i]``, and the tail: ``steps`` tokens after the path's last token ``last_token``.
 
     ``model`` is the draft (or a :func:`~simlab.record.forward.truncated` target); ``cache``
-    its teacher-forced cache of the prompt and the target's path, which is left unchanged.
-    A rollout ends early after the draft emits an end token.
+    its teacher-forced cache of the prompt and the target's path but its last token, which is
+    left unchanged.
     """
+    n = cache.get_seq_length() - prompt_len + 1  # the path's length
+    positions, first_tokens = [*positions, n - 1], [*first_tokens, last_token]
     out: list[Rollout] = []
     for lo in range(0, len(positions), MAX_BATCH):
-        out += _batch(
-            model,
-            cache,
-            prompt_len,
-            positions[lo : lo + MAX_BATCH],
-            first_tokens[lo : lo + MAX_BATCH],
-            steps,
-            eos_token_ids,
-        )
-    return out
+        out += _batch(model, cache, prompt_len, positions[lo : lo + MAX_BATCH], first_tokens[lo : lo + MAX_BATCH],
+                      steps)
+    tail = out.pop()
+    return [*out, Rollout(n, 0, tail.tokens, tail.conf, tail.entropy)]
 
 
-def _batch(model, cache, prompt_len, positions, first_tokens, steps, eos_token_ids) -> list[Rollout]:
+def _batch(model, cache, prompt_len, positions, first_tokens, steps) -> list[Rollout]:
     b = len(positions)
     device = model.device
     branch = copy.deepcopy(cache)
@@ -89,9 +98,4 @@ def _batch(model, cache, prompt_len, positions, first_tokens, steps, eos_token_i
     tokens = np.stack([s.token for s in stats], axis=1)
     conf = np.stack([s.conf for s in stats], axis=1)
     ent = np.stack([s.entropy for s in stats], axis=1)
-    result = []
-    for i, pos in enumerate(positions):
-        ends = [j for j, t in enumerate(tokens[i]) if int(t) in eos_token_ids]
-        n = ends[0] + 1 if ends else steps
-        result.append(Rollout(pos, tokens[i, :n], conf[i, :n], ent[i, :n]))
-    return result
+    return [Rollout(pos, 1, tokens[i], conf[i], ent[i]) for i, pos in enumerate(positions)]

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
 
 from simlab.record import machine
 from simlab.trace.io import Trace, empty_table, update_trace, write_trace
-from simlab.trace.schema import Manifest
+from simlab.trace.schema import Manifest, with_defaults
 
 ROW_TABLES = ("prompts", "positions", "rollouts", "layers", "topk", "tree")
 
@@ -47,6 +48,15 @@ class TraceWriter:
     def add(self, rows: dict[str, pd.DataFrame]) -> None:
         for name, df in rows.items():
             self.frames[name].append(df)
+
+    def replace_rollouts(self, prompt_id: int, layer: int, rows: pd.DataFrame) -> None:
+        """Put ``rows`` in place of one prompt's rollouts of one drafter (``layer``: an exit
+        layer's, or NO_LAYER the draft's)."""
+        self.frames["rollouts"] = [
+            f[(f["prompt_id"] != prompt_id) | (f["layer"] != layer)]
+            for f in map(partial(with_defaults, "rollouts"), self.frames["rollouts"])
+        ]
+        self.frames["rollouts"].append(rows)
 
     def commit(self, run_started: float) -> None:
         """Write the trace; ``run_started`` is when this run began (perf_counter)."""

@@ -63,7 +63,7 @@ RULES: dict[str, dict[str, Rule]] = {
     "positions": {"prompt_id": NATURAL, "pos": NATURAL, "target_token": NATURAL, "draft_token": NATURAL,
                   "draft_conf": PROB, "draft_entropy": ENTROPY, "q_target": PROB, "p_target": PROB,
                   "p_draft": PROB, "accept_prob": PROB},
-    "rollouts": {"prompt_id": NATURAL, "pos": NATURAL, "step": POSITIVE, "token": NATURAL,
+    "rollouts": {"prompt_id": NATURAL, "pos": NATURAL, "step": NATURAL, "token": NATURAL,
                  "draft_conf": PROB, "draft_entropy": ENTROPY,
                  "layer": Rule(NO_LAYER, what=f"null or below {NO_LAYER}")},
     "layers": {"prompt_id": NATURAL, "pos": NATURAL, "layer": POSITIVE, "token": NATURAL,
@@ -142,6 +142,7 @@ def validate(trace: Trace) -> None:
     _check_positions(trace, where)
     _check_layers(trace, where)
     _check_rollout_layers(trace, where)
+    _check_rollout_tails(trace, where)
     _check_trees(trace, where)
     validate_latency(trace.latency, where)
 
@@ -217,6 +218,19 @@ def _check_rollout_layers(trace: Trace, where: str) -> None:
         raise SimlabError(f"{where}: manifest.json lists rollout_layers {m.rollout_layers}, but exit layer "
                           f"{first['layer']} has no rollout at prompt {first['prompt_id']}, position {first['pos']}, "
                           f"where it diverged ({len(missing)} such positions)")
+
+
+def _check_rollout_tails(trace: Trace, where: str) -> None:
+    """A rollout starts at a divergence (pos < n_tokens, from step 1) or is the tail past the
+    path's end (pos = n_tokens, from step 0); the replay reads step 0 only of a tail."""
+    rollouts = trace.rollouts
+    n = rollouts["prompt_id"].map(trace.prompts.set_index("prompt_id")["n_tokens"])
+    bad = ((rollouts["step"] == 0) & (rollouts["pos"] != n)) | (rollouts["pos"] > n)
+    if bad.any():
+        i = int(np.flatnonzero(bad.to_numpy())[0])
+        raise SimlabError(f"{where}: rollouts.parquet has a row at {_row(rollouts, i)}, step "
+                          f"{_shown(rollouts['step'].iat[i])}: step 0 belongs only to the tail, the rollout at the "
+                          "prompt's n_tokens, and no rollout starts past it")
 
 
 def _check_trees(trace: Trace, where: str) -> None:

@@ -15,9 +15,13 @@ seed meets the same outcomes:
 
 What the draft shows while it drafts past a mistake comes from the divergence rollouts: after
 the first rejected position d of a run, the i-th further token's confidence is step i of the
-rollout recorded at d. When a policy drafts past the end of a recorded rollout (or past
-the prompt's end token), the last recorded signal is repeated and the overrun is counted; when no rollout was recorded at d (for the
-draft, only possible on stochastic traces), the true path's signals stand in for it.
+rollout recorded at d. A run accepted to the end of the path (d = n, the prompt's length)
+drafts on past it, as a live round does before it learns the target ended: it reads the
+rollout's tail, the draft's continuation of the whole path (recorded at pos n from step 0;
+``simlab.record.rollouts``). When a policy drafts past the end of a recorded rollout (or past
+the path's end of a trace recorded before tails), the last recorded signal is repeated and the
+overrun is counted; when no rollout was recorded at d (for the draft, only possible on
+stochastic traces), the true path's signals stand in for it.
 
 An exit layer drafting (LayerSkip, DEL) reads its own rollouts where the trace holds them
 (``simlab record --rollout-layers``; the draft layer of a self-speculative trace has the
@@ -69,8 +73,8 @@ class DraftPath:
     confidence: list[float]
     entropy: list[float]
     score: list[float] | None = None
-    # divergence position -> (confidences, entropies, end flags) of the draft's own continuation
-    rollouts: "Rollouts | dict[int, tuple[list[float], list[float], list[bool]]]" = field(default_factory=dict)
+    # the drafter's own continuations: after each divergence, and past the path's end
+    rollouts: "Rollouts" = field(default_factory=lambda: Rollouts.none())
     end: list[bool] = field(default_factory=list)  # the drafted token at each position is an end token
 
     def __post_init__(self) -> None:
@@ -135,10 +139,8 @@ class PromptReplay:
             yield new(TokenSignal, (t - start + 1, conf[t], ent[t], scores[t], ends[t]))
         t = max(lo, hi)
         i = t - start + 1
-        if t == d:  # the run reaches past the end token, where nothing was recorded
-            self.rollout_overruns += 1
-            u = n - 1
-            yield new(TokenSignal, (i, conf[u], ent[u], scores[u], ends[u]))
+        if t == d:  # the run reaches past the path's end
+            yield new(TokenSignal, (i, *self._past_end(path)))
             i += 1
             t += 1
         rollout = path.rollouts.get(d)
@@ -156,6 +158,17 @@ class PromptReplay:
             self.rollout_overruns += 1
             yield new(TokenSignal, (i, rconf[-1], rent[-1], nan, rends[-1]))
             i += 1
+
+    def _past_end(self, path: DraftPath) -> tuple[float, float, float, bool]:
+        """The signal of the first token a run drafts past the path's end: the tail's step 0,
+        else (a trace recorded before tails) the last position's again, a rollout overrun."""
+        head = path.rollouts.head(self.n_tokens)
+        if head is None:
+            self.rollout_overruns += 1
+            conf, ent, scores, ends, _ = path.lists
+            u = self.n_tokens - 1
+            head = conf[u], ent[u], scores[u], ends[u]
+        return head
 
     def draft_until(self, start: int, layer: int | None, cap: int, stop: Callable[[TokenSignal], object],
                     stop_at_end: bool = False, go: object = False) -> tuple[list[TokenSignal], object]:
@@ -183,10 +196,8 @@ class PromptReplay:
         t, i = hi, hi - start + 1
         if i > cap:
             return drafted, go
-        if t == d:  # the run reaches past the end token, where nothing was recorded
-            self.rollout_overruns += 1
-            u = n - 1
-            signal = NEW(TokenSignal, (i, conf[u], ent[u], scores[u], ends[u]))
+        if t == d:  # the run reaches past the path's end
+            signal = NEW(TokenSignal, (i, *self._past_end(path)))
             append(signal)
             said = None if stop_at_end and signal.end else stop(signal)
             if said != go:
@@ -398,27 +409,51 @@ def _runs(accept: np.ndarray, bounds: np.ndarray) -> np.ndarray:
 
 
 class Rollouts:
-    """One prompt's divergence rollouts: divergence position -> (confidences, entropies, end flags).
+    """One prompt's rollouts: divergence position -> (confidences, entropies, end flags) of
+    steps 1, 2, ...; and the tail's step 0 at the path's end (:meth:`head`).
 
     Grouped into lists on first use: a trace holds a rollout per rejected position, and a
     policy that reads no signals past a rejection (vanilla SD) never needs them.
     """
 
-    __slots__ = ("_pos", "_conf", "_ent", "_end", "_groups")
+    __slots__ = ("_pos", "_step", "_conf", "_ent", "_end", "_groups", "_heads")
 
-    def __init__(self, pos: np.ndarray, conf: np.ndarray, ent: np.ndarray, end: np.ndarray):
-        self._pos, self._conf, self._ent, self._end = pos, conf, ent, end  # sorted by (pos, step)
+    def __init__(self, pos: np.ndarray, step: np.ndarray, conf: np.ndarray, ent: np.ndarray, end: np.ndarray):
+        self._pos, self._step = pos, step  # sorted by (pos, step)
+        self._conf, self._ent, self._end = conf, ent, end
         self._groups: dict[int, tuple[list[float], list[float], list[bool]]] | None = None
+        self._heads: dict[int, tuple[float, float, float, bool]] = {}
+
+    @classmethod
+    def none(cls) -> "Rollouts":
+        empty = np.empty(0)
+        return cls(empty, empty, empty, empty, empty)
 
     def get(self, d: int) -> tuple[list[float], list[float], list[bool]] | None:
         if self._groups is None:
-            cuts = np.flatnonzero(np.diff(self._pos)) + 1
-            starts = [0, *cuts.tolist()]
-            ends = [*cuts.tolist(), len(self._pos)]
-            conf, ent, end = self._conf.tolist(), self._ent.tolist(), self._end.tolist()
-            at = self._pos[starts].tolist() if len(self._pos) else []
-            self._groups = {d: (conf[a:b], ent[a:b], end[a:b]) for d, a, b in zip(at, starts, ends)}
+            self._group()
         return self._groups.get(d)
+
+    def head(self, d: int) -> tuple[float, float, float, bool] | None:
+        """Step 0 of the rollout at ``d`` as a signal's (confidence, entropy, score, end): only
+        the tail has one; at a divergence step 0 is the true path's."""
+        if self._groups is None:
+            self._group()
+        return self._heads.get(d)
+
+    def _group(self) -> None:
+        cuts = np.flatnonzero(np.diff(self._pos)) + 1
+        starts = [0, *cuts.tolist()]
+        ends = [*cuts.tolist(), len(self._pos)]
+        conf, ent, end = self._conf.tolist(), self._ent.tolist(), self._end.tolist()
+        at = self._pos[starts].tolist() if len(self._pos) else []
+        first = self._step[starts].tolist() if len(self._pos) else []
+        self._groups = {}
+        for d, a, b, s in zip(at, starts, ends, first):
+            if s == 0:
+                self._heads[d] = conf[a], ent[a], NAN, end[a]
+                a += 1
+            self._groups[d] = conf[a:b], ent[a:b], end[a:b]
 
 
 def _rollout_tables(df: pd.DataFrame, eos: np.ndarray) -> dict[int, "_RolloutTable"]:
@@ -438,13 +473,14 @@ class _RolloutTable:
         df = _sorted(df, ["prompt_id", "pos", "step"])
         self.pid = df["prompt_id"].to_numpy(np.int64)
         self.pos = df["pos"].to_numpy(np.int64)
+        self.step = df["step"].to_numpy(np.int64)
         self.conf = df["draft_conf"].to_numpy(float)
         self.ent = df["draft_entropy"].to_numpy(float)
         self.end = np.isin(df["token"].to_numpy(np.int64), eos)
 
     def of(self, prompt_id: int) -> Rollouts:
         lo, hi = np.searchsorted(self.pid, [prompt_id, prompt_id + 1])
-        return Rollouts(self.pos[lo:hi], self.conf[lo:hi], self.ent[lo:hi], self.end[lo:hi])
+        return Rollouts(self.pos[lo:hi], self.step[lo:hi], self.conf[lo:hi], self.ent[lo:hi], self.end[lo:hi])
 
 
 def _group_layers(df: pd.DataFrame, pos: pd.DataFrame, eos: np.ndarray,
@@ -462,6 +498,6 @@ def _group_layers(df: pd.DataFrame, pos: pd.DataFrame, eos: np.ndarray,
             confidence=g["draft_conf"].astype(float).tolist(),
             entropy=g["draft_entropy"].astype(float).tolist(),
             end=np.isin(g["token"].to_numpy(np.int64), eos).tolist(),
-            rollouts=rollouts[layer].of(pid) if layer in rollouts else {},
+            rollouts=rollouts[layer].of(pid) if layer in rollouts else Rollouts.none(),
         )
     return out

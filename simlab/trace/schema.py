@@ -7,8 +7,9 @@ directory::
       manifest.json       schema version, models, hardware, temperature, command, ...
       prompts.parquet     one row per finished prompt (the commit record, written last)
       positions.parquet   one row per generated position on the target's own output path
-      rollouts.parquet    the draft's own continuation after each position where it diverged
-                          (``--rollout-layers``: also an exit layer's own, after its divergences)
+      rollouts.parquet    the draft's own continuation after each position where it diverged,
+                          and past the path's end (the tail); ``--rollout-layers``: also an
+                          exit layer's own
       layers.parquet      optional: per exit layer, the early-exit token and confidence
       topk.parquet        optional (``--topk K``): the draft's top-K candidates at every position
       tree.parquet        optional (``--tree-depth D``): EAGLE-2's candidate tree at every position
@@ -63,8 +64,8 @@ TABLES: dict[str, dict[str, str]] = {
     },
     "rollouts": {
         "prompt_id": "int32",
-        "pos": "int32",  # the position where the draft diverged from the target
-        "step": "int32",  # 1 = the draft's token right after its own wrong token
+        "pos": "int32",  # the position where the draft diverged from the target; n_tokens: the tail
+        "step": "int32",  # the draft at position pos + step: 1 = right after its own wrong token; 0 only in the tail
         "token": "int32",
         "draft_conf": "float32",
         "draft_entropy": "float32",

@@ -188,6 +188,28 @@ def test_resume_records_again_the_rollouts_of_prompts_recorded_before_tails(name
     assert after.positions.equals(trace.positions) and after.latency.equals(trace.latency)
 
 
+def test_resume_with_another_rollout_length_records_every_prompts_rollouts_again_at_it(selfspec, tmp_path):
+    """--rollout 6 on a trace of 4: each rollout grows by two steps, its first four unchanged."""
+    import shutil
+
+    out = tmp_path / "t"
+    shutil.copytree(selfspec.path, out)
+    result = record(_config(out, **{**SELFSPEC, "rollout": 6}, resume=True))
+    after = read_trace(out)
+    assert result.recorded == 0 and after.manifest.rollout_len == 6
+    assert after.manifest.extra["rollout_len_before"] == 4
+    assert after.manifest.extra["rollouts_rerecorded"]["prompts"] == len(selfspec.prompts)
+    steps = after.rollouts.groupby(["prompt_id", "pos"])["step"].agg(["min", "max"])
+    assert set(map(tuple, steps.to_numpy().tolist())) == {(1, 6), (0, 5)}
+    key = ["prompt_id", "pos", "step"]
+    longer = after.rollouts.merge(selfspec.rollouts[key], on=key)  # the steps the shorter rollouts have
+    pd.testing.assert_frame_equal(longer.sort_values(key).reset_index(drop=True)[["token"]],
+                                  selfspec.rollouts.sort_values(key).reset_index(drop=True)[["token"]])
+    again = record(_config(out, **{**SELFSPEC, "rollout": None}, resume=True))  # the trace's length: nothing to redo
+    assert again.recorded == 0 and read_trace(out).manifest.extra["rollouts_rerecorded"]["prompts"] == len(
+        selfspec.prompts)
+
+
 def _no_cut():
     from contextlib import nullcontext
 
@@ -341,8 +363,8 @@ def test_killed_recording_loads_and_resumes(smollm2, selfspec, tmp_path, kill):
     if killed is not None:
         with pytest.raises(SimlabError, match="pass --resume"):
             record(_config(out, **SELFSPEC, prompts="humaneval:4"))
-        with pytest.raises(SimlabError, match="rollout_len=4"):
-            record(_config(out, **{**SELFSPEC, "rollout": 2}, prompts="humaneval:4", resume=True))
+        with pytest.raises(SimlabError, match="rollout_len=4, this run has 0"):
+            record(_config(out, **{**SELFSPEC, "rollout": 0}, prompts="humaneval:4", resume=True))
     result = record(_config(out, **SELFSPEC, prompts="humaneval:4", resume=True))
     assert (result.recorded, result.total) == (4 - done, 4)
 

@@ -33,7 +33,11 @@ def record_command(
     dtype: str | None = typer.Option(None, "--dtype", help="float32, bfloat16 or float16.", show_default="float32 on cpu"),
     temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy; > 0 samples and records p/q for replay."),
     seed: int = typer.Option(0, "--seed", help="Sampling seed (each prompt derives its own)."),
-    rollout: int = typer.Option(16, "--rollout", help="Draft continuation length after each divergence."),
+    rollout: int | None = typer.Option(
+        None, "--rollout", show_default="16; with --resume the trace's",
+        help="Draft continuation length after each divergence and past the path's end; with --resume, "
+             "another length records every prompt's rollouts again at it.",
+    ),
     exit_layers: str | None = typer.Option(
         None, "--exit-layers", help="Record early exits: 'all', '20-29' or '8,16,24'."
     ),

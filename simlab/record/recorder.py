@@ -14,7 +14,8 @@ prompts already recorded, committing each prompt and layer as it is done, before
 new prompt with all of them; a layer the trace already lists (the manifest's
 ``rollout_layers``) is kept for new prompts without being asked again. ``--resume`` also
 records again the rollouts of prompts recorded before rollouts had a tail past the path's end
-(``simlab.record.rollouts``), the draft's and each listed layer's, prompt by prompt.
+(``simlab.record.rollouts``), or at another length than ``--rollout`` asks for, the draft's
+and each listed layer's, prompt by prompt.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ from simlab.record.writer import ROW_TABLES, TraceWriter, agreement
 from simlab.trace.io import Trace, read_trace
 from simlab.trace.schema import MANIFEST, NO_LAYER, Manifest, Topology, with_defaults
 
+DEFAULT_ROLLOUT = 16  # draft tokens after each divergence, and past the path's end
+
 # Manifest fields that must match for --resume to append to an existing trace.
 RESUME_FIELDS = (
     "draft_model",
@@ -57,7 +60,6 @@ RESUME_FIELDS = (
     "temperature",
     "seed",
     "max_new_tokens",
-    "rollout_len",
     "exit_layers",
     "draft_layer",
     "topk",
@@ -78,7 +80,7 @@ class RecordConfig:
     dtype: str | None = None  # None: float32 on cpu, bfloat16 on cuda
     temperature: float = 0.0
     seed: int = 0
-    rollout: int = 16
+    rollout: int | None = None  # None: 16, or with resume the trace's; another on resume records them again
     exit_layers: str | None = None  # "all", "20-29", "8,16,24"
     rollout_layers: str | None = None  # exit layers with their own rollouts: "all", "1-3"; None: the draft's only
     draft_layer: int | None = None  # self-speculative: default the deepest exit layer
@@ -107,7 +109,7 @@ class RecordResult:
 def _check_args(cfg: RecordConfig) -> None:
     if cfg.max_new_tokens < 1:
         raise SimlabError(f"--max-new-tokens must be at least 1, got {cfg.max_new_tokens}")
-    if cfg.rollout < 0:
+    if cfg.rollout is not None and cfg.rollout < 0:
         raise SimlabError(f"--rollout must be >= 0, got {cfg.rollout}")
     check_seed(cfg.seed)
     if not cfg.temperature >= 0:
@@ -120,8 +122,6 @@ def _check_args(cfg: RecordConfig) -> None:
         raise SimlabError("--tree-depth expands each tree node into its top-K candidates: pass --topk K too")
     if cfg.draft is not None and cfg.draft_layer is not None:
         raise SimlabError("--draft-layer is for self-speculative traces; drop it or drop --draft")
-    if cfg.rollout_layers is not None and cfg.rollout < 1:
-        raise SimlabError("--rollout-layers records rollouts of --rollout tokens: --rollout must be at least 1")
 
 
 def check_vocab(draft_tok, target_tok, draft: str, target: str) -> None:
@@ -260,7 +260,7 @@ def _prepare(cfg: RecordConfig) -> _Setup:
         temperature=float(cfg.temperature),
         seed=cfg.seed,
         max_new_tokens=cfg.max_new_tokens,
-        rollout_len=cfg.rollout,
+        rollout_len=DEFAULT_ROLLOUT if cfg.rollout is None else cfg.rollout,
         exit_layers=exits,
         n_layers=layers,
         draft_layer=draft_layer,
@@ -286,8 +286,23 @@ def _prepare(cfg: RecordConfig) -> _Setup:
     rollout_layers = set(asked)
     if existing is not None:
         rollout_layers |= set(existing.manifest.rollout_layers)
+        manifest.rollout_len = _resumed_rollout(cfg, existing.manifest.rollout_len)
+    if rollout_layers and manifest.rollout_len < 1:
+        raise SimlabError("--rollout-layers records rollouts of --rollout tokens: --rollout must be at least 1")
     return _Setup(prompts, target_ref, draft_ref, tokenizer, device, dtype, probe, exits, draft_layer,
                   sorted(rollout_layers), manifest, existing)
+
+
+def _resumed_rollout(cfg: RecordConfig, recorded: int) -> int:
+    """The rollout length of a resumed trace: its own, or ``--rollout`` when it asks for another,
+    whose rollouts ``record`` then records again prompt by prompt (``_renew_rollouts``; not to or from none: a trace
+    without rollouts is another recording)."""
+    if cfg.rollout is None or cfg.rollout == recorded:
+        return recorded
+    if 0 in (cfg.rollout, recorded):
+        raise SimlabError(f"cannot resume {cfg.out}: it was recorded with rollout_len={recorded}, this run has "
+                          f"{cfg.rollout}; rollouts can be made longer or shorter, not added or removed")
+    return cfg.rollout
 
 
 def record(cfg: RecordConfig) -> RecordResult:
@@ -313,7 +328,7 @@ def record(cfg: RecordConfig) -> RecordResult:
         max_new_tokens=cfg.max_new_tokens,
         temperature=cfg.temperature,
         seed=cfg.seed,
-        rollout=cfg.rollout,
+        rollout=setup.manifest.rollout_len,
         topk=cfg.topk,
         tree_depth=cfg.tree_depth,
     )
@@ -326,7 +341,9 @@ def record(cfg: RecordConfig) -> RecordResult:
         if cfg.reprobe and old.hardware != manifest.hardware:  # the latencies become this machine's
             extra["tokens_recorded_on"] = extra.get("tokens_recorded_on", old.hardware)
             old = replace(old, hardware=manifest.hardware)
-        manifest = replace(old, extra=extra)
+        if old.rollout_len != manifest.rollout_len:  # every prompt's rollouts are recorded again (_renew_rollouts)
+            extra["rollout_len_before"] = extra.get("rollout_len_before", old.rollout_len)
+        manifest = replace(old, extra=extra, rollout_len=manifest.rollout_len)
         latency = setup.existing.latency
     if latency is None or cfg.reprobe:
         probe_started, load = time.perf_counter(), machine.OtherLoad()
@@ -350,7 +367,7 @@ def record(cfg: RecordConfig) -> RecordResult:
     todo = [p for p in setup.prompts if p.prompt_id not in done]
     writer.commit(started)
     here = setup.manifest.hardware  # this machine (the manifest written keeps the trace's)
-    _add_tails(cfg, models, writer, started, here)
+    _renew_rollouts(cfg, models, writer, started, here)
     layer_sets = _add_layer_rollouts(cfg, setup.rollout_layers, models, writer, started, here)
 
     tokens, loop_started = 0, time.perf_counter()
@@ -380,20 +397,21 @@ def record(cfg: RecordConfig) -> RecordResult:
     )
 
 
-def _add_tails(cfg: RecordConfig, models: Models, writer: TraceWriter, started: float, hardware: str) -> None:
+def _renew_rollouts(cfg: RecordConfig, models: Models, writer: TraceWriter, started: float, hardware: str) -> None:
     """Record the draft's rollouts again, as this version records them (with the tail past the
-    path's end, not stopped at the draft's end token), for every prompt already in the trace
-    whose rollouts lack the tail, committing each prompt as it is done; the manifest's
-    ``extra["rollouts_rerecorded"]`` sums what that cost and says where it ran."""
+    path's end, not stopped at the draft's end token) and at the trace's rollout length, for
+    every prompt already in the trace whose rollouts are not so, committing each prompt as it is
+    done; the manifest's ``extra["rollouts_rerecorded"]`` sums what that cost and says where it
+    ran."""
     if not models.rollout:
         return
     prompts, positions = writer.table("prompts"), writer.table("positions")
-    todo = sorted(set(prompts["prompt_id"].tolist()) - _with_tail(writer.table("rollouts"), NO_LAYER))
+    todo = sorted(set(prompts["prompt_id"].tolist()) - _renewed(writer.table("rollouts"), NO_LAYER, models.rollout))
     if not todo:
         return
     cost = writer.manifest.extra.setdefault("rollouts_rerecorded", {"prompts": 0, "seconds": 0.0})
     cost["computed_on"] = sorted({*cost.get("computed_on", []), hardware})
-    with tqdm(total=len(todo), unit="prompt", desc=f"{cfg.out.name} rollouts with tails", file=sys.stderr,
+    with tqdm(total=len(todo), unit="prompt", desc=f"{cfg.out.name} rollouts again", file=sys.stderr,
               disable=not cfg.progress) as bar:
         for pid in todo:
             t0 = time.perf_counter()
@@ -407,11 +425,16 @@ def _add_tails(cfg: RecordConfig, models: Models, writer: TraceWriter, started: 
             bar.update(1)
 
 
-def _with_tail(rollouts: pd.DataFrame, layer: int) -> set[int]:
-    """The prompts whose rollouts of one drafter hold the tail (step 0): recorded whole by this
-    version (:mod:`simlab.record.rollouts`), as rollouts recorded before the tail are not."""
+def _renewed(rollouts: pd.DataFrame, layer: int, steps: int) -> set[int]:
+    """The prompts whose rollouts of one drafter this version would record so: with the tail
+    (step 0, :mod:`simlab.record.rollouts`) of ``steps`` steps. A commit writes all of a
+    prompt's rollouts of a drafter at once, from one batch of one length, so the tail speaks
+    for them all."""
     rows = with_defaults("rollouts", rollouts)
-    return set(rows.loc[(rows["step"] == 0) & (rows["layer"] == layer), "prompt_id"].tolist())
+    rows = rows[rows["layer"] == layer]
+    tails = rows.merge(rows.loc[rows["step"] == 0, ["prompt_id", "pos"]], on=["prompt_id", "pos"])
+    last = tails.groupby("prompt_id")["step"].max()
+    return set(last.index[last == steps - 1].tolist())
 
 
 def _add_layer_rollouts(cfg: RecordConfig, wanted: list[int], models: Models, writer: TraceWriter,
@@ -420,15 +443,15 @@ def _add_layer_rollouts(cfg: RecordConfig, wanted: list[int], models: Models, wr
     committing each prompt and layer as it is done; return how many were added.
 
     A prompt holds a layer's rollouts when the rollouts table has that prompt's tail of that
-    layer (a commit writes them all at once; rollouts recorded before the tail are recorded
-    again). The manifest's ``rollout_layers`` lists a layer once no prompt lacks it.
+    layer at the trace's rollout length (:func:`_renewed`; others are recorded again). The
+    manifest's ``rollout_layers`` lists a layer once no prompt lacks it.
     """
     prompts, manifest = writer.table("prompts"), writer.manifest
     if not wanted or prompts.empty:
         manifest.rollout_layers = list(wanted)
         return 0
     rolled = writer.table("rollouts")
-    have = {layer: _with_tail(rolled, layer) for layer in wanted}
+    have = {layer: _renewed(rolled, layer, models.rollout) for layer in wanted}
     positions, layers = writer.table("positions"), writer.table("layers")
     lacking = {pid: [layer for layer in wanted if pid not in have[layer]] for pid in prompts["prompt_id"].tolist()}
     pending = {layer: {pid for pid, todo in lacking.items() if layer in todo} for layer in wanted}

@@ -224,7 +224,8 @@ def decode(policy: Policy, prompt: PromptInfo) -> Generator[Request, object, int
         if ends_early and policy.done(committed):
             break
         plan = plan_round(build(RoundState, (committed, budget - committed, len(pending), prompt_len + committed)))
-        if type(plan) is Parallel:
+        kind = type(plan)
+        if kind is Parallel:
             m = len(pending)
             if plan.window < 1:
                 raise PolicyError(f"{policy.name}: parallel window must be >= 1, got {plan.window}")
@@ -244,12 +245,12 @@ def decode(policy: Policy, prompt: PromptInfo) -> Generator[Request, object, int
             pending = fresh[1:]
             committed += emitted
             continue
-        if type(plan) is TreePlan:
+        if kind is TreePlan:
             if pending:
                 raise PolicyError(f"{policy.name}: planned a tree round with {len(pending)} drafts pending")
             committed += yield from _tree_round(policy, plan, committed, budget - committed - 1)
             continue
-        if type(plan) is not Serial:
+        if kind is not Serial:
             raise PolicyError(f"{policy.name}: plan() must return Serial or Parallel, got {plan!r}")
         if pending:
             raise PolicyError(f"{policy.name}: planned a serial round with {len(pending)} drafts pending")
@@ -263,7 +264,9 @@ def decode(policy: Policy, prompt: PromptInfo) -> Generator[Request, object, int
         else:  # token by token: the policy decides, or (fixed plans) only the end token stops
             drafted, decision = yield build(DraftLoop, (committed, cap, layer, None if fixed else on_draft,
                                                       stop_at_end, None if fixed else stops))
-            signals = tuple(drafted[:-1] if decision is DROP else drafted)
+            # the executor's list itself, not a copy: only read here (sliced for the outcome, copied
+            # into a tuple when it is left pending)
+            signals = drafted[:-1] if decision is DROP else drafted
         if decision is PARALLEL:
             if not policy.parallel:
                 raise PolicyError(f"{policy.name}: returned PARALLEL but is not a parallel policy")

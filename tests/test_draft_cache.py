@@ -32,6 +32,18 @@ def test_the_account_of_a_draft_cache_by_hand():
     assert cache.held == {NO_LAYER: PL + 5, 24: PL + 5}
 
 
+
+def test_most_bounds_every_cache_so_a_crop_to_it_may_be_skipped():
+    cache = DraftCache(PL)
+    cache.draft(NO_LAYER, PL + 1, 3)
+    assert cache.most == PL + 3
+    cache.draft(24, PL + 1, 1)  # a cache holding less leaves the bound as it was
+    assert cache.most == PL + 3
+    cache.crop(PL + 2, NO_LAYER)  # one cache cropped: the bound still holds, if loosely
+    assert cache.most >= max(cache.held.values())
+    cache.crop(PL + 1)  # every cache cropped: the bound is the length
+    assert cache.most == PL + 1 == max(cache.held.values())
+
 # draft step 0.25 s; a k-token target forward 1 + 0.5 (k - 1) s, so the draft's forward over two
 # tokens costs 0.25 * 1.5 = 0.375 s (the target's growth from 1 to 2 tokens)
 SLOPED = latency_table(draft=0.25, verify={1: 1.0, 2: 1.5, 3: 2.0, 4: 2.5})

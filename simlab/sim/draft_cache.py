@@ -30,10 +30,14 @@ class DraftCache:
     """Tokens (prompt included) held by the KV cache of each draft: ``NO_LAYER`` is the
     session's draft, an exit layer its own early-exit draft."""
 
-    __slots__ = ("held",)
+    __slots__ = ("held", "most")
 
     def __init__(self, prompt_len: int):
         self.held = {NO_LAYER: prompt_len}  # the session's draft was prefilled with the prompt
+        # no cache holds more tokens than this (a bound, loose after a crop of one layer): a crop
+        # to ``most`` tokens or more changes nothing, and the simulator skips it, a call saved
+        # after most rounds (those that leave no draft past the accepted prefix)
+        self.most = prompt_len
 
     def draft(self, layer: int, known: int, steps: int) -> int:
         """``steps`` >= 1 draft forwards of ``layer``'s draft after ``known`` tokens (prompt,
@@ -41,7 +45,9 @@ class DraftCache:
         one the token drafted before it, and the last token drafted is not fed. Returns the
         tokens the first forward feeds."""
         feed = known - self.held.get(layer, 0)
-        self.held[layer] = known + steps - 1
+        held = self.held[layer] = known + steps - 1
+        if held > self.most:
+            self.most = held
         return feed
 
     def crop(self, length: int, layer: int | None = None) -> None:
@@ -55,6 +61,8 @@ class DraftCache:
         for key, value in held.items():
             if value > length:
                 held[key] = length
+        if self.most > length:
+            self.most = length
 
 
 __all__ = ["DraftCache"]

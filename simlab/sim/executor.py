@@ -173,7 +173,6 @@ class SimExecutor:
         cache = DraftCache(pl)  # what the drafts' KV caches hold: a round's first draft forward feeds the rest
         cache_draft, cache_crop = cache.draft, cache.crop
         catch_up = grid.catch_up_row(2)  # the common case: two tokens after a fully accepted round
-        fed_since_verify = False  # a verification crops the caches only after drafting (else they hold less)
         while True:
             try:
                 req = send(answer)
@@ -187,17 +186,19 @@ class SimExecutor:
                 unpaid_layer = NO_LAYER if req.layer is None else req.layer
                 continue
             if kind is DraftLoop:
-                # the replay drafts and asks the policy in one frame (a fixed plan: DraftLoop.run)
-                if req.stops is not None:  # a stop rule: False drafts on
-                    drafted_now, said = draft_until(req.start, req.layer, req.cap, req.stops, req.stop_at_end)
+                # the replay drafts and asks the policy in one frame (a fixed plan: DraftLoop.run);
+                # the request's fields unpacked at once, not read one attribute at a time
+                start, cap, layer, on_draft, stop_at_end, stops = req
+                if stops is not None:  # a stop rule: False drafts on
+                    drafted_now, said = draft_until(start, layer, cap, stops, stop_at_end)
                     answer = drafted_now, DRAFT if said is False else VERIFY
-                elif req.on_draft is not None:  # None: the end token stopped it
-                    drafted_now, said = draft_until(req.start, req.layer, req.cap, req.on_draft, req.stop_at_end, DRAFT)
+                elif on_draft is not None:  # None: the end token stopped it
+                    drafted_now, said = draft_until(start, layer, cap, on_draft, stop_at_end, DRAFT)
                     answer = drafted_now, VERIFY if said is None else said
                 else:
-                    answer = req.run(signals(req.start, req.layer))
+                    answer = req.run(signals(start, layer))
                 unpaid += len(answer[0])
-                unpaid_start, unpaid_layer = req.start, NO_LAYER if req.layer is None else req.layer
+                unpaid_start, unpaid_layer = start, NO_LAYER if layer is None else layer
                 continue
             if kind is ExpandTree:
                 answer = _expand(rp, req, grown, expanded)
@@ -218,12 +219,11 @@ class SimExecutor:
                         seconds += catch_up[ctx]
                     else:
                         seconds += grid.catch_up_seconds(ctx, feed, unpaid_layer)
-                fed_since_verify = True
                 clock = draft_dev.book(clock, seconds, "draft", unpaid_start, unpaid, None, feed)
                 drafted += unpaid
                 unpaid = 0
             if kind is Verify:
-                c, k, layer = req.start, req.drafts, req.layer
+                c, k, layer = req
                 path = rp.draft if layer is None else rp.path(layer)
                 accepted = path.run[c]
                 if accepted > k:
@@ -232,9 +232,8 @@ class SimExecutor:
                     accepted = end - c - 1
                 row = rows.get(k + 1) or grid.target_row(k + 1)
                 clock = target_dev.book(clock, row[pl + c], "verify", c, k + 1, accepted)
-                if fed_since_verify:
+                if cache.most > pl + c + accepted:  # else no cache holds more: cropping would change nothing
                     cache_crop(pl + c + accepted)
-                    fed_since_verify = False
                 target_calls += 1
                 verified += k
                 accepted_total += accepted

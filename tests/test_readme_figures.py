@@ -113,11 +113,30 @@ def test_the_readme_shows_every_live_policy_on_smollm2_as_the_runs_give_it():
     assert qwen in README
     assert module.forwards_table(LIVE / "qwen-all") in README  # where the time went, from the decode logs
     assert qwen.count("\n| `") == len(list((LIVE / "qwen-all").glob("*.json")))
+    assert module.table(LIVE / "qwen-tails") in README  # decoded again, predicted from the trace with tails
+
+
+def test_the_readme_tails_table_is_the_replay_of_the_committed_decodes():
+    """The committed Qwen decodes replayed on their trace with tails (results/live/tails_check.py)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("tails_check", LIVE / "tails_check.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    section = README.split("| policy | overall error, as predicted | replayed with tails |")[1].split("\n\n")[0]
+    rows = re.findall(r"\| `([\w-]+)` \| (\S+) \| (\S+) \| (\S+) → (\S+) \| (\d+) → (\d+) \|", section)
+    assert len(rows) == 8
+    for policy, *cells in rows:
+        got = module.check(LIVE / "qwen-all", policy)
+        want = [got[k] for k in ("overall committed", "overall replayed", "median committed", "median replayed",
+                                 ">10% committed", ">10% replayed")]
+        assert [c.replace("−", "-") for c in cells] == [str(w) for w in want], policy
 
 
 def test_every_live_run_has_equal_target_calls_in_simulation_and_live():
     for csv in sorted([*LIVE.glob("*.csv"), *LIVE.glob("smollm2-all/*.csv"), *LIVE.glob("smollm2-tree/*.csv"),
-                              *LIVE.glob("qwen-tree/*.csv"), *LIVE.glob("qwen-all/*.csv")]):
+                              *LIVE.glob("qwen-tree/*.csv"), *LIVE.glob("qwen-all/*.csv"),
+                              *LIVE.glob("qwen-tails/*.csv")]):
         table = pd.read_csv(csv)
         assert (table["measured_target_calls"] == table["predicted_target_calls"]).all(), csv.name
         assert table["lossless"].all(), csv.name

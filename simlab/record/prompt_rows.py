@@ -49,7 +49,6 @@ class Models:
     draft: object | None  # None: self-speculative, the draft is the target cut at draft_layer
     exit_layers: list[int]
     draft_layer: int
-    eos_token_ids: set[int]
     chat_template: bool
     max_new_tokens: int
     temperature: float

@@ -323,7 +323,6 @@ def record(cfg: RecordConfig) -> RecordResult:
         draft=draft,
         exit_layers=setup.exit_layers,
         draft_layer=setup.draft_layer,
-        eos_token_ids=set(eos),
         chat_template=cfg.chat_template,
         max_new_tokens=cfg.max_new_tokens,
         temperature=cfg.temperature,

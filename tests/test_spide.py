@@ -222,3 +222,27 @@ def test_the_balanced_window_is_one_when_a_draft_step_outlasts_a_verification():
     # 2 s draft step and a 1 s verification none fits, and the window falls back to 1
     sim = Simulator(hand_trace(["1" * 8], latency=latency_table(draft=2.0)))
     assert balanced_window(sim.context()) == 1
+
+
+@pytest.mark.parametrize("cls", [Spide, SpideNoParaVerify, SpideNoDynaDraft])
+def test_every_verification_records_its_checked_tokens_by_their_confidence(cls):
+    # Alg. 1 line 29, for serial and parallel rounds alike: after each observe() the table holds
+    # what record_checked() of every verification's checked confidences so far gives (a serial
+    # round's intervals are the ones on_draft found while drafting)
+    rng = random.Random(7)
+    patterns = ["1" + "".join(rng.choice("1110") for _ in range(80)) for _ in range(3)]
+    conf = [[rng.choice([rng.random(), 0.955, 0.35, 1.0]) for _ in p] for p in patterns]
+    trace = hand_trace(patterns, conf=conf, latency=FIG2_LATENCY)
+    reference, rounds = MappingTable(), []
+
+    class Checked(cls):
+        def observe(self, outcome):
+            reference.record_checked([s.confidence for s in outcome.checked], outcome.accepted)
+            super().observe(outcome)
+            rounds.append(outcome.parallel)
+            assert (self.table.total, self.table.accepted) == (reference.total, reference.accepted)
+
+    params = {"gamma": 3} if cls is SpideNoDynaDraft else {}
+    sim = Simulator(trace, topology="two-devices")
+    SimExecutor(sim.latency, sim.topology).run(sim.replay, Checked(sim.context(), **params))
+    assert False in rounds and (cls is SpideNoParaVerify) is (True not in rounds)

@@ -165,7 +165,10 @@ class SimExecutor:
         rows = grid.target_rows(corun=False)
         cum = grid.draft_cumulative(NO_LAYER, False)
         last_ctx = len(cum) - 1
-        parallel_prices = (grid.draft_cumulative(NO_LAYER, corun), grid.target_rows(corun))
+        pcum, prows, max_context = grid.draft_cumulative(NO_LAYER, corun), grid.target_rows(corun), grid.max_context
+        path_run, path_accept = rp.draft.run, rp.draft.accept  # a parallel round's drafts are the draft model's
+        new_tuple = tuple.__new__
+        parallel_rounds = 0
         checked_hist, accepted_hist = positions.checked_hist, positions.accepted_hist
         drafts_before = positions.drafting_rounds()
         grown: list[int] = []  # the recorded tree node of each candidate of the current tree round
@@ -243,8 +246,45 @@ class SimExecutor:
                     tokens.extend(rp.token_at(t, t < c + accepted, layer) for t in range(c, c + accepted + 1))
                 answer = accepted
             elif kind is ParallelRound:
-                answer, clock = _parallel(clock, grid, rp, req, draft_dev, target_dev, corun, counts, positions, tokens,
-                                          parallel_prices, cache)
+                # both forwards start at ``clock``; the round ends with the later one. Priced with
+                # the topology's draft steps and target rows, looked up as a serial round's are (the
+                # same floats as ``draft_seconds`` and ``target_forward``). The draft's first step
+                # feeds what its cache lacks; unless the first new draft is accepted (its drafts go
+                # on), the draft's cache is cropped to the committed prefix, as the live decoder does.
+                c, m, s = req
+                accepted = path_run[c]
+                if accepted > m:
+                    accepted = m
+                if accepted > end - 1 - c:  # the end token is always the target's (see rounds.py)
+                    accepted = end - 1 - c
+                first_new = accepted == m and c + m < end - 1 and path_accept[c + m]
+                ctx = pl + c
+                start = ctx + m
+                if start + s <= max_context:  # as draft_seconds decides
+                    seconds = pcum[start + s] - pcum[start]
+                else:
+                    seconds = grid.draft_seconds(start, s, NO_LAYER, corun)
+                feed = cache_draft(NO_LAYER, start, s)
+                if feed > 1:
+                    seconds += grid.catch_up_seconds(start, feed, NO_LAYER, corun)
+                if not first_new:
+                    cache_crop(ctx + accepted, NO_LAYER)
+                draft_end = draft_dev.book(clock, seconds, "draft (parallel)", c + m, s, None, feed)
+                row = prows.get(1 + m) or grid.target_row(1 + m, corun)
+                clock = target_dev.book(clock, row[ctx], "verify (parallel)", c, 1 + m, accepted + first_new)
+                if draft_end > clock:
+                    clock = draft_end
+                target_calls += 1
+                drafted += s
+                verified += m + 1
+                accepted_total += accepted + first_new
+                parallel_rounds += 1
+                checked_hist[accepted + 1 if accepted < m else m + 1] += 1
+                accepted_hist[accepted + first_new] += 1
+                if tokens is not None:
+                    tokens.extend(rp.token_at(t, t < c + accepted + first_new) for t in range(c, c + accepted + 1))
+                # tuple.__new__: the named tuples without their Python-level __new__ (every field given), as in decode()
+                answer = new_tuple(ParallelResult, (accepted, first_new, new_tuple(SignalRun, (rp, c, s, None, m + 1))))
             elif kind is Shadow:  # DEL's shadow tokens: an exit head per layer over the settled positions
                 answer = rp.shadows(req.start, req.count)
                 if heads:
@@ -259,6 +299,7 @@ class SimExecutor:
         counts.drafted += drafted
         counts.verified += verified
         counts.draft_calls += drafted
+        counts.parallel_rounds += parallel_rounds
         counts.tokens += end - 1
         counts.wall_time_s += env.now - t0
         counts.ad_wall_time_s += ad_seconds(grid, pl, end)
@@ -267,52 +308,6 @@ class SimExecutor:
         counts.rollout_overruns += rp.rollout_overruns - overruns_before
         counts.num_drafts += positions.drafting_rounds() - drafts_before
         run.slices = draft_dev.slices + target_dev.slices
-
-
-def _parallel(clock: float, grid: LatencyGrid, rp: PromptReplay, req: ParallelRound, draft_dev: Device,
-              target_dev: Device, corun: bool, counts: Counts, positions: PositionStats,
-              tokens: list[int] | None, prices: tuple[list[float], dict[int, list[float]]],
-              cache: DraftCache) -> tuple[ParallelResult, float]:
-    """One parallel round from ``clock``: both forwards start then; the round ends with the later one.
-    ``prices``: the grid's cumulative draft steps and target rows for this topology, looked up
-    directly as the serial rounds in :meth:`SimExecutor._prompt` do (the same floats as
-    ``draft_seconds`` and ``target_forward``; a round costs a few lookups, not a few calls).
-    The draft's first step feeds what its cache lacks (:mod:`simlab.sim.draft_cache`); unless
-    the first new draft is accepted (its drafts go on), the draft's cache is cropped to the
-    committed prefix, as the live decoder does."""
-    c, m, s = req.start, req.pending, req.window
-    path = rp.draft
-    last = rp.n_tokens - 1  # the end token: always the target's (see rounds.py)
-    accepted_pending = min(m, path.run[c], last - c)
-    first_new = accepted_pending == m and c + m < last and path.accept[c + m]
-    n_accepted = accepted_pending + first_new
-    ctx = rp.prompt_len + c
-    cum, rows = prices
-    start = ctx + m
-    if start + s <= grid.max_context:  # as draft_seconds decides
-        seconds = cum[start + s] - cum[start]
-    else:
-        seconds = grid.draft_seconds(start, s, NO_LAYER, corun)
-    feed = cache.draft(NO_LAYER, start, s)
-    if feed > 1:
-        seconds += grid.catch_up_seconds(start, feed, NO_LAYER, corun)
-    if not first_new:
-        cache.crop(ctx + accepted_pending, NO_LAYER)
-    draft_end = draft_dev.book(clock, seconds, "draft (parallel)", c + m, s, None, feed)
-    row = rows.get(1 + m) or grid.target_row(1 + m, corun)
-    verify_end = target_dev.book(clock, row[ctx], "verify (parallel)", c, 1 + m, n_accepted)
-    counts.target_calls += 1
-    counts.draft_calls += s
-    counts.drafted += s
-    counts.verified += m + 1
-    counts.accepted += n_accepted
-    counts.parallel_rounds += 1
-    positions.add(accepted_pending + 1 if accepted_pending < m else m + 1, n_accepted)
-    if tokens is not None:
-        tokens.extend(rp.token_at(t, t < c + n_accepted) for t in range(c, c + accepted_pending + 1))
-    # tuple.__new__: the named tuples without their Python-level __new__ (every field given), as in decode()
-    result = tuple.__new__(ParallelResult, (accepted_pending, first_new, tuple.__new__(SignalRun, (rp, c, s, None, m + 1))))
-    return result, max(draft_end, verify_end)
 
 
 def _expand(rp: PromptReplay, req: ExpandTree, grown: list[int], expanded: set[int]) -> tuple[tuple[int, int, float], ...]:

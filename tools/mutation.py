@@ -226,7 +226,10 @@ def main(argv: list[str] | None = None) -> int:
     stop_at = None
     if args.stop_at:
         hour, minute = map(int, args.stop_at.split(":"))
-        stop_at = dt.datetime.now(dt.timezone.utc).replace(hour=hour, minute=minute, second=0, microsecond=0)
+        now = dt.datetime.now(dt.timezone.utc)
+        stop_at = now.replace(hour=hour, minute=minute, second=0, microsecond=0)
+        if stop_at <= now:  # the next such time: a run started at 23:30 with --stop-at 01:00 stops tomorrow
+            stop_at += dt.timedelta(days=1)
     ledger = json.loads(LEDGER.read_text()) if LEDGER.exists() else []
     if not args.report_only:
         modules = args.modules or list(MODULES)

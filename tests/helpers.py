@@ -142,6 +142,7 @@ def greedy_continuation(model, prefix: list[int], steps: int) -> tuple[list[int]
     obvious slow way that rollouts must equal)."""
     import torch
 
+    from simlab.models.kv_cache import cache_kwargs, cache_of
     from simlab.record.signals import greedy_stats
 
     tokens, confs = [], []
@@ -151,5 +152,5 @@ def greedy_continuation(model, prefix: list[int], steps: int) -> tuple[list[int]
             stats = greedy_stats(out.logits[:, -1])
             tokens.append(int(stats.token[0]))
             confs.append(float(stats.conf[0]))
-            out = model(input_ids=torch.tensor([[tokens[-1]]]), past_key_values=out.past_key_values, use_cache=True)
+            out = model(input_ids=torch.tensor([[tokens[-1]]]), **cache_kwargs(model, cache_of(out)), use_cache=True)
     return tokens, confs

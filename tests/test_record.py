@@ -34,6 +34,7 @@ pytest.importorskip("transformers", reason="simlab record needs the models extra
 from simlab.errors import SimlabError  # noqa: E402
 from simlab.latency import TableLatency  # noqa: E402
 from simlab.models import install  # noqa: E402
+from simlab.models.kv_cache import cache_kwargs, cache_of  # noqa: E402
 from simlab.record import recorder  # noqa: E402
 from simlab.record.forward import truncated  # noqa: E402
 from simlab.record.recorder import RecordConfig, record  # noqa: E402
@@ -90,9 +91,9 @@ def _prompt(trace, pid: int) -> tuple[list[int], list[int]]:
 def _incremental_logits(model, prompt: list[int], path: list[int]) -> torch.Tensor:
     """Next-token logits at each position of ``path``, decoding one token at a time."""
     out = model(input_ids=torch.tensor([prompt]), use_cache=True)
-    cache, rows = out.past_key_values, [out.logits[0, -1]]
+    cache, rows = cache_of(out), [out.logits[0, -1]]
     for token in path[:-1]:
-        out = model(input_ids=torch.tensor([[token]]), past_key_values=cache, use_cache=True)
+        out = model(input_ids=torch.tensor([[token]]), **cache_kwargs(model, cache), use_cache=True)
         rows.append(out.logits[0, -1])
     return torch.stack(rows)
 

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import torch
 
+from simlab.models.kv_cache import cache_kwargs, cache_of
+
 
 class PaddedCache:
     """A KV cache of B right-aligned rows of a causal LM; see the module docstring."""
@@ -56,7 +58,7 @@ class PaddedCache:
         caches, last = [], []
         for ids in prompts:
             out = model(input_ids=torch.tensor([ids], device=device), use_cache=True)
-            caches.append(out.past_key_values)
+            caches.append(cache_of(out))
             last.append(out.logits[0, -1])
         length = max(len(p) for p in prompts)
         mask = torch.zeros((len(prompts), length), dtype=torch.bool, device=device)
@@ -86,8 +88,8 @@ class PaddedCache:
                 positions[i, width - len(f):] = torch.arange(n[i], n[i] + len(f), device=device)
         mask = torch.cat([self.mask, chunk], dim=1)
         out = self.model(input_ids=ids, attention_mask=mask.long(), position_ids=positions,
-                         past_key_values=self.cache, use_cache=True)
-        self.cache = out.past_key_values
+                         **cache_kwargs(self.model, self.cache), use_cache=True)
+        self.cache = cache_of(out)
         self.mask = mask
         return [out.logits[i, width - len(f):] for i, f in enumerate(feeds)]
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from simlab.errors import SimlabError
+from simlab.models.kv_cache import cache_of
 
 
 @dataclass
@@ -40,7 +41,7 @@ def forced_pass(model, prompt_ids: torch.Tensor, path: torch.Tensor, hidden: boo
     ids = torch.cat([prompt_ids[0], path[:-1].to(prompt_ids.device)]).unsqueeze(0)
     out = model(input_ids=ids, use_cache=True, logits_to_keep=n, output_hidden_states=hidden)
     states = tuple(h[0, -n:] for h in out.hidden_states) if hidden else None
-    return ForcedPass(logits=out.logits[0], cache=out.past_key_values, hidden=states)
+    return ForcedPass(logits=out.logits[0], cache=cache_of(out), hidden=states)
 
 
 def n_layers(model) -> int:

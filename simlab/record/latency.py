@@ -91,6 +91,7 @@ import torch
 
 from simlab.errors import SimlabError
 from simlab.models.early_exit import early_exit_draft
+from simlab.models.kv_cache import cache_kwargs, cache_of
 from simlab.record.forward import shadow_tokens, truncated
 from simlab.record.ranges import int_ranges
 from simlab.trace.schema import NO_LAYER
@@ -196,7 +197,7 @@ class _Stepper:
         self.gen = gen
         self.batch = batch
         out = model(input_ids=self._tokens(ctx), use_cache=True, logits_to_keep=1)
-        self.cache = out.past_key_values
+        self.cache = cache_of(out)
 
     def _tokens(self, k: int) -> torch.Tensor:
         return torch.randint(0, self.vocab, (self.batch, k), generator=self.gen).to(self.model.device)
@@ -204,7 +205,7 @@ class _Stepper:
     def __call__(self, k: int, tree: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """``tree``: the (4-D mask, position ids) of a forward under a tree attention mask."""
         mask, positions = tree if tree is not None else (None, None)
-        logits = self.model(input_ids=self._tokens(k), past_key_values=self.cache, use_cache=True,
+        logits = self.model(input_ids=self._tokens(k), **cache_kwargs(self.model, self.cache), use_cache=True,
                             logits_to_keep=k, attention_mask=mask, position_ids=positions).logits
         self.cache.crop(-k)
         return logits

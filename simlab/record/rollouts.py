@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from simlab.models.kv_cache import cache_kwargs
 from simlab.record.signals import greedy_stats
 
 # Rows per batched rollout forward; bounds memory when a weak draft diverges everywhere.
@@ -89,7 +90,7 @@ def _batch(model, cache, prompt_len, positions, first_tokens, steps) -> list[Rol
             input_ids=token,
             attention_mask=mask,
             position_ids=(start + j).unsqueeze(1),
-            past_key_values=branch,
+            **cache_kwargs(model, branch),
             use_cache=True,
         )
         step = greedy_stats(out.logits[:, -1])

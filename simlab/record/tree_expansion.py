@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from simlab.models.kv_cache import cache_kwargs
 from simlab.record.rollouts import MAX_BATCH
 
 
@@ -105,7 +106,7 @@ def _expand(model, cache, prompt_len: int, positions: np.ndarray, first: TopK, d
             input_ids=torch.tensor(tokens.reshape(-1, 1), device=device),
             attention_mask=mask,
             position_ids=(start + level - 2).unsqueeze(1),
-            past_key_values=branch,
+            **cache_kwargs(model, branch),
             use_cache=True,
         ).logits[:, -1]
         children = top_k(logits, k)

@@ -73,6 +73,10 @@ class OtherLoad:
             return None  # /proc/stat counts in clock ticks: too coarse for a short span
         return other_share(busy1 - busy0, own1 - own0, t1 - t0, os.cpu_count() or 1)
 
+    def seconds(self) -> float:
+        """The span :meth:`share` covers: seconds since construction."""
+        return time.perf_counter() - self._start[2]
+
 
 def other_share(busy: float, own: float, seconds: float, cpus: int) -> float:
     """The share of ``cpus`` cores over ``seconds`` that others used: every process's busy CPU

@@ -6,8 +6,9 @@ one; later commits rewrite it in place (``update_trace``: tables renamed into pl
 list last), so rewriting the whole trace after each prompt means a recording that is interrupted, killed
 or out of memory loses at most the prompt in flight, and ``--resume`` continues from what is
 on disk. The manifest's ``extra`` carries running figures: wall time (summed over resumed
-runs), peak memory, the share of CPU other processes took, the draft's agreement rate and
-the recording cost relative to plain generation.
+runs), peak memory, the share of CPU other processes took (over all runs, weighted by the
+seconds each covered: ``other_cpu_seconds``), the draft's agreement rate and the recording
+cost relative to plain generation.
 """
 
 from __future__ import annotations
@@ -40,6 +41,11 @@ class TraceWriter:
         self._load = machine.OtherLoad()
         self._previous_wall = float(self.manifest.extra.get("wall_seconds", 0.0))
         self._previous_rss = float(self.manifest.extra.get("peak_rss_mb", 0.0))
+        # earlier runs' share of other processes (a resumed recording) and the seconds it covers;
+        # a trace written before those seconds were kept weighs it by its whole wall time
+        before = self.manifest.extra.get("other_cpu")
+        span = self.manifest.extra.get("other_cpu_seconds", self._previous_wall) if before is not None else 0.0
+        self._previous_other = (before, float(span))
 
     def table(self, name: str) -> pd.DataFrame:
         frames = [f for f in self.frames[name] if not f.empty]
@@ -68,8 +74,13 @@ class TraceWriter:
             **summary(prompts, positions),
         )
         other = self._load.share()  # during this run's prompts (after the probe)
-        if other is not None:
+        if other is not None:  # with earlier runs', weighted by the seconds each covers
+            before, span_before = self._previous_other
+            span = self._load.seconds()
+            if before is not None and span_before > 0:
+                other = round((before * span_before + other * span) / (span_before + span), 3)
             extra["other_cpu"] = other
+            extra["other_cpu_seconds"] = round(span_before + span, 1)
         trace = Trace(
             manifest=self.manifest,
             prompts=prompts,

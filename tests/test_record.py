@@ -189,6 +189,33 @@ def test_resume_records_again_the_rollouts_of_prompts_recorded_before_tails(name
     assert after.positions.equals(trace.positions) and after.latency.equals(trace.latency)
 
 
+def test_a_reprobe_that_keeps_the_rollouts_changes_only_the_latencies(selfspec, tmp_path):
+    """What `simlab live --reprobe` runs: a trace whose prompt 0 lacks its tail keeps its rollouts
+    as they are (prompts_before_tails names that prompt, before and after), latencies measured
+    again; a new rollout length cannot be kept so."""
+    import dataclasses
+    import shutil
+
+    from simlab.record.recorder import prompts_before_tails
+    from simlab.trace.io import update_trace
+
+    out = tmp_path / "t"
+    shutil.copytree(selfspec.path, out)
+    rollouts = selfspec.rollouts
+    stripped = pd.concat([rollouts[(rollouts.step > 0) & (rollouts.prompt_id == 0)], rollouts[rollouts.prompt_id != 0]])
+    update_trace(dataclasses.replace(selfspec, rollouts=stripped), out)
+    assert prompts_before_tails(selfspec) == [] and prompts_before_tails(read_trace(out)) == [0]
+    record(_config(out, **SELFSPEC, resume=True, reprobe=True, rollouts_again=False))
+    after = read_trace(out)
+    key = ["prompt_id", "layer", "pos", "step"]
+    pd.testing.assert_frame_equal(after.rollouts.sort_values(key).reset_index(drop=True),
+                                  stripped.sort_values(key).reset_index(drop=True), check_dtype=False)
+    assert prompts_before_tails(after) == [0] and "rollouts_rerecorded" not in after.manifest.extra
+    assert after.positions.equals(selfspec.positions) and not after.latency.equals(selfspec.latency)
+    with pytest.raises(SimlabError, match="cannot keep"):
+        record(_config(out, **{**SELFSPEC, "rollout": 6}, resume=True, rollouts_again=False))
+
+
 def test_resume_with_another_rollout_length_records_every_prompts_rollouts_again_at_it(selfspec, tmp_path):
     """--rollout 6 on a trace of 4: each rollout grows by two steps, its first four unchanged."""
     import shutil

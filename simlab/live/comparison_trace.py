@@ -4,7 +4,7 @@
 dtype, device, temperature, budget and chat template that holds every prompt of this run
 (matched by source and prompt length) and, for a tree policy, tree data (``record --topk K
 --tree-depth D``). If it was recorded on other hardware, or with
-``--reprobe``, its latencies are measured again now into a cached copy
+``--reprobe``, its latencies (and nothing else) are measured again now into a cached copy
 (``$SIMLAB_CACHE/live-traces``), once per machine: later runs here use that copy until
 ``--reprobe`` asks again. With no such trace, one is recorded there once.
 """
@@ -75,6 +75,18 @@ def _record(setup: LiveSetup, out: Path, dataset: str, **overrides: Any) -> None
     record(RecordConfig(**{**settings, **overrides}))  # a re-probe keeps the trace's own seed and layers
 
 
+def _note_rollouts_before_tails(trace: Trace, log: Callable[[str], None]) -> None:
+    """A re-probe changes only the latencies: rollouts recorded before tails stay as they are
+    (re-recording them takes as long as a recording's rollouts), and the prediction reads them
+    as ``simulate`` reads the trace; say so, and how to record them again."""
+    from simlab.record.recorder import prompts_before_tails
+
+    stale = prompts_before_tails(trace)
+    if stale:
+        log(f"note: {len(stale)} of {len(trace.prompts)} prompts' rollouts predate tails (what the draft says past "
+            f"the path's end), kept as recorded; `simlab record --resume --out COPY` on a copy records them again")
+
+
 def _reprobed_here(cached: Path, setup: LiveSetup) -> bool:
     """True when ``cached`` holds a copy of the trace whose latencies were measured on this machine."""
     return (cached / MANIFEST).is_file() and read_trace(cached).manifest.hardware == setup.hardware
@@ -118,8 +130,10 @@ def comparison_trace(setup: LiveSetup, log: Callable[[str], None]) -> Trace:
                 shutil.copytree(found, cached)
             _record(setup, cached, manifest.dataset, seed=manifest.seed, rollout=manifest.rollout_len,
                     exit_layers=",".join(map(str, manifest.exit_layers)) or None, topk=manifest.topk,
-                    tree_depth=manifest.tree_depth, resume=True, reprobe=True, command="simlab live --reprobe")
+                    tree_depth=manifest.tree_depth, resume=True, reprobe=True, rollouts_again=False,
+                    command="simlab live --reprobe")
             found = cached
+            _note_rollouts_before_tails(read_trace(found), log)
     trace = read_trace(found)
     keep = trace.prompts[trace.prompts["source"].isin({s for s, _ in sources})]["prompt_id"]
     return trace.select_prompts(keep)

@@ -89,6 +89,9 @@ class RecordConfig:
     latency_probe: str = DEFAULT_PROBE
     resume: bool = False
     reprobe: bool = False  # with resume: measure latencies again, keep the recorded prompts
+    # with resume: record again the rollouts this version records otherwise (before tails, another length);
+    # False keeps them as they are (a re-probe that is to change nothing but the latencies)
+    rollouts_again: bool = True
     force: bool = False  # replace a trace already in out
     chat_template: bool = True
     command: str = ""
@@ -341,6 +344,9 @@ def record(cfg: RecordConfig) -> RecordResult:
             extra["tokens_recorded_on"] = extra.get("tokens_recorded_on", old.hardware)
             old = replace(old, hardware=manifest.hardware)
         if old.rollout_len != manifest.rollout_len:  # every prompt's rollouts are recorded again (_renew_rollouts)
+            if not cfg.rollouts_again:
+                raise SimlabError(f"cannot keep {cfg.out}'s rollouts of {old.rollout_len} steps at --rollout "
+                                  f"{manifest.rollout_len}")
             extra["rollout_len_before"] = extra.get("rollout_len_before", old.rollout_len)
         manifest = replace(old, extra=extra, rollout_len=manifest.rollout_len)
         latency = setup.existing.latency
@@ -366,8 +372,10 @@ def record(cfg: RecordConfig) -> RecordResult:
     todo = [p for p in setup.prompts if p.prompt_id not in done]
     writer.commit(started)
     here = setup.manifest.hardware  # this machine (the manifest written keeps the trace's)
-    _renew_rollouts(cfg, models, writer, started, here)
-    layer_sets = _add_layer_rollouts(cfg, setup.rollout_layers, models, writer, started, here)
+    layer_sets = 0
+    if cfg.rollouts_again:
+        _renew_rollouts(cfg, models, writer, started, here)
+        layer_sets = _add_layer_rollouts(cfg, setup.rollout_layers, models, writer, started, here)
 
     tokens, loop_started = 0, time.perf_counter()
     with tqdm(total=len(todo), unit="prompt", desc=cfg.out.name, file=sys.stderr, disable=not cfg.progress) as bar:
@@ -422,6 +430,15 @@ def _renew_rollouts(cfg: RecordConfig, models: Models, writer: TraceWriter, star
             cost["seconds"] = round(cost["seconds"] + time.perf_counter() - t0, 2)
             writer.commit(started)
             bar.update(1)
+
+
+def prompts_before_tails(trace: Trace) -> list[int]:
+    """The prompts whose draft rollouts ``record --resume`` would record again: without the
+    tail, or of another length than the trace's (none for a trace without rollouts)."""
+    if not trace.manifest.rollout_len:
+        return []
+    rolled = _renewed(with_defaults("rollouts", trace.rollouts), NO_LAYER, trace.manifest.rollout_len)
+    return sorted(set(trace.prompts["prompt_id"].tolist()) - rolled)
 
 
 def _renewed(rollouts: pd.DataFrame, layer: int, steps: int) -> set[int]:

@@ -153,12 +153,12 @@ def _layer_rows(m: Models, prompt_id: int, hidden: tuple[torch.Tensor, ...]) -> 
     return pd.concat(frames, ignore_index=True)
 
 
-def forced_cache(m: Models, prompt_ids: list[int], path: np.ndarray):
-    """The target's KV cache of a recorded prompt and path, from one teacher-forced pass: what
-    :func:`layer_rollouts` branches from (an exit layer's entries of it are the layer's own, as
-    its first layers see the same tokens)."""
+def forced_cache(m: Models, prompt_ids: list[int], path: np.ndarray, model=None):
+    """The KV cache of a recorded prompt and path from one teacher-forced pass of ``model`` (by
+    default the target's: what :func:`layer_rollouts` branches from; an exit layer's entries of
+    it are the layer's own, as its first layers see the same tokens)."""
     ids = torch.tensor([prompt_ids], device=m.target.device)
-    return forced_pass(m.target, ids, torch.as_tensor(path, dtype=torch.long)).cache
+    return forced_pass(model or m.target, ids, torch.as_tensor(path, dtype=torch.long)).cache
 
 
 def layer_rollouts(m: Models, prompt_id: int, prompt_len: int, cache, path: np.ndarray,
@@ -184,9 +184,8 @@ def draft_rollouts(m: Models, prompt_id: int, prompt_ids: list[int], path: np.nd
     """The draft's rollouts of a recorded prompt again (``draft_tokens``: its tokens on the true
     path, as positions.parquet holds them), branching from a new teacher-forced pass: what
     ``simlab record --resume`` gives prompts recorded before rollouts had a tail."""
-    ids = torch.tensor([prompt_ids], device=m.target.device)
     if m.draft is not None:
-        cache = forced_pass(m.draft, ids, torch.as_tensor(path, dtype=torch.long)).cache
+        cache = forced_cache(m, prompt_ids, path, m.draft)
     else:
         cache = first_layers(forced_cache(m, prompt_ids, path), m.draft_layer)
     with m.drafter() as drafter:

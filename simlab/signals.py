@@ -8,7 +8,9 @@ decoder knows at that moment: never whether the token will be accepted.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Sequence
+from typing import Mapping, NamedTuple, Sequence
+
+import numpy as np
 
 
 class TokenSignal(NamedTuple):
@@ -32,15 +34,32 @@ class ShadowTokens(NamedTuple):
 
     After the prefill and after each verification, the target's hidden states at every layer are
     at hand; DEL (§4.2) sends them through the LM head to get, per exit layer ℓ, the token that
-    layer would have drafted (a *shadow token*). ``matches[ℓ][i]`` says whether layer ℓ's token
-    at position ``start + i`` equals the target's, ``confidence[ℓ][i]`` is its top-1
-    probability. Only positions whose prefix the target has confirmed are included (the
-    accepted drafts and the target's own token), so nothing here is a future acceptance bit.
+    layer would have drafted (a *shadow token*), and whether it equals the target's token at
+    position ``start + i``, with its top-1 probability. Only positions whose prefix the target
+    has confirmed are included (the accepted drafts and the target's own token), so nothing here
+    is a future acceptance bit.
+
+    ``table`` holds them as the sums a policy takes over the positions (DEL's eqs. 2-3): row i is
+    position ``start + i``, its columns 1, then per exit layer in the order of ``layers``
+    (ascending) 1.0 or 0.0 for a match, then the confidence of a matching token (else 0.0), then
+    that of a mismatching one (else 0.0). A round's sums over every layer are then a few numpy
+    additions of rows of a slice of one table per prompt (:meth:`read` builds it), not a Python
+    loop over layers and positions; the zeros leave sums as they were, to the last bit.
     """
 
     start: int
-    matches: dict[int, Sequence[bool]]
-    confidence: dict[int, Sequence[float]]
+    layers: tuple[int, ...]
+    table: np.ndarray
+
+    @classmethod
+    def read(cls, start: int, matches: Mapping[int, Sequence[bool]],
+             confidence: Mapping[int, Sequence[float]]) -> ShadowTokens:
+        """The shadow tokens of positions ``start``.. from each layer's matches and confidences."""
+        layers = tuple(sorted(matches))
+        match = np.array([matches[layer] for layer in layers], dtype=bool).T
+        conf = np.array([confidence[layer] for layer in layers], dtype=float).T
+        columns = [np.ones((len(match), 1)), match, np.where(match, conf, 0.0), np.where(match, 0.0, conf)]
+        return cls(start, layers, np.ascontiguousarray(np.hstack(columns)))  # a row's columns side by side
 
 
 def shadow_layers(exit_layers: Sequence[int] | None, n_layers: int) -> list[int]:

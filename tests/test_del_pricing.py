@@ -195,10 +195,10 @@ def test_live_del_reads_the_same_layers_and_logs_each_read_after_its_forward():
             run = ex.run(policy, 0, prompt, 12)
         finally:
             ex.close()
-        assert seen and all(list(s.matches) == layers for s in seen)
+        assert seen and all(list(s.layers) == layers for s in seen)
         reads = [f for f in run.forwards if f.what == "shadow"]
         assert [(f.position, f.tokens) for f in reads] == [(0, 1)] + [(r["start"], r["accepted"] + 1) for r in run.rounds]
-        assert [len(s.confidence[layer]) for s in seen for layer in layers] == [f.tokens for f in reads for _ in layers]
+        assert [s.table.shape for s in seen] == [(f.tokens, 1 + 3 * len(layers)) for f in reads]  # every layer's columns
         verifies = [f for f in run.forwards if f.what == "verify"]
         assert all(v.end <= f.start for v, f in zip(verifies, reads[1:]))  # each read after its verification
         assert all(f.device == "target" for f in reads)

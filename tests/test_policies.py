@@ -315,11 +315,11 @@ def test_del_update_by_hand():
     settles positions 1..4: layer 5 matches at 1..3 (0.9) and not at 4 (0.3); layer 2 at all
     four (0.9). With ω = 0.95: S(n) = 0.95·1 + 4, S(c⁵) = 0.95 + 3, S(c²) = 4."""
     policy = Del(PolicyContext(latency=None, exit_layers=[2, 5], n_layers=8))
-    policy.observe_shadows(ShadowTokens(0, {2: [False], 5: [True]}, {2: [0.4], 5: [0.9]}))
+    policy.observe_shadows(ShadowTokens.read(0, {2: [False], 5: [True]}, {2: [0.4], 5: [0.9]}))
     assert (policy.alpha, policy.exit_layer, policy.gamma) == ({2: 0.0, 5: 1.0}, 5, 18)  # TPL grows with d at α=1
     assert policy.tau == pytest.approx({2: (1.0 + 0.4) / 2, 5: (0.9 + 0.0) / 2})  # empty sides read 1 and 0
-    policy.observe_shadows(ShadowTokens(1, {2: [True] * 4, 5: [True, True, True, False]},
-                                        {2: [0.9] * 4, 5: [0.9, 0.9, 0.9, 0.3]}))
+    policy.observe_shadows(ShadowTokens.read(1, {2: [True] * 4, 5: [True, True, True, False]},
+                                             {2: [0.9] * 4, 5: [0.9, 0.9, 0.9, 0.3]}))
     assert policy.alpha == pytest.approx({2: 4 / 4.95, 5: 3.95 / 4.95})
     # τ² = ½(3.6/4 + 0.95·0.4/0.95), τ⁵ = ½((0.95·0.9 + 2.7)/3.95 + 0.3/1)
     assert policy.tau == pytest.approx({2: 0.65, 5: 0.6})
@@ -371,11 +371,11 @@ class PlainDel:
         self.n, self.c, self.tcs, self.fcs = 0.0, dict.fromkeys(layers, 0.0), dict.fromkeys(layers, 0.0), dict.fromkeys(layers, 0.0)
         self.alpha, self.tau = {}, {}
 
-    def update(self, shadows):
+    def update(self, matches, confidence):
         w = self.omega
-        self.n = w * self.n + len(shadows.matches[self.layers[0]])
+        self.n = w * self.n + len(matches[self.layers[0]])
         for layer in self.layers:
-            match, conf = shadows.matches[layer], shadows.confidence[layer]
+            match, conf = matches[layer], confidence[layer]
             self.c[layer] = w * self.c[layer] + sum(match)
             self.tcs[layer] = w * self.tcs[layer] + sum(c for c, m in zip(conf, match) if m)
             self.fcs[layer] = w * self.fcs[layer] + sum(c for c, m in zip(conf, match) if not m)
@@ -392,21 +392,31 @@ class PlainDel:
 
 
 def test_del_update_is_the_papers_update_bit_for_bit():
-    # Del keeps its sums in lists, computes only τ_E, skips rows that cannot win and searches the
-    # others (tpl_argmax): the same α, τ, exit layer and γ as the plain update, to the last bit,
-    # over prompts of random shadow tokens from layers that always, never or sometimes match
+    # Del keeps its sums in numpy arrays over the layers, reads a slice of a prompt's shadow table
+    # per round (as the replay does), computes only τ_E, skips rows that cannot win and searches
+    # the others (tpl_argmax): the same α, τ, exit layer and γ as the plain update, to the last
+    # bit, over prompts of random shadow tokens from layers that always, never or sometimes match
     layers, rng = list(range(1, 30)), random.Random(5)
     policy = Del(PolicyContext(latency=None, exit_layers=layers, n_layers=30))
-    for prompt in range(4):
+    for prompt in range(6):
         plain = PlainDel(layers, 30)
         policy.reset(None)
         p_match = {layer: rng.choice([0.0, 1.0, rng.random(), 0.5 + layer / 60]) for layer in layers}
-        for start in range(60):
+        if prompt >= 4:  # no layer ever matches, or each near or below its break-even α = ℓ/L: TPL ties at 1/L
+            p_match = {layer: (prompt - 4) * layer / 30 * rng.uniform(0.6, 1.0) for layer in layers}
+        matches, confidence, rounds = {layer: [] for layer in layers}, {layer: [] for layer in layers}, []
+        for _ in range(60):
             count = rng.choice([1, 1, 1, 2, 3, 7, 12])
-            shadows = ShadowTokens(start, {layer: [rng.random() < p_match[layer] for _ in range(count)] for layer in layers},
-                                   {layer: [rng.random() for _ in range(count)] for layer in layers})
-            plain.update(shadows)
-            policy.observe_shadows(shadows)
+            rounds.append((len(matches[layers[0]]), count))
+            for layer in layers:
+                matches[layer] += [rng.random() < p_match[layer] for _ in range(count)]
+                confidence[layer] += [rng.random() for _ in range(count)]
+        whole = ShadowTokens.read(0, matches, confidence)
+        for start, count in rounds:
+            end = start + count
+            plain.update({layer: m[start:end] for layer, m in matches.items()},
+                         {layer: c[start:end] for layer, c in confidence.items()})
+            policy.observe_shadows(ShadowTokens(start, whole.layers, whole.table[start:end]))
             assert (policy.exit_layer, policy.gamma) == (plain.exit_layer, plain.gamma)
             assert policy.alpha == plain.alpha and policy.tau == plain.tau
             threshold = plain.tau[plain.exit_layer]

@@ -376,6 +376,21 @@ def test_replayed_signals_follow_their_definition(trace, seed, layer):
             assert rp.rollout_overruns - before == sum(over for _, over in want)
 
 
+def test_replayed_shadow_tokens_follow_their_definition():
+    # a round's rows of the prompt's shadow table: per settled position 1, then per exit layer
+    # (ascending) 1 where its token matches, its confidence where it matches, where it does not
+    rng = random.Random(0)
+    for rp in TraceReplay(read_trace(ROOT / "traces/smollm2-selfspec")).prompts[::4]:
+        layers = sorted(rp.layers)
+        paths, n = [rp.layers[layer] for layer in layers], len(rp.layers[layers[0]].accept)
+        for start in [rng.randrange(n) for _ in range(20)] + [n - 1]:
+            count = rng.choice([1, 2, 5, 19])
+            want = [[1.0] + [float(p.accept[t]) for p in paths] + [p.confidence[t] if p.accept[t] else 0.0 for p in paths]
+                    + [0.0 if p.accept[t] else p.confidence[t] for p in paths] for t in range(start, min(start + count, n))]
+            got = rp.shadows(start, count)
+            assert (got.start, got.layers, got.table.tolist()) == (start, tuple(layers), want)
+
+
 @pytest.mark.parametrize("trace, seed, layers", [
     ("traces/synthetic-iid", 0, False),
     ("traces/smollm2-selfspec", 0, True),  # exit layers with and without their own rollouts

@@ -336,7 +336,7 @@ class LiveExecutor:
         self._sync()
         forwards.append(Forward("target", "shadow", start - self._origin, time.perf_counter() - self._origin, req.count,
                                 req.start))
-        return ShadowTokens(req.start, matches, confidence)
+        return ShadowTokens.read(req.start, matches, confidence)
 
     def _verify(self, state, target: _Model, forwards, info: PromptInfo, req: Verify, run: LiveRun) -> int:
         c, k = req.start, req.drafts

@@ -6,9 +6,9 @@ must carry per-layer early-exit signals (``layers.parquet``, recorded with ``--e
 
 from __future__ import annotations
 
-from itertools import compress
-from operator import not_
 from typing import Any
+
+import numpy as np
 
 from simlab.errors import SimlabError
 from simlab.policies.base import (
@@ -167,31 +167,35 @@ class Del(Policy):
     def __init__(self, context, **values: Any):
         super().__init__(context, **values)
         self.layers = exit_layers(self.name, context)
+        self._layers = tuple(self.layers)  # ShadowTokens.layers
         self.n_layers = context.n_layers
         if self.n_layers <= self.layers[-1]:
             raise SimlabError(f"del needs the target's layer count L > exit layers {self.layers}; the trace says "
                               f"n_layers={self.n_layers}")
         # per exit layer, in the order of self.layers: TPL's maximum at α = 1 (that row never
-        # moves, and deep layers may match every settled position), and its argmax d at the last
-        # update (tpl_argmax's guess: it makes the search shorter, never its answer different)
+        # moves, and deep layers may match every settled position); its argmax d at the last
+        # update (tpl_argmax's guess: it makes the search shorter, never its answer different),
+        # read as 0 where the layer was not searched then (tpl_argmax's first test answers 0);
+        # ℓ·_FALLS, that first test's bound, for every layer at once
         self._at_one = [tpl_argmax(1.0, layer, self.d_max, self.n_layers) for layer in self.layers]
-        self._guess = [0] * len(self.layers)
+        self._guess, self._searched = [0] * len(self.layers), np.zeros(len(self.layers), dtype=bool)
+        self._falls = np.array(self.layers) * _FALLS
+        # ω and L as numpy scalars (the same products): an array times a Python number converts it on every call
+        self._omega, self._scale = np.array(self.omega), np.array(float(self.n_layers))
         self.reset(None)
 
     def reset(self, prompt: PromptInfo | None) -> None:
         self.exit_layer, self.gamma = self.layers[-1], self.d_max
-        self._n = 0.0
-        # decayed sums and α per exit layer, in the order of self.layers
-        self._c = [0.0] * len(self.layers)
-        self._tcs = [0.0] * len(self.layers)
-        self._fcs = [0.0] * len(self.layers)
-        self._alpha = [0.0] * len(self.layers)
+        # the decayed sums, in the columns of a ShadowTokens table: S(n), then S(c^ℓ), S(tcs^ℓ),
+        # S(fcs^ℓ) per exit layer; and α per exit layer
+        self._sums = np.zeros(1 + 3 * len(self.layers))
+        self._alpha = np.zeros(len(self.layers))
         self._tau = 0.0  # τ_E: a round reads only the exit layer's threshold
 
     @property
     def alpha(self) -> dict[int, float]:
         """α_ℓ (eq. 2) per exit layer, as of the last update."""
-        return dict(zip(self.layers, self._alpha))
+        return dict(zip(self.layers, self._alpha.tolist()))
 
     @property
     def tau(self) -> dict[int, float]:
@@ -201,39 +205,47 @@ class Del(Policy):
 
     def _threshold(self, i: int) -> float:
         """τ (eq. 3) of the i-th exit layer."""
-        c, mismatched = self._c[i], self._n - self._c[i]
-        matched_conf = self._tcs[i] / c if c > 0 else 1.0
-        mismatched_conf = self._fcs[i] / mismatched if mismatched > 1e-12 else 0.0
+        sums, k = self._sums, len(self.layers)
+        c, tcs, fcs = sums.item(1 + i), sums.item(1 + k + i), sums.item(1 + 2 * k + i)
+        mismatched = sums.item(0) - c
+        matched_conf = tcs / c if c > 0 else 1.0
+        mismatched_conf = fcs / mismatched if mismatched > 1e-12 else 0.0
         return (matched_conf + mismatched_conf) / 2
 
     def observe_shadows(self, shadows: ShadowTokens) -> None:  # DEL_UPDATE, Alg. 1 lines 18-30
-        w, layers, matches, confidence = self.omega, self.layers, shadows.matches, shadows.confidence
-        n = self._n = w * self._n + len(matches[layers[0]])
-        counts, tcs, fcs, alpha = self._c, self._tcs, self._fcs, self._alpha
-        for i, layer in enumerate(layers):
-            match, conf = matches[layer], confidence[layer]
-            hits = sum(match)
-            if hits == len(match):  # the sums of both sides below, without the empty one
-                matched, mismatched = sum(conf), 0
-            elif hits:
-                matched, mismatched = sum(compress(conf, match)), sum(compress(conf, map(not_, match)))
-            else:
-                matched, mismatched = 0, sum(conf)
-            c = counts[i] = w * counts[i] + hits
-            tcs[i] = w * tcs[i] + matched
-            fcs[i] = w * fcs[i] + mismatched
-            alpha[i] = c / n  # eq. 2
+        """The update over numpy arrays of every exit layer at once: per layer and column, the
+        same sums in the same order, and the same products and quotients, as a loop over layers
+        would take (tests/test_policies.py pins it to the paper's update, bit for bit)."""
+        if shadows.layers != self._layers:
+            raise SimlabError(f"del's exit layers are {self.layers}; the shadow tokens are of layers "
+                              f"{list(shadows.layers)}")
+        rows, sums = shadows.table, self._sums
+        # S ← ω·S + this round's sums, its rows added first to last as a loop would (not by
+        # np.sum, whose order depends on the memory layout: pairwise along a contiguous axis)
+        total = rows[0]
+        for i in range(1, len(rows)):
+            total = total + rows[i]
+        sums *= self._omega
+        sums += total
+        layers, d_max, n_layers, guess, searched = self.layers, self.d_max, self.n_layers, self._guess, self._searched
+        alpha = self._alpha = sums[1:1 + len(layers)] / sums[0:1]  # eq. 2
+        # §4.3: (E, γ) = argmax TPL(ℓ, d), the first (ℓ, d) on ties. A layer with α·L clearly
+        # below ℓ has the row max 1/L at d = 0 (tpl_argmax's first test); the first such layer
+        # stands for them all, as the others tie with it and come after it.
+        search = self._searched = alpha * self._scale >= self._falls
+        search[search.argmin()] = True
         best, chosen = -1.0, 0
-        d_max, n_layers, guess = self.d_max, self.n_layers, self._guess
-        for i, layer in enumerate(layers):  # §4.3: (E, γ) = argmax TPL(ℓ, d), the first (ℓ, d) on ties
-            a = alpha[i]
+        for i in search.nonzero()[0].tolist():
+            if not searched[i]:
+                guess[i] = 0
+            a = alpha.item(i)
             if a >= 1.0:
                 value, d = self._at_one[i]
             else:
-                value, d = tpl_argmax(a, layer, d_max, n_layers, guess[i])
+                value, d = tpl_argmax(a, layers[i], d_max, n_layers, guess[i])
                 guess[i] = d
             if value > best:
-                best, chosen, self.exit_layer, self.gamma = value, i, layer, d
+                best, chosen, self.exit_layer, self.gamma = value, i, layers[i], d
         self._tau = self._threshold(chosen)  # eq. 3
 
     def plan(self, state: RoundState) -> Plan:

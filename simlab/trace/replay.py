@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from itertools import islice
 from typing import Callable, Iterator, NamedTuple
 
@@ -233,13 +234,17 @@ class PromptReplay:
 
     def shadows(self, start: int, count: int) -> ShadowTokens:
         """Every recorded exit layer's token at positions ``start..start+count-1`` (DEL's shadow
-        tokens; layer signals are teacher-forced on the true prefix, as in a verification)."""
-        end = start + count
-        return ShadowTokens(
-            start,
-            {layer: p.accept[start:end] for layer, p in self.layers.items()},
-            {layer: p.confidence[start:end] for layer, p in self.layers.items()},
-        )
+        tokens; layer signals are teacher-forced on the true prefix, as in a verification): rows
+        of the prompt's :attr:`shadow_tokens`."""
+        whole = self.shadow_tokens
+        return ShadowTokens(start, whole.layers, whole.table[start:start + count])
+
+    @cached_property
+    def shadow_tokens(self) -> ShadowTokens:
+        """The shadow tokens of every position, built once per prompt (on DEL's first read): a
+        round reads a slice of it, where building its rows each round was most of a round."""
+        return ShadowTokens.read(0, {layer: p.accept for layer, p in self.layers.items()},
+                                 {layer: p.confidence for layer, p in self.layers.items()})
 
     def token_at(self, t: int, accepted: bool, layer: int | None = None) -> int:
         """The token emitted at position t: the draft's if it was accepted, else the target's."""

@@ -110,7 +110,7 @@ class DraftLoop(NamedTuple):
                 decision = on_draft(signal)
                 if decision is not DRAFT:
                     return drafted, decision
-        if len(drafted) < cap:  # pragma: no cover
+        if len(drafted) < cap:
             raise PolicyError("the executor's drafted tokens ran out before the round ended")
         return drafted, DRAFT
 

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from simlab.policies import REGISTRY, make_policy
 from simlab.policies.base import Decision, Parallel, Policy, PromptInfo, Serial
-from simlab.rounds import PolicyError
+from simlab.rounds import DraftLoop, DraftRun, PolicyError, Shadow, Verify, decode
+from simlab.signals import TokenSignal
 from simlab.sim.executor import SimExecutor
 from simlab.sim.run import Simulator
 from simlab.trace.replay import TraceReplay
@@ -188,3 +189,41 @@ def test_a_parallel_window_of_one_is_allowed():
     assert prompt.tokens == [101, 102, 103, 104, 105, 106, 107]
     c = prompt.counts
     assert (c.parallel_rounds, c.target_calls, c.drafted, c.accepted) == (7, 7, 7, 6)
+
+
+class Shadowed(Planned):
+    """Planned, reading shadow tokens (DEL's): keeps each answer it was shown."""
+
+    needs_shadows = True
+
+    def __init__(self, context, plans):
+        super().__init__(context, plans)
+        self.shadows = []
+
+    def observe_shadows(self, shadows):
+        self.shadows.append(shadows)
+
+
+def test_a_shadow_reading_policy_is_shown_position_0_then_what_each_verification_settled():
+    # driven by hand (the answers are placeholders): the prefill settles position 0 alone; a
+    # serial round from 1 drafting 2 with 1 accepted settles 1..2 (the accepted draft and the
+    # target's token); the next, from 3, accepts both of its 2 and settles 3..5
+    policy = Shadowed(Simulator(hand_trace(["1" * 8])).context(), [Serial(2, fixed=True)])
+    rounds = decode(policy, PromptInfo(0, 10, 8, 8))
+    assert next(rounds) == Shadow(0, 1)
+    assert rounds.send("after the prefill") == DraftRun(1, 2, None)
+    assert rounds.send(("d1", "d2")) == Verify(1, 2, None)
+    assert rounds.send(1) == Shadow(1, 2)
+    assert rounds.send("after round 1") == DraftRun(3, 2, None)
+    rounds.send(("d3", "d4"))
+    assert rounds.send(2) == Shadow(3, 3)
+    rounds.send("after round 2")
+    assert policy.shadows == ["after the prefill", "after round 1", "after round 2"]
+
+
+def test_a_draft_loop_whose_executor_runs_out_of_tokens_is_stopped():
+    # the executor hands the loop fewer tokens than the cap while the policy drafts on
+    loop = DraftLoop(start=1, cap=3, layer=None, on_draft=lambda signal: Decision.DRAFT, stop_at_end=False)
+    with pytest.raises(PolicyError) as err:
+        loop.run(iter([TokenSignal(1, 0.9, 0.1), TokenSignal(2, 0.9, 0.1)]))
+    assert str(err.value) == "the executor's drafted tokens ran out before the round ended"

@@ -10,15 +10,15 @@ import pytest
 from simlab.errors import SimlabError
 from simlab.paths import TRACES
 from simlab.policies import REGISTRY, PolicyContext, make_policy
-from simlab.policies.base import Policy, RoundState, TreePlan
+from simlab.policies.base import Policy, PromptInfo, RoundState, TreePlan
 from simlab.policies.trees import Eagle2
-from simlab.rounds import PolicyError
+from simlab.rounds import ExpandTree, PolicyError, VerifyTree, decode
 from simlab.sim.executor import SimExecutor
 from simlab.sim.run import Simulator
 from simlab.sim.trees import TreeRounds
 from simlab.trace.io import read_trace
 from simlab.trees.candidates import Candidates
-from simlab.trees.draft_tree import DraftTree
+from simlab.trees.draft_tree import ROOT, DraftTree
 from tests.helpers import hand_trace, latency_table
 
 SMOLLM2 = TRACES / "smollm2-selfspec"
@@ -464,3 +464,63 @@ def test_a_static_tree_wider_than_a_greedy_trace_says_how_to_record_one():
         Simulator(hand_trace(["10110"])).run("tree-static", {"shape": "2x2"})
     assert str(err.value) == ("policy 'tree-static' drafts the draft's top-2 candidates; this trace has only its "
                               "greedy token; record it with --topk K")
+
+
+class Grower(Policy):
+    """Plans one growing tree round after another and expands ``expand(candidates)``."""
+
+    name, summary, paper = "test-grower", "", ""
+
+    def __init__(self, context, plan, expand=lambda candidates: candidates.levels[-1]):
+        super().__init__(context)
+        self._plan, self._expand = plan, expand
+
+    def plan(self, state):
+        return self._plan
+
+    def grow(self, candidates):
+        return self._expand(candidates)
+
+
+def grown_rounds(plan, expand=None):
+    """decode() of a Grower on a prompt of 8 positions, driven by hand."""
+    context = Simulator(hand_trace(["1" * 8])).context()
+    policy = Grower(context, plan) if expand is None else Grower(context, plan, expand)
+    return decode(policy, PromptInfo(0, 10, 8, 8))
+
+
+@pytest.mark.parametrize("topk, max_depth", [(0, 2), (2, 0)])
+def test_a_growing_tree_needs_topk_and_max_depth_of_at_least_one(topk, max_depth):
+    with pytest.raises(PolicyError) as err:
+        next(grown_rounds(TreePlan(None, topk=topk, max_depth=max_depth)))
+    assert str(err.value) == (f"test-grower: a growing tree needs topk and max_depth >= 1, got "
+                              f"{TreePlan(None, topk=topk, max_depth=max_depth)}")
+
+
+def test_a_growing_tree_of_one_candidate_a_level_and_one_level_is_allowed():
+    rounds = grown_rounds(TreePlan(None, topk=1, max_depth=1))
+    assert next(rounds) == ExpandTree(1, 1, (ROOT,), 1)
+    verify = rounds.send(((ROOT, 0, 0.9),))
+    assert type(verify) is VerifyTree and verify.widths == (1,) and verify.tree.size == 1
+
+
+def test_growing_a_candidate_that_is_not_of_the_newest_level_is_refused():
+    # level 1 holds candidates 0..1, level 2 (children of 0) 2..3; expanding 0 again is refused
+    rounds = grown_rounds(TreePlan(None, topk=2, max_depth=3), expand=lambda candidates: [0])
+    assert next(rounds) == ExpandTree(1, 1, (ROOT,), 2)
+    assert rounds.send(((ROOT, 0, 0.9), (ROOT, 1, 0.1))) == ExpandTree(1, 2, (0,), 2)
+    with pytest.raises(PolicyError) as err:
+        rounds.send(((0, 0, 0.8), (0, 1, 0.2)))
+    assert str(err.value) == "test-grower: grow() must name candidates of the newest level (2..3), got (0,)"
+
+
+def test_a_growing_round_with_nothing_to_draft_asks_the_policy_to_select_nothing():
+    # at the budget's last position a tree round may draft no level: the policy is not asked to
+    # select among no candidates (a select that names one would make a malformed tree), and the
+    # round verifies the empty tree: a plain target step
+    context = Simulator(hand_trace(["1" * 8])).context()
+    policy = Grower(context, TreePlan(None, topk=2, max_depth=3))
+    policy.select = lambda candidates: [0]
+    rounds = decode(policy, PromptInfo(0, 10, 2, 2))
+    verify = next(rounds)
+    assert type(verify) is VerifyTree and verify.widths == () and verify.tree.size == 0

@@ -55,6 +55,7 @@ import torch
 
 from simlab.errors import SimlabError
 from simlab.metrics import Counts, PositionStats
+from simlab.models.kv_cache import cache_kwargs, cache_of
 from simlab.policies.base import Policy, PromptInfo
 from simlab.rounds import (
     DraftLoop,
@@ -128,9 +129,9 @@ class _Model:
         device = self.model.device
         x = torch.tensor([ids], device=device)
         mask, positions = tree if tree is not None else (None, None)
-        out = self.model(input_ids=x, past_key_values=self.cache, use_cache=True, output_hidden_states=hidden,
-                         attention_mask=mask, position_ids=positions)
-        self.cache = out.past_key_values
+        out = self.model(input_ids=x, **cache_kwargs(self.model, self.cache), use_cache=True,
+                         output_hidden_states=hidden, attention_mask=mask, position_ids=positions)
+        self.cache = cache_of(out)
         self.length += len(ids)
         self.hidden = tuple(h[0] for h in out.hidden_states) if hidden else None
         self.sync()

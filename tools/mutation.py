@@ -210,6 +210,14 @@ def report(ledger: list[dict], notes: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def stop_time(hhmm: str, now: dt.datetime) -> dt.datetime:
+    """The first moment after ``now`` whose time of day is ``hhmm``: a run started at 23:30 with
+    ``--stop-at 01:00`` stops tomorrow."""
+    hour, minute = map(int, hhmm.split(":"))
+    at = now.replace(hour=hour, minute=minute, second=0, microsecond=0)
+    return at if at > now else at + dt.timedelta(days=1)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("modules", nargs="*", help=f"modules to run, of {', '.join(MODULES)} (default: all)")
@@ -223,13 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(args.modules) - set(MODULES))
     if unknown:
         parser.error(f"unknown modules {unknown}; known: {', '.join(MODULES)}")
-    stop_at = None
-    if args.stop_at:
-        hour, minute = map(int, args.stop_at.split(":"))
-        now = dt.datetime.now(dt.timezone.utc)
-        stop_at = now.replace(hour=hour, minute=minute, second=0, microsecond=0)
-        if stop_at <= now:  # the next such time: a run started at 23:30 with --stop-at 01:00 stops tomorrow
-            stop_at += dt.timedelta(days=1)
+    stop_at = stop_time(args.stop_at, dt.datetime.now(dt.timezone.utc)) if args.stop_at else None
     ledger = json.loads(LEDGER.read_text()) if LEDGER.exists() else []
     if not args.report_only:
         modules = args.modules or list(MODULES)

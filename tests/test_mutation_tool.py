@@ -2,7 +2,12 @@
 
 import datetime as dt
 import importlib.util
+import subprocess
+import sys
+import time
 from pathlib import Path
+
+import pytest
 
 spec = importlib.util.spec_from_file_location("mutation", Path(__file__).resolve().parent.parent / "tools" / "mutation.py")
 mutation = importlib.util.module_from_spec(spec)
@@ -16,3 +21,24 @@ def test_stop_at_is_the_next_such_time_of_day():
     assert mutation.stop_time("23:59", evening) == dt.datetime(2026, 11, 24, 23, 59, tzinfo=utc)
     assert mutation.stop_time("09:30", morning) == dt.datetime(2026, 11, 25, 9, 30, tzinfo=utc)
     assert mutation.stop_time("09:00", morning) == dt.datetime(2026, 11, 26, 9, 0, tzinfo=utc)  # now: tomorrow
+
+
+def test_a_run_stopped_at_its_timeout_takes_the_processes_it_forked_with_it(tmp_path):
+    # as mutmut forks a process per mutant: the command starts a child that would outlive it
+    pid_file = tmp_path / "child"
+    script = ("import subprocess, sys, time; "
+              f"child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+              f"open({str(pid_file)!r}, 'w').write(str(child.pid)); time.sleep(60)")
+    with pytest.raises(subprocess.TimeoutExpired):
+        mutation.run_group([sys.executable, "-c", script], timeout=2)
+    child = int(pid_file.read_text())
+    for _ in range(50):  # the child is gone (or a zombie awaiting its new parent) within moments
+        try:
+            state = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            break
+        if state == "Z":
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"process {child}, forked by the stopped command, is still running")

@@ -34,8 +34,10 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import random
 import re
+import signal
 import subprocess
 import sys
 from collections import Counter
@@ -70,8 +72,22 @@ MISSED = ("survived", "no tests")  # undetected: a survivor, or a mutant no sele
 
 
 def mutmut(*args: str, timeout: float | None = None) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "mutmut", *args]
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    return run_group([sys.executable, "-m", "mutmut", *args], timeout)
+
+
+def run_group(cmd: list[str], timeout: float | None) -> subprocess.CompletedProcess:
+    """``cmd`` in a process group of its own, all of it stopped at ``timeout`` (then
+    TimeoutExpired): mutmut forks a process per mutant, which stopping mutmut alone leaves
+    running (a mutant that hangs would go on taking a core after --stop-at)."""
+    with subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 def targets(modules: list[str], sample: int | None, seed: int) -> list[str]:

@@ -29,8 +29,11 @@ def test_a_run_stopped_at_its_timeout_takes_the_processes_it_forked_with_it(tmp_
     script = ("import subprocess, sys, time; "
               f"child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
               f"open({str(pid_file)!r}, 'w').write(str(child.pid)); time.sleep(60)")
+    started = time.monotonic()
     with pytest.raises(subprocess.TimeoutExpired):
         mutation.run_group([sys.executable, "-c", script], timeout=2)
+    # promptly: a child left running would hold the output pipes open for its whole minute
+    assert time.monotonic() - started < 30
     child = int(pid_file.read_text())
     for _ in range(50):  # the child is gone (or a zombie awaiting its new parent) within moments
         try:

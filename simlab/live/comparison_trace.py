@@ -107,6 +107,7 @@ def comparison_trace(setup: LiveSetup, log: Callable[[str], None]) -> Trace:
     else:
         found = find_trace(want, sources, [TRACES, live_cache()], trees=setup.trees)
     trees = setup.tree_data()
+    reprobed = False  # the latencies measured again now, into a cached copy
     # a recording is keyed by its prompts (and tree data); a re-probed copy by the trace it copies
     of = {"prompts": cfg.prompts, **({"trees": trees} if trees else {})} if found is None \
         else {"copy_of": str(found.resolve())}
@@ -132,8 +133,9 @@ def comparison_trace(setup: LiveSetup, log: Callable[[str], None]) -> Trace:
                     exit_layers=",".join(map(str, manifest.exit_layers)) or None, topk=manifest.topk,
                     tree_depth=manifest.tree_depth, resume=True, reprobe=True, rollouts_again=False,
                     command="simlab live --reprobe")
-            found = cached
-            _note_rollouts_before_tails(read_trace(found), log)
+            found, reprobed = cached, True
     trace = read_trace(found)
+    if reprobed:
+        _note_rollouts_before_tails(trace, log)
     keep = trace.prompts[trace.prompts["source"].isin({s for s, _ in sources})]["prompt_id"]
     return trace.select_prompts(keep)

@@ -190,12 +190,13 @@ def test_resume_records_again_the_rollouts_of_prompts_recorded_before_tails(name
 
 
 def test_a_reprobe_that_keeps_the_rollouts_changes_only_the_latencies(selfspec, tmp_path):
-    """What `simlab live --reprobe` runs: a trace whose prompt 0 lacks its tail keeps its rollouts
-    as they are (prompts_before_tails names that prompt, before and after), latencies measured
-    again; a new rollout length cannot be kept so."""
+    """`simlab record --resume --reprobe --keep-rollouts` (what `simlab live --reprobe` runs): a
+    trace whose prompt 0 lacks its tail keeps its rollouts as they are (prompts_before_tails names
+    that prompt, before and after), latencies measured again; a new rollout length cannot be kept so."""
     import dataclasses
     import shutil
 
+    from simlab.cli import main
     from simlab.record.recorder import prompts_before_tails
     from simlab.trace.io import update_trace
 
@@ -205,7 +206,9 @@ def test_a_reprobe_that_keeps_the_rollouts_changes_only_the_latencies(selfspec, 
     stripped = pd.concat([rollouts[(rollouts.step > 0) & (rollouts.prompt_id == 0)], rollouts[rollouts.prompt_id != 0]])
     update_trace(dataclasses.replace(selfspec, rollouts=stripped), out)
     assert prompts_before_tails(selfspec) == [] and prompts_before_tails(read_trace(out)) == [0]
-    record(_config(out, **SELFSPEC, resume=True, reprobe=True, rollouts_again=False))
+    main(["record", "--target", "smollm2", "--exit-layers", "22-29", "--draft-layer", "24", "--rollout", "4",
+          "--prompts", "humaneval:2", "--max-new-tokens", str(TOKENS), "--latency-probe", PROBE, "--out", str(out),
+          "--resume", "--reprobe", "--keep-rollouts", "--quiet"])
     after = read_trace(out)
     key = ["prompt_id", "layer", "pos", "step"]
     pd.testing.assert_frame_equal(after.rollouts.sort_values(key).reset_index(drop=True),

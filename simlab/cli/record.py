@@ -57,6 +57,11 @@ def record_command(
     latency_probe: str = typer.Option("", "--latency-probe", help=PROBE_HELP, show_default="the example's points"),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted trace in --out."),
     reprobe: bool = typer.Option(False, "--reprobe", help="With --resume: measure the latencies again."),
+    keep_rollouts: bool = typer.Option(
+        False, "--keep-rollouts",
+        help="With --resume: keep the recorded rollouts as they are, where this version would record them again "
+        "(a trace recorded before tails); with --reprobe, only the latencies change.",
+    ),
     force: bool = typer.Option(False, "--force", help="Replace a trace already in --out (without --resume)."),
     chat_template: bool = typer.Option(
         True, "--chat-template/--no-chat-template", help="Use the tokenizer's chat template."
@@ -87,6 +92,7 @@ def record_command(
             latency_probe=latency_probe,
             resume=resume,
             reprobe=reprobe,
+            rollouts_again=not keep_rollouts,
             force=force,
             chat_template=chat_template,
             command=shlex.join(["simlab", *sys.argv[1:]]),

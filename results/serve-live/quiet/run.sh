@@ -3,7 +3,7 @@
 # layers, the first B HumanEval prompts of traces/smollm2-selfspec decoding as one batch,
 # B = 1, 2, 4, 8, 64 tokens per request, sd (gamma 4) against ad alternating, 3 repeats each.
 # The prediction comes from the shipped trace with the latencies in latency/ (re-probed on the
-# measuring machine just before, with the batch axis: see README.md); predict.py wrote
+# measuring machine just before, with the batch axis: see README.md); ../predict.py wrote
 # predicted.json from it before the first live decode. A batch whose CSV exists is skipped, so an
 # interrupted run continues where it stopped.
 set -euo pipefail
@@ -16,7 +16,7 @@ if [ ! -d trace ]; then
     cp latency/latency.parquet latency/manifest.json trace.part/
     mv trace.part trace
 fi
-[ -s predicted.json ] || "$PYTHON" predict.py trace "$TOKENS"
+[ -s predicted.json ] || "$PYTHON" ../predict.py trace "$TOKENS"
 for B in 1 2 4 8; do
     [ -s "b$B.csv" ] && continue
     { echo "== B=$B $(date -u)  $(uptime)"; } >> run.log

@@ -234,7 +234,8 @@ def test_serve_cli_writes_json_per_request_results_and_a_timeline(tmp_path):
     res = json.loads(proc.stdout)
     assert res["requests"] == 3 and res["slo_attainment"] == 1.0 and res["batch_latency_extrapolated"]
     assert res["baseline"]["requests"] == 3 and res["e2e_speedup"] > 1
-    assert "extrapolated" in proc.stderr
+    # the warning says how to probe the batch axis without re-recording a pre-tail trace's rollouts
+    assert "extrapolated" in proc.stderr and "--keep-rollouts" in " ".join(proc.stderr.split())
     df = pd.read_csv(out)
     assert list(df.request_id) == [0, 1, 2] and (df.e2e_s >= df.ttft_s).all()
     events = json.loads(timeline.read_text())["traceEvents"]

@@ -119,8 +119,9 @@ def serve(
     mean_batch = stats.batch_sizes / stats.decode_steps if stats.decode_steps else 0.0
     acceptance = run.positions.rates()
     if res.extrapolated and max_batch > 1:
-        err_console.print(f"[yellow]warning:[/] {res.latency_rule}; probe the trace's batch axis (simlab record "
-                          "--resume --reprobe --latency-probe 'batch=2,4,8') or pass a roofline profile with --latency")
+        err_console.print(f"[yellow]warning:[/] {res.latency_rule}; probe the trace's batch axis on a copy of it "
+                          "(simlab record ... --resume --reprobe --keep-rollouts --latency-probe 'batch=2,4,8', or "
+                          "'batch=1,2,4,8' on other hardware than the trace's) or pass a roofline profile with --latency")
     if json_out:
         print_json({
             "policy": policy, "params": run.params, "trace": str(tr.path), "latency": sim.latency.name,

@@ -12,13 +12,15 @@ import random
 
 import pytest
 
+from simlab.cli.policy_options import declared, flag_type
 from simlab.errors import SimlabError
 from simlab.policies import REGISTRY, Outcome, PolicyContext
-from simlab.policies.base import ConfidencePredictor, Decision
+from simlab.policies.base import ConfidencePredictor, Decision, RoundState, Serial, choice
 from simlab.policies.dv import DraftVerify
 from simlab.policies.early_exit import Del, row_max, tpl_argmax, tpl_row
 from simlab.policies.entropy import AdaEdl, acceptance_lower_bound
 from simlab.policies.hf import roc_threshold
+from simlab.policies.llama_cpp import LlamaCpp
 from simlab.signals import ShadowTokens, TokenSignal
 from simlab.sim.run import Simulator
 from tests.helpers import hand_trace, latency_table
@@ -525,6 +527,26 @@ def test_llama_cpp_discards_a_draft_the_budget_cap_keeps_under_draft_min():
     result = simulate(conf_trace([0.9] * 20), "llama-cpp", n_predict=6, draft_min=2)
     assert rounds(result) == [(1, 4, 3), (5, 1, 0), (6, 4, 3)]
     assert result.summary.tokens == 9
+
+
+def test_llama_cpp_plans_are_fixed_exactly_when_p_min_is_off_capped_or_not():
+    # p_min 0 never drops a token (no confidence is below 0): every plan, the n_predict caps
+    # included, is fixed (the executor need not ask on_draft). -n 6, draft_max 3: the cap is
+    # n_predict - committed, 6-4 = 2 at committed 4, 6-5 = 1 at 5; at 6 it is 0, no limit: 3.
+    policy = LlamaCpp(PolicyContext(latency=None), n_predict=6)
+    plans = [policy.plan(RoundState(committed=c, remaining=20, pending=0, context_len=10 + c)) for c in (4, 5, 6)]
+    assert plans == [Serial(2, fixed=True), Serial(1, fixed=True), Serial(3, fixed=True)]
+    # p_min 0.5 may stop a draft: no plan is fixed
+    policy = LlamaCpp(PolicyContext(latency=None), n_predict=6, p_min=0.5)
+    plans = [policy.plan(RoundState(committed=c, remaining=20, pending=0, context_len=10 + c)) for c in (4, 5, 6)]
+    assert plans == [Serial(2), Serial(1), Serial(3)]
+
+
+def test_a_choice_parameter_takes_a_string_on_the_command_line():
+    # hf-confidence's schedule is choice(*SCHEDULES): its flag parses a string, one of those listed
+    kind = choice("constant", "heuristic")
+    assert (kind.type, kind.range) == (str, "constant | heuristic")
+    assert flag_type("schedule", declared()["schedule"]) is str
 
 
 def test_early_exit_policies_without_exit_layers_are_refused_by_name():

@@ -1,5 +1,6 @@
 """Greedy replay is exact: rounds counted by hand on small traces."""
 
+import dataclasses
 import math
 import random
 from itertools import islice
@@ -10,9 +11,9 @@ import pandas as pd
 import pytest
 
 from simlab.errors import SimlabError
-from simlab.latency.grid import suffix_least
+from simlab.latency.grid import LatencyGrid, suffix_least
 from simlab.policies import REGISTRY
-from simlab.policies.base import Decision
+from simlab.policies.base import Decision, PromptInfo, RoundState
 from simlab.policies.oracle import schedule
 from simlab.rounds import DraftLoop
 from simlab.signals import TokenSignal
@@ -187,9 +188,43 @@ def test_the_oracles_programme_is_the_search_over_every_state(seed):
     run = [0 if rng.random() < 0.4 else min(int(rng.expovariate(0.3)), 20) for _ in range(n)]
     rounds = [[rng.uniform(0.2, 1.0)] + [rng.uniform(0.5, 1.5) for _ in range(top_k)] for _ in range(n - 1)]
     table = {(c, f): rng.uniform(0.0, 0.8) for c in range(n) for f in range(2, n + 2)}
-    seconds, choice = schedule(rounds, suffix_least(rounds), run, n, budget, top_k, lambda f: [table[c, f] for c in range(n)])
+    asked = []  # schedule() asks for each catch-up row once
+
+    def catch_up(f):
+        asked.append(f)
+        return [table[c, f] for c in range(n)]
+
+    seconds, choice = schedule(rounds, suffix_least(rounds), run, n, budget, top_k, catch_up)
+    assert len(asked) == len(set(asked))
     assert seconds == pytest.approx(reference_programme(rounds, run, n, budget, top_k, lambda c, f: table[c, f]), abs=1e-9)
     assert seconds_of(choice, rounds, run, n, lambda c, f: table[c, f]) == pytest.approx(seconds, abs=1e-9)
+
+
+def test_on_a_tie_the_oracle_drafts_the_least_k():
+    # n = 4, budget 4, top_k 2; run[1] = 1 (position 1 accepted, 2 rejected); every round costs
+    # 5 s with no draft, 1 s with 1 or 2 drafts. From 1: k = 1 accepts it (positions 1, 2), then
+    # a plain step at 3: 1 + 5 = 6 s; k = 2 rejects at 2 and emits the same two tokens: 1 + 5 =
+    # 6 s too. A tie: the least k, 1, wins.
+    rounds = [[5.0, 1.0, 1.0]] * 3
+    seconds, choice = schedule(rounds, suffix_least(rounds), [2, 1, 0, 0], 4, 4, 2, lambda f: [0.0] * 4)
+    assert seconds == 6.0
+    assert choice == [0, 1, 0, 0, 0]
+
+
+def test_the_oracle_plans_past_its_latency_grid_as_within_it():
+    # test_oracle_plans_the_drafts_catch_up's trace (prompt length 10, 7 positions) with a grid
+    # tabulated only to context 4: every price comes from the latency model instead, the same
+    # figures, so the same plan of 2.5 s: 3 drafts from 1, then 2 from 4
+    verify = {1: 1.0, 2: 3.0, **{k: 1.0 for k in range(3, 9)}}
+    sim = Simulator(hand_trace(["1" + "110" + "110"], latency=latency_table(draft=0.1, verify=verify)))
+    context = sim.context()
+    short = dataclasses.replace(context, latency=LatencyGrid(context.latency.model, 4))
+    p = sim.replay.prompts[0]
+    for ctx in (context, short):
+        oracle = REGISTRY["oracle"](ctx)
+        oracle.reset(PromptInfo(p.prompt_id, p.prompt_len, p.n_tokens, p.budget, replay=p))
+        assert oracle.expected_seconds == pytest.approx(2.5)
+        assert [oracle.plan(RoundState(c, 7 - c, 0, 10 + c)).max_draft for c in (1, 4)] == [3, 2]
 
 
 def test_cost_is_relative_to_sd_at_its_best_gamma():

@@ -10,7 +10,7 @@ from simlab.mapping import ONE, SPIDE_EDGES, spide_bin
 from simlab.policies import PolicyContext
 from simlab.policies.base import Decision, RoundState
 from simlab.policies.spide import MappingTable, Spide, SpideNoDynaDraft, SpideNoParaVerify, confidence_bin
-from simlab.policies.timing import balanced_window
+from simlab.policies.timing import MAX_WINDOW, balanced_window
 from simlab.signals import TokenSignal
 from simlab.sim.executor import SimExecutor
 from simlab.sim.run import Simulator
@@ -222,6 +222,14 @@ def test_the_balanced_window_is_one_when_a_draft_step_outlasts_a_verification():
     # 2 s draft step and a 1 s verification none fits, and the window falls back to 1
     sim = Simulator(hand_trace(["1" * 8], latency=latency_table(draft=2.0)))
     assert balanced_window(sim.context()) == 1
+
+
+def test_the_balanced_window_stops_at_max_window():
+    # a 1 ms draft step and a 1 s verification whatever k: s steps fit while s * 0.001 <= 1,
+    # s <= 1000, so every s the search tries fits, up to MAX_WINDOW = 128 inclusive
+    sim = Simulator(hand_trace(["1" * 8], latency=latency_table(draft=0.001)))
+    assert MAX_WINDOW == 128
+    assert balanced_window(sim.context()) == 128
 
 
 @pytest.mark.parametrize("cls", [Spide, SpideNoParaVerify, SpideNoDynaDraft])

@@ -9,6 +9,11 @@ decoder prefills them all before decoding) and the trace cut to ``budget`` token
 the batch under the policy and without speculation (``ad``), alternating them ``repeats``
 times so that a slow minute of a shared machine hits both; TPOT and throughput are those of
 the decode phase (after the prefills), which is what ``serve`` prices from its latency model.
+A short warm-up decode of the batch under the policy runs first and is not counted (as
+``simlab live``'s, :data:`simlab.live.decoding.WARMUP_TOKENS` tokens per request): the first
+forwards of a process touch the weights' pages and grow the allocator's pools, and on the Qwen
+pair the first of three 4-token batch-2 ``sd`` decodes ran at 1.43 tokens/s where the next two
+ran at 2.74 and 3.53.
 
 Greedy traces only: each request's live tokens are checked against the trace's (the target's
 greedy ``generate``, recorded) — the per-request losslessness check.
@@ -64,6 +69,7 @@ def check(trace: Trace, executor, policy: str, params: dict[str, Any], batch: in
     """One row per live decode (policy and ``ad``, ``repeats`` each, alternating), with the
     prediction beside it."""
     from simlab.live.batched import BatchedDecoder
+    from simlab.live.decoding import WARMUP_TOKENS
     from simlab.policies import make_policy
 
     if trace.manifest.temperature != 0:
@@ -82,6 +88,9 @@ def check(trace: Trace, executor, policy: str, params: dict[str, Any], batch: in
         for repeat in range(repeats):
             rows.append({"policy": name, "repeat": repeat, "pred": pred, "kw": kw})
     order = [r for pair in zip(rows[:repeats], rows[repeats:]) for r in pair]  # policy, ad, policy, ad...
+    warm = BatchedDecoder(executor).run([make_policy(policy, context, **params) for _ in ids], ids,
+                                        min(WARMUP_TOKENS, budget))
+    log(f"B={batch} warm-up (not counted): {policy}, {warm.tokens} tokens in {warm.prefill_s + warm.wall_s:.1f} s")
     out = []
     for row in order:
         name, kw = row["policy"], row["kw"]

@@ -75,7 +75,17 @@ def test_each_request_of_a_batch_decodes_its_single_request_generate(executor, t
 
 
 def test_target_calls_per_request_equal_the_serving_simulators(executor, trace):
-    frame = check(trace, executor, "sd", {"gamma": 3}, batch=3, budget=TOKENS, repeats=1)
+    """...after an uncounted warm-up decode of the batch: the log's first line, with forwards of the
+    target before it; the frame holds the measured decodes only."""
+    forwards, lines = [], []
+    hook = executor.target_model.register_forward_hook(lambda *_: forwards.append(1))
+    try:
+        frame = check(trace, executor, "sd", {"gamma": 3}, batch=3, budget=TOKENS, repeats=1,
+                      log=lambda line: lines.append((line, len(forwards))))
+    finally:
+        hook.remove()
+    assert lines[0][0].startswith("B=3 warm-up (not counted): sd") and lines[0][1] > 0
+    assert [line.split(":")[0] for line, _ in lines[1:]] == ["B=3 sd #1", "B=3 ad #1"]
     assert list(frame.policy) == ["sd", "ad"]
     assert frame.lossless.all() and frame.target_calls_equal.all()
     assert frame.set_index("policy").target_calls["ad"] == 3 * (TOKENS - 1)

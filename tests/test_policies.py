@@ -15,13 +15,15 @@ import pytest
 from simlab.cli.policy_options import declared, flag_type
 from simlab.errors import SimlabError
 from simlab.policies import REGISTRY, Outcome, PolicyContext
-from simlab.policies.base import ConfidencePredictor, Decision, RoundState, Serial, choice
+from simlab.policies.base import COUNT, ConfidencePredictor, Decision, Param, RoundState, Serial, choice
 from simlab.policies.dv import DraftVerify
 from simlab.policies.early_exit import Del, row_max, tpl_argmax, tpl_row
 from simlab.policies.entropy import AdaEdl, acceptance_lower_bound
 from simlab.policies.hf import roc_threshold
 from simlab.policies.llama_cpp import LlamaCpp
+from simlab.policies.stop import StopRule
 from simlab.signals import ShadowTokens, TokenSignal
+from simlab.sim.executor import SimExecutor
 from simlab.sim.run import Simulator
 from tests.helpers import hand_trace, latency_table
 
@@ -85,6 +87,7 @@ def test_hugging_face_names_are_aliases_of_the_same_knob():
     ("hf-heuristic", {"schedule": "constant"}, "schedule must be one of heuristic, heuristic_transient"),
     ("del", {"dynamic_exit": 1}, "dynamic_exit must be true or false"),
     ("pacer", {"rho": -1.0}, "rho must be a finite number > 0"),
+    ("pacer", {"rho": 0.0}, "rho must be a finite number > 0"),  # 0 is not > 0
     ("spide", {"tau": 1.5}, "tau must be a number in"),
 ])
 def test_every_declared_parameter_is_checked_by_its_declaration(policy, params, message):
@@ -256,6 +259,55 @@ def test_predicted_stops_read_the_predictors_answer(name):
         signal = TokenSignal(i, rng.random(), rng.random(), rng.random())
         assert untrained.p_accept(signal) == ConfidencePredictor().predict_accept(signal, 0.5)
         assert trained.p_accept(signal) == 1 - signal.entropy
+
+
+class RecentPredictor:
+    """A predictor that answers the recent acceptance it is told."""
+
+    name = "recent"
+
+    def predict_accept(self, signal, recent_acceptance):
+        return recent_acceptance
+
+
+def test_the_recent_acceptance_is_of_the_last_recent_window_checked_tokens():
+    # RECENT_WINDOW = 16. Eight rounds that accept 1 of 2 checked drafts: 16 checks, 8 accepted,
+    # 0.5; then four rounds that accept 4 of 4: the last 16 checks are all accepted, 1.0 (all
+    # 32 would read 24/32 = 0.75)
+    policy = REGISTRY["specdecpp"](PolicyContext(latency=None, predictor=RecentPredictor()))
+    signal = TokenSignal(1, 0.5, 0.5, 0.5)
+    for _ in range(8):
+        policy.observe(Outcome(False, 2, [signal] * 2, 1, 2))
+    assert policy.p_accept(signal) == 0.5
+    for _ in range(4):
+        policy.observe(Outcome(False, 4, [signal] * 4, 4, 5))
+    assert policy.p_accept(signal) == 1.0
+
+
+class StopsOrDrops(StopRule):
+    """A stop rule whose on_draft also drops a token below 0.5 confidence, unverified."""
+
+    name = "stops-or-drops"
+    params = (Param("max_draft", 3, "most drafts per round", COUNT),)
+
+    def stops(self, signal):
+        return signal.confidence < 0.7
+
+    def on_draft(self, signal):
+        return Decision.DROP if signal.confidence < 0.5 else super().on_draft(signal)
+
+
+def test_a_stop_rule_that_decides_in_on_draft_is_asked_through_it():
+    # at 1: 1 (0.9) drafted, 2 (0.3 < 0.5) dropped unverified: the target checks 1 and adds
+    # its own token, (1, 2, 1). Asked through stops() alone, 2 (0.3 < 0.7) would end the round
+    # kept and be verified: (1, 3, 2).
+    trace = conf_trace([0.9, 0.9, 0.3, 0.6, 0.9, 0.9, 0.9, 0.9])
+    sim = Simulator(trace)
+    run = SimExecutor(sim.latency, "two-devices", timeline_prompt=0).run(sim.replay, StopsOrDrops(sim.context()))
+    target = [(s.args["position"], s.args["tokens"], s.args["accepted"]) for s in run.prompts[0].slices
+              if s.device == "target"]
+    assert target[0] == (1, 2, 1)
+    assert StopsOrDrops(PolicyContext(latency=None)).stop_rule() is None
 
 
 def test_outcomes_go_to_the_policies_that_use_them():

@@ -211,6 +211,15 @@ def test_on_a_tie_the_oracle_drafts_the_least_k():
     assert choice == [0, 1, 0, 0, 0]
 
 
+def test_on_a_tie_the_oracle_drafts_rather_than_step():
+    # n = 3, budget 3, top_k 1; run[1] = 1. From 1, drafting 1 token (accepted) emits positions 1
+    # and 2 in one 2 s round; two plain steps cost 1 + 1 = 2 s too. A tie: the drafting round wins.
+    rounds = [[1.0, 2.0]] * 2
+    seconds, choice = schedule(rounds, suffix_least(rounds), [2, 1, 0], 3, 3, 1, lambda f: [0.0] * 3)
+    assert seconds == 2.0
+    assert choice == [0, 1, 0, 0]
+
+
 def test_the_oracle_plans_past_its_latency_grid_as_within_it():
     # test_oracle_plans_the_drafts_catch_up's trace (prompt length 10, 7 positions) with a grid
     # tabulated only to context 4: every price comes from the latency model instead, the same

@@ -16,6 +16,7 @@ def test_one_outcome_per_prompt_gives_a_point():
     iv = combine(outcomes, 100, 0.95, np.random.default_rng(0))
     assert iv["speedup"].low == iv["speedup"].high == iv["speedup"].mean == 2.0
     assert iv["target_calls"].mean == 10 and iv["mean_acceptance_length"].mean == 2.0
+    assert iv["tokens_per_s"].mean == 5.0  # 10 + 10 tokens in 2.0 + 2.0 s
 
 
 def test_prompts_are_resampled_independently():
@@ -30,6 +31,25 @@ def test_prompts_are_resampled_independently():
     assert (iv["target_calls"].low, iv["target_calls"].high) == (8, 12)
     middle = combine(outcomes, 20000, 0.4, np.random.default_rng(1))["target_calls"]  # 30th-70th percentile
     assert (middle.low, middle.high) == (10, 10)
+
+
+class Picks:
+    """A generator whose draws pick the outcomes given."""
+
+    def __init__(self, picks):
+        self.picks = np.array(picks)
+
+    def integers(self, low, high, size):
+        return self.picks.reshape(size)
+
+
+def test_one_continuation_gives_the_draws_central_range_interpolated():
+    # one prompt whose outcomes took 4 and 6 target calls, two draws picking each once: the 95%
+    # range is the 2.5th to the 97.5th percentile of [4, 6], 4 + 0.025 · 2 = 4.05 to 4 + 0.975 · 2 = 5.95
+    outcomes = np.array([[[10, 4, 0, 1, 1.0, 1.0], [10, 6, 0, 1, 1.0, 1.0]]])
+    iv = combine(outcomes, 2, 0.95, Picks([[0], [1]]))["target_calls"]
+    assert iv.mean == 5.0
+    assert (iv.low, iv.high) == (pytest.approx(4.05), pytest.approx(5.95))
 
 
 def test_with_several_continuations_the_interval_is_the_textbook_predictive_interval():

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from simlab.sim.devices import Slice
-from simlab.sim.timeline import read_chrome_trace, write_chrome_trace
+from simlab.sim.timeline import chrome_trace, kind_of, read_chrome_trace, seconds_by_kind, write_chrome_trace
 
 SLICES = [Slice("target", "verify", 0.25, 1.25, {"tokens": 3, "accepted": 2}),
           Slice("draft", "draft", 0.0, 0.25, {"k": 2})]
@@ -30,3 +30,18 @@ def test_metadata_events_are_read_by_name_not_by_order(tmp_path):
     title, back = read_chrome_trace(tmp_path / "log.json")
     assert title == "live decode"
     assert [(s.device, s.start, s.end) for s in back] == [("gpu", 1.0, 1.5), ("tid 2", 2.0, 2.5)]
+
+
+def test_the_trace_asks_viewers_to_show_milliseconds():
+    # the Trace Event Format's top-level key is displayTimeUnit, spelled so (the format names no
+    # other spelling; a viewer ignores keys it does not know) and the trace holds nothing else
+    trace = chrome_trace(SLICES)
+    assert trace["displayTimeUnit"] == "ms"
+    assert set(trace) == {"traceEvents", "displayTimeUnit"}
+
+
+def test_device_seconds_add_up_per_kind_of_forward_without_the_prefill():
+    # draft 0.25 + 0.5 = 0.75 s; verify (parallel) 1.0 s; the prefill's 2.0 s left out
+    forwards = [(kind_of("draft x2"), 0.25), (kind_of("verify (parallel) x5"), 1.0), ("prefill", 2.0),
+                (kind_of("draft x1"), 0.5)]
+    assert seconds_by_kind(forwards) == {"draft": 0.75, "verify (parallel)": 1.0}

@@ -524,3 +524,16 @@ def test_a_growing_round_with_nothing_to_draft_asks_the_policy_to_select_nothing
     rounds = decode(policy, PromptInfo(0, 10, 2, 2))
     verify = next(rounds)
     assert type(verify) is VerifyTree and verify.widths == () and verify.tree.size == 0
+
+
+def test_a_tree_rounds_timeline_names_its_draft_runs_and_what_they_fed():
+    # 7 positions, every target token the draft's greedy one; shape 1x1 (a two-node chain). At 1
+    # both nodes are accepted (positions 1, 2) and the target adds 3; the depth-2 node is a leaf
+    # the draft never fed, so the round from 4 first feeds two tokens (it and the target's 3),
+    # and accepts 4, 5 (cap 7 - 4 - 1 = 2 levels) with the target's 6.
+    res = Simulator(tree_trace([[0] * 7], k=4), topology="two-devices").run(
+        "tree-static", {"shape": "1x1"}, timeline_prompt=0, with_cost=False)
+    assert [(s.name, s.args) for s in res.timeline if s.device == "draft"] == [
+        ("draft x2", {"position": 1, "tokens": 2}), ("draft x2", {"position": 4, "tokens": 2, "fed": 2})]
+    assert [(s.name, s.args) for s in res.timeline if s.device == "target"] == [
+        ("verify x3", {"position": 1, "tokens": 3, "accepted": 2}), ("verify x3", {"position": 4, "tokens": 3, "accepted": 2})]

@@ -5,6 +5,7 @@ or the documented token-count rule."""
 import pandas as pd
 import pytest
 
+from simlab.errors import SimlabError
 from simlab.latency import roofline as rf
 from simlab.latency.batch import BatchLatency
 from simlab.latency.grid import LatencyGrid
@@ -88,6 +89,10 @@ def test_ragged_drafts_run_a_draft_step_while_any_request_still_drafts():
     assert steps == 3
     assert seconds == pytest.approx(0.05 * 2 + 0.05 + 0.05)
     assert lat.draft_phase([0, 0], [1, 2]) == (0.0, 0)
+    # the first step feeds the first sequence two tokens: the padded step (0.05 x 2) grows as one
+    # sequence's step grows to two tokens, verify(2) / verify(1) = 2, so 0.2 s; the second step,
+    # the first sequence alone, 0.05 s
+    assert lat.draft_phase([2, 1], [10, 20], feeds=[2, 1]) == (pytest.approx(0.2 + 0.05), 2)
 
 
 # -- measured batches (the probe's batch axis) ------------------------------------------------
@@ -112,12 +117,21 @@ def measured_batch() -> BatchLatency:
 
 def test_measured_batches_price_a_padded_forward_at_the_longest_k_and_context():
     lat = measured_batch()
-    assert lat.measured and not lat.extrapolated and "measured batches B=1,2,4,8" in lat.rule
+    assert lat.measured and lat.extrapolated is False and "measured batches B=1,2,4,8" in lat.rule
     assert lat.target([3, 5], [100, 600]) == pytest.approx((0.1 + 0.02 * 5) * 2 ** 0.5 + 1e-4 * 600)
     assert lat.target([1] * 8, [500] * 8) == pytest.approx(0.12 * 8 ** 0.5 + 0.05)
     assert lat.draft([1] * 4, [0, 900, 10, 10]) == pytest.approx(0.05 * 4 ** 0.5)
     # a batch of one is still the single-request grid's own cell
     assert lat.target([4], [300]) == lat.grid.target_forward(4, 300)
+
+
+def test_samples_of_batches_above_one_only_are_refused_for_want_of_single_request_figures():
+    # batch 1 is the table itself: with no batch-1 sample it has no draft step, and does not
+    # borrow a batch's (the first sample here is a batch-2 draft step)
+    batched = measured_samples().query("batch > 1")
+    assert (batched.iloc[0]["op"], batched.iloc[0]["batch"]) == ("draft_step", 2)
+    with pytest.raises(SimlabError, match="has no draft-step curve"):
+        TableLatency.from_samples(batched)
 
 
 def test_between_measured_batch_sizes_the_price_is_linear_in_b_and_beyond_it_is_flagged():
@@ -126,7 +140,7 @@ def test_between_measured_batch_sizes_the_price_is_linear_in_b_and_beyond_it_is_
     assert lat.target([2] * 3, [0] * 3) == pytest.approx((two + four) / 2)
     eight = lat.target([2] * 8, [0] * 8)
     assert lat.target([2] * 12, [0] * 12) == pytest.approx(eight + 4 * (eight - four) / 4)
-    assert not lat.extrapolated  # 12 is within twice the largest measured batch
+    assert lat.extrapolated is False  # 12 is within twice the largest measured batch
     lat.target([2] * 17, [0] * 17)
     assert lat.extrapolated and "extrapolated linearly" in lat.rule
 

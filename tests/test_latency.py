@@ -1,5 +1,6 @@
 """Latency models: interpolation rules, profile files, the tabulated grid."""
 
+import pandas as pd
 import pytest
 
 from simlab.errors import SimlabError
@@ -8,6 +9,7 @@ from simlab.latency.grid import LatencyGrid
 from simlab.latency.model import TableLatency, load_profile, save_profile
 from simlab.latency.retime import with_latency
 from simlab.latency.surface import Surface
+from simlab.trace.schema import NO_LAYER
 from simlab.trace.synth import SynthSpec, synth_trace
 from tests.helpers import latency_table
 
@@ -32,12 +34,11 @@ def test_table_extends_the_last_slope_beyond_the_largest_k(table):
 
 
 def test_medians_of_repeated_samples():
-    import pandas as pd
-
     lat = latency_table(draft=0.1, verify={1: 1.0}, ctx=(0,))
     forward = lat[lat.op == "target_forward"]
     lat = pd.concat([lat, forward.assign(seconds=2.0), forward.assign(seconds=3.0)])
     assert TableLatency.from_samples(lat).target_forward(1, 0) == pytest.approx(2.0)
+    assert TableLatency.from_samples(lat).source == "trace samples (medians)"  # what the profile says it holds
 
 
 def test_profile_round_trip(table, tmp_path):
@@ -192,3 +193,56 @@ def test_tree_series_round_trip_through_a_profile(tmp_path):
         assert back.draft_tree_factor(k, 130) == lat.draft_tree_factor(k, 130)
     plain = TableLatency.from_samples(latency_table(draft=0.1, verify=CHAIN)).to_profile()
     assert "target_tree" not in plain and "draft_tree" not in plain  # profiles without them read as before
+
+
+def corun_growth_table() -> TableLatency:
+    """Verify 1.0 s for 1 token and 1.5 s for 2 solo; co-running 2.0 s and 4.0 s: the growth
+    from 1 to 2 tokens is 1.5 solo and 2.0 co-running (a draft step 0.1 s, 0.2 s co-running)."""
+    rows = [("draft_step", 1, c, NO_LAYER, corun, 0, s) for c in (0, 1000) for corun, s in ((False, 0.1), (True, 0.2))]
+    rows += [("target_forward", k, c, NO_LAYER, corun, 0, s) for c in (0, 1000)
+             for corun, k, s in ((False, 1, 1.0), (False, 2, 1.5), (True, 1, 2.0), (True, 2, 4.0))]
+    return TableLatency.from_samples(pd.DataFrame(rows, columns=["op", "k", "context_len", "layer", "corun", "repeat",
+                                                                 "seconds"]))
+
+
+def test_an_unprobed_draft_expansion_grows_as_the_co_running_target_does():
+    # no draft_tree samples: a 2-node draft forward costs the target's growth from 1 to 2 tokens
+    # in draft steps, 1.5 / 1.0 solo and 4.0 / 2.0 = 2.0 co-running
+    lat = corun_growth_table()
+    assert lat.draft_tree_factor(2, 100) == 1.5
+    assert lat.draft_tree_factor(2, 100, corun=True) == 2.0
+
+
+def test_co_running_figures_round_trip_through_a_profile(tmp_path):
+    back = load_profile(save_profile(corun_growth_table(), tmp_path / "p.json"))
+    assert back.has_corun
+    assert [back.target_forward(2, 100, corun) for corun in (False, True)] == [1.5, 4.0]
+    assert [back.draft_step(100, NO_LAYER, corun) for corun in (False, True)] == [0.1, 0.2]
+
+
+def test_a_shadow_read_costs_an_exit_head_per_layer():
+    # exit head over 4 rows: 0.01 s; DEL reading 3 exit layers' shadow tokens: 3 x 0.01 s
+    grid = LatencyGrid(TableLatency.from_samples(latency_table(heads={4: 0.01})), 300)
+    assert grid.exit_head(4) == 0.01
+    assert grid.shadow_seconds(4, 3) == pytest.approx(0.03)
+    assert grid.exit_head(4) == 0.01  # asked again: the same figure
+
+
+class ScalarOnly:
+    """A latency model that takes one context length at a time (int() of an array fails)."""
+
+    name = "scalar-only"
+
+    def draft_step(self, context_len, layer=NO_LAYER, corun=False):
+        return 0.1 + 0.001 * int(context_len)
+
+    def target_forward(self, k, context_len, corun=False):
+        return 1.0 + 0.01 * int(context_len)
+
+
+def test_a_model_that_takes_no_arrays_is_tabulated_one_context_at_a_time():
+    # draft step 0.1 + 0.001 c, verify 1.0 + 0.01 c: at c = 0..4 the grid holds what the model says
+    grid = LatencyGrid(ScalarOnly(), 4)
+    assert grid.target_row(1) == pytest.approx([1.0, 1.01, 1.02, 1.03, 1.04])
+    assert grid.draft_seconds(0, 2) == pytest.approx(0.1 + 0.101)
+

@@ -6,10 +6,11 @@ import pytest
 
 from simlab.errors import SimlabError
 from simlab.latency.fitted import FittedLatency, fit_latency, held_out, predict_samples
-from simlab.latency.model import load_profile, save_profile
-from simlab.latency.surface import fit_best, fit_surface
+from simlab.latency.model import TableLatency, load_profile, save_profile
+from simlab.latency.surface import Surface, fit_best, fit_surface
 from simlab.sim.run import Simulator
-from tests.helpers import hand_trace, noisy_latency
+from simlab.trace.schema import NO_LAYER
+from tests.helpers import hand_trace, latency_table, noisy_latency
 
 KS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 17)  # a sparse k grid (the recorder probed these before it took every k to 17)
 CONTEXTS = (128, 512, 1024, 2048, 4096)  # a range wide enough to pin the context slopes
@@ -185,3 +186,43 @@ def test_tree_series_get_their_own_fits_and_round_trip(tmp_path):
     chains = fit_latency(df, draft_layer=8)  # no tree axis: trees are priced as chains
     assert chains.target_tree(8, 1024) == chains.target_forward(8, 1024)
     assert chains.draft_tree_factor(4, 1024) == chains.target_forward(4, 1024) / chains.target_forward(1, 1024)
+
+
+def test_held_out_needs_only_two_repeats_and_the_table_baseline_is_exact_on_noiseless_samples():
+    # two noiseless repeats: each fold's table holds the other repeat's identical medians, so
+    # every left-out sample is predicted exactly (relative error 0); an affine fit nearly so
+    def verify(k, x):
+        return 0.02 + 0.003 * k + 1e-5 * x
+
+    df = pd.concat([noisy_latency(verify, KS, CONTEXTS, 2, 0.0),
+                    noisy_latency(lambda k, c: 0.01 + 2e-6 * c, (1,), CONTEXTS, 2, 0.0, op="draft_step")],
+                   ignore_index=True)
+    h = held_out(df)
+    assert (h.folds, h.samples) == (2, len(df))
+    assert h.table_median == pytest.approx(0.0, abs=1e-12)
+    assert h.fitted_median < 1e-6  # an affine fit recovers them, to its solver's rounding
+
+
+def test_co_running_tree_verifications_are_predicted_co_running():
+    # a co-running tree verification: the co-running chain (1.5 x solo) times the solo tree's
+    # measured ratio to its chain, 0.9 / chain(2): 1.5 x 0.9 = 1.35 s, not the solo 0.9 s
+    lat = TableLatency.from_samples(latency_table(draft=0.1, verify={1: 0.5, 2: 0.6, 3: 0.7}, ctx=(100, 200),
+                                                  corun=(2.0, 1.5), tree={2: 0.9}))
+    rows = pd.DataFrame([("target_tree", 2, 100, NO_LAYER, corun, 0, 0.0) for corun in (False, True)],
+                        columns=["op", "k", "context_len", "layer", "corun", "repeat", "seconds"])
+    assert predict_samples(lat, rows) == pytest.approx([0.9, 1.35])
+
+
+def test_a_fit_names_no_hardware_unless_told():
+    df = with_draft(samples(lambda k, x: 0.1 + 0.01 * k, contexts=(0, 64)), contexts=(0, 64))
+    assert fit_latency(df).hardware == ""
+    assert fit_latency(df, hardware="2-core CPU").hardware == "2-core CPU"
+
+
+def test_a_surface_with_a_negative_context_slope_or_a_non_finite_parameter_is_refused():
+    ok = {"form": "affine", "base": [0.1, 0.01], "xs": [1, 2, 4]}
+    assert Surface.from_dict(ok).base == (0.1, 0.01)
+    for bad in ({**ok, "ctx_slope": -1e-6}, {**ok, "ctx_x_slope": -1e-6}, {**ok, "base": [0.1, float("nan")]}):
+        with pytest.raises(SimlabError, match="must be finite, with non-negative context slopes"):
+            Surface.from_dict(bad)
+

@@ -1,18 +1,22 @@
 """The roofline model: shapes give the published parameter counts, and with the framework
 overhead fitted to Spec-Bench's A100 figures it predicts Pacer's A800 latencies within 10%."""
 
+import dataclasses
 import json
 
 import pytest
 
+from simlab.errors import SimlabError
 from simlab.latency import roofline as rf
 from simlab.latency.model import load_profile, save_profile
+from simlab.paths import CALIBRATE
 from simlab.trace.schema import NO_LAYER
 
 # Parameter counts in the models' names / model cards (billions)
 PUBLISHED_SIZE_B = {"vicuna-7b": 6.7, "vicuna-13b": 13.0, "vicuna-33b": 32.5, "deepseek-coder-1.3b": 1.3,
                     "deepseek-coder-33b": 33.3, "tinyllama-1.1b": 1.1, "codellama-34b": 33.7, "qwen3-32b": 32.8,
                     "pythia-12b": 11.8, "qwen2.5-coder-1.5b": 1.54}
+H100_PROFILE = CALIBRATE / "roofline" / "qwen2.5-coder-0.5b-1.5b-h100.json"
 PACER_BOUND = 0.10  # stated in calibrate/README.md
 
 
@@ -118,3 +122,27 @@ def test_published_figures_are_read_from_the_file_given(tmp_path):
     rows.head(1).drop(columns="seconds").assign(unit="ms", value=40.0).to_csv(table, index=False)
     mine = rf.published_latencies(table)
     assert len(mine) == 1 and mine["seconds"].tolist() == [0.04]  # 40 ms per forward
+
+
+def test_an_opt_config_has_the_plain_two_matrix_mlp():
+    # OPT's MLP is fc1, ReLU, fc2: two matrices, not a gated three (its act names no gelu)
+    config = {"model_type": "opt", "num_hidden_layers": 2, "hidden_size": 64, "ffn_dim": 256, "vocab_size": 1000,
+              "num_attention_heads": 4, "activation_function": "relu"}
+    assert rf.ModelShape.from_dict(config).mlp == "plain"
+    assert rf.ModelShape.from_dict({**config, "model_type": "llama"}).mlp == "gated"
+
+
+def test_the_default_overhead_is_hugging_face_eagers_and_names_its_sources():
+    rows = rf.published_latencies()
+    overhead = rf.fit_overhead()
+    assert overhead == rf.fit_overhead("hf-eager", rows)
+    fit = rows[(rows["framework"] == "hf-eager") & (rows["role"] == "fit")]
+    assert f"on {len(fit)} published figures" in overhead.source
+    assert all(source in overhead.source for source in set(fit["source"]))
+
+
+def test_an_unknown_dtype_is_refused_by_name():
+    model = load_profile(H100_PROFILE)
+    with pytest.raises(SimlabError, match="unknown dtype 'fp7'; known: float32, float16, bfloat16, int8"):
+        dataclasses.replace(model, dtype="fp7")
+

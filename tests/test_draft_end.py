@@ -116,3 +116,17 @@ def test_a_stop_rule_is_what_on_draft_decides_by(name):
     for i in range(1, 40):
         signal = TokenSignal(i, rng.random(), rng.random(), rng.random())
         assert (Decision.VERIFY if stops(signal) else Decision.DRAFT) is twin.on_draft(signal)
+
+
+def test_a_draft_past_its_first_rejection_stops_at_an_end_token_it_proposes():
+    # the draft is wrong at 2 and proposes EOS at 4; the hand trace holds no rollouts, so past
+    # the rejection at 2 the replay reads the recorded (teacher-forced) signals of 3 and 4. From
+    # 1 with a rule that never stops, cap 8: tokens 1..4, the 4th the end token, which ends the run
+    trace = hand_trace(["1101111111"])
+    trace.manifest.eos_token_ids = [EOS]
+    trace.positions.loc[trace.positions["pos"] == 4, "draft_token"] = EOS
+    rp = TraceReplay(trace).prompts[0]
+    drafted, said = rp.draft_until(1, None, 8, lambda s: False, stop_at_end=True)
+    assert ([s.index for s in drafted], drafted[-1].end, said) == ([1, 2, 3, 4], True, None)
+    drafted, said = rp.draft_until(1, None, 8, lambda s: False)  # not told to stop there: to the cap
+    assert (len(drafted), said) == (8, False)

@@ -20,7 +20,7 @@ from simlab.signals import TokenSignal
 from simlab.sim.executor import SimExecutor
 from simlab.sim.run import Simulator
 from simlab.trace.io import read_trace
-from simlab.trace.replay import TraceReplay, runs_of
+from simlab.trace.replay import SignalRun, TraceReplay, _sorted, runs_of
 from tests.helpers import (
     EveryRoundParallel,
     SerialThenParallel,
@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_runs_count_consecutive_accepts():
     assert runs_of([True, True, False, True, True, True, True, False]) == [2, 1, 0, 4, 3, 2, 1, 0]
+    assert runs_of([]) == []  # no positions, no runs
 
 
 def rounds(result):
@@ -465,3 +466,35 @@ def test_draft_until_reads_what_a_draft_loop_over_the_signals_reads(trace, seed,
             got, said = rp.draft_until(start, layer, cap, rule, at_end, go)
             assert repr(got) == repr(drafted) and decided(said) is decision
             assert rp.rollout_overruns - before == 2 * by_loop
+
+
+def test_a_signal_run_slices_like_the_tuple_of_its_signals():
+    # the run of 5 drafts from position 1 of PATTERN: a slice with a step, or without, holds the
+    # signals the tuple's slice holds
+    rp = TraceReplay(hand_trace([PATTERN])).prompts[0]
+    run = SignalRun(rp, 1, 5, None)
+    signals = tuple(run)
+    assert len(signals) == 5
+    for part in (slice(1, 4), slice(None, None, 2), slice(4, 0, -2), slice(-2, None)):
+        assert tuple(run[part]) == signals[part], part
+    assert isinstance(run[1:4], SignalRun)  # a plain slice stays lazy
+
+
+def test_recorded_predictor_scores_reach_the_drafts_signals():
+    # positions carry a trained predictor's score 0.05 t: the run from 1 reads 0.05, 0.10 and,
+    # at its first rejection (3), 0.15; a trace without the column reads NaN
+    trace = hand_trace([PATTERN])
+    trace.positions["predictor_score"] = 0.05 * trace.positions["pos"]
+    rp = TraceReplay(trace).prompts[0]
+    assert [s.score for s in islice(rp.signals(1), 3)] == pytest.approx([0.05, 0.10, 0.15])
+    assert [s.score for s in rp.draft_until(1, None, 3, lambda s: False)[0]] == pytest.approx([0.05, 0.10, 0.15])
+    assert all(math.isnan(s.score) for s in islice(TraceReplay(hand_trace([PATTERN])).prompts[0].signals(1), 3))
+
+
+def test_a_table_is_sorted_by_all_its_keys_in_order():
+    # sorted by (prompt_id, pos, step) the second row comes first: prompt 0 before prompt 1,
+    # although pos ties and step rises between them
+    df = pd.DataFrame({"prompt_id": [1, 0], "pos": [5, 5], "step": [0, 1]})
+    assert _sorted(df, ["prompt_id", "pos", "step"])["prompt_id"].tolist() == [0, 1]
+    ordered = df.iloc[::-1]
+    assert _sorted(ordered, ["prompt_id", "pos", "step"]) is ordered  # already sorted: returned as is

@@ -358,6 +358,20 @@ def test_layerskip_drafts_gamma_tokens_with_the_exit_layer():
         simulate(del_trace(), "layerskip", exit_layer=3)
 
 
+def test_del_pays_an_exit_head_per_exit_layer_for_each_shadow_read():
+    # a trace whose probe timed exit heads, 1 ms a row: each shadow read (after the prefill, 1
+    # row; after each verification, the positions it settled) runs one head per recorded exit
+    # layer (2 and 5) on the target: 2 x 1 ms x rows
+    trace = hand_trace(["1" * 9], layers={k: [v] for k, v in DEL_LAYERS.items()}, layer_conf=DEL_CONF,
+                       latency=latency_table(layers={2: 0.02, 5: 0.05}, heads={n: 0.001 * n for n in range(1, 12)}),
+                       n_layers=8)
+    res = simulate(trace, "del")
+    shadows = [(s.args["tokens"], s.end - s.start) for s in res.timeline if s.name.startswith("shadow")]
+    assert shadows[0] == (1, pytest.approx(0.002))
+    assert len(shadows) == 1 + sum(s.name.startswith("verify") for s in res.timeline)
+    assert all(seconds == pytest.approx(2 * 0.001 * rows) for rows, seconds in shadows)
+
+
 def test_token_per_layer_eq_1():
     assert tpl_row(1.0, 5, 18, 8)[18] == pytest.approx(19 / 98)
     assert tpl_row(0.0, 2, 0, 8) == [pytest.approx(1 / 8)]

@@ -498,3 +498,14 @@ def test_a_table_is_sorted_by_all_its_keys_in_order():
     assert _sorted(df, ["prompt_id", "pos", "step"])["prompt_id"].tolist() == [0, 1]
     ordered = df.iloc[::-1]
     assert _sorted(ordered, ["prompt_id", "pos", "step"]) is ordered  # already sorted: returned as is
+
+
+@pytest.mark.parametrize("policy", ["sd", "pearl"])
+def test_at_temperature_an_accepted_draft_token_is_emitted_as_drafted(policy):
+    # T = 0.7: a draft token is accepted with probability accept_prob, 1.0 here at every
+    # position, so the draft's 7777 at position 3 (the target sampled 103) is accepted and
+    # emitted, in serial and parallel rounds alike
+    trace = hand_trace(["1" * 12], temperature=0.7, latency=latency_table(draft=0.25))
+    trace.positions.loc[trace.positions["pos"] == 3, "draft_token"] = 7777
+    tokens = Simulator(trace).run(policy, keep_tokens=True, with_cost=False).tokens[0]
+    assert tokens == [101, 102, 7777, *range(104, 112)]

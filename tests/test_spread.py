@@ -1,11 +1,13 @@
 """The T > 0 prediction interval (simlab/sim/spread.py): per-prompt resampling over recorded
 continuations and replay seeds."""
 
+import warnings
+
 import numpy as np
 import pytest
 
 from simlab.errors import SimlabError
-from simlab.sim.spread import combine, sampling_spread
+from simlab.sim.spread import combine, run_metrics, sampling_spread
 from tests.helpers import hand_trace
 
 # counts per outcome: tokens, target_calls, accepted, num_drafts, wall_time_s, ad_wall_time_s
@@ -115,3 +117,27 @@ def test_simulate_prints_the_interval_at_temperature():
     bad = subprocess.run(simlab_cmd("simulate", "--trace", TRACES / "synthetic-iid", "--spread-trace",
                                     traces / "seed1"), capture_output=True, text=True)
     assert bad.returncode == 2 and "temperature > 0" in bad.stderr
+
+
+def test_traces_must_be_recorded_alike():
+    from simlab.paths import ROOT
+    from simlab.trace.io import read_trace
+
+    first = read_trace(ROOT / "results/live/smollm2-t07/traces/seed0")
+    other = read_trace(ROOT / "results/live/smollm2-t07/traces/seed0")
+    other.manifest.temperature = 1.0  # recorded at 0.7
+    with pytest.raises(SimlabError, match=r"other models or settings than .* \(draft_model, target_model, "
+                                          r"temperature, max_new_tokens\)"):
+        sampling_spread([first, other], "sd", seeds=1)
+
+
+def test_a_run_that_drafted_nothing_has_no_acceptance_length_and_says_so_quietly():
+    # 10 tokens in 10 target calls, no drafts: mean acceptance length 1 + 0/0 is NaN, with no
+    # floating-point warning; speedup 2.0 / 2.0 = 1
+    totals = {"tokens": np.array([10.0]), "target_calls": np.array([10.0]), "accepted": np.array([0.0]),
+              "num_drafts": np.array([0.0]), "wall_time_s": np.array([2.0]), "ad_wall_time_s": np.array([2.0])}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        metrics = run_metrics(totals)
+    assert np.isnan(metrics["mean_acceptance_length"][0]) and metrics["speedup"][0] == 1.0
+

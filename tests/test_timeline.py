@@ -45,3 +45,12 @@ def test_device_seconds_add_up_per_kind_of_forward_without_the_prefill():
     forwards = [(kind_of("draft x2"), 0.25), (kind_of("verify (parallel) x5"), 1.0), ("prefill", 2.0),
                 (kind_of("draft x1"), 0.5)]
     assert seconds_by_kind(forwards) == {"draft": 0.75, "verify (parallel)": 1.0}
+
+
+def test_every_event_is_on_the_one_process_with_a_named_thread_row_per_device():
+    # Chrome draws an event on the (pid, tid) row it names: one process (0), and a thread row per
+    # device whose thread_name metadata event names it
+    events = chrome_trace(SLICES)["traceEvents"]
+    assert {e["pid"] for e in events} == {0}
+    names = {e["tid"]: e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    assert {names[e["tid"]] for e in events if e["ph"] == "X"} == {"draft", "target"}

@@ -129,7 +129,8 @@ def test_a_synthetic_trace_retimed_by_a_profile_reads_its_table_at_the_traces_co
     # 0.01 s per token of context; the trace (prompt 8 tokens, 4 generated, max_k 2) is
     # tabulated at contexts 8 and 12 for k = 1..3: draft 0.58 / 0.62 s, verify k=3 2.08 / 2.12 s
     path = save_profile(TableLatency.from_samples(latency_table(0.5, {1: 1.0, 2: 1.5, 3: 2.0}, ctx=(0, 100),
-                                                                slope=0.01), name="hand"), tmp_path / "hand.json")
+                                                                slope=0.01), name="hand", hardware="2-core CPU"),
+                        tmp_path / "hand.json")
     trace = with_latency(synth_trace(SynthSpec(prompts=1, tokens=4, prompt_len=8, max_k=2)), path)
     lat = trace.latency
     draft, verify = lat[lat["op"] == "draft_step"], lat[lat["op"] == "target_forward"]
@@ -138,6 +139,8 @@ def test_a_synthetic_trace_retimed_by_a_profile_reads_its_table_at_the_traces_co
     assert verify[verify["k"] == 3]["seconds"].tolist() == pytest.approx([2.08, 2.12])
     assert sorted(set(verify["k"])) == [1, 2, 3]
     assert set(lat["repeat"]) == {0} and not lat["corun"].any()  # one solo repeat, as measured once
+    assert set(lat["batch"]) == {1}  # of one sequence
+    assert trace.manifest.hardware == "2-core CPU"  # the profile's
     assert trace.manifest.notes == ("Synthetic trace: acceptance and latencies are generated, not measured. "
                                     f"Latencies tabulated from the profile {path} (hand), not measured.")
 
@@ -215,7 +218,7 @@ def test_an_unprobed_draft_expansion_grows_as_the_co_running_target_does():
 
 def test_co_running_figures_round_trip_through_a_profile(tmp_path):
     back = load_profile(save_profile(corun_growth_table(), tmp_path / "p.json"))
-    assert back.has_corun
+    assert back.has_corun and back.source == "trace samples (medians)"
     assert [back.target_forward(2, 100, corun) for corun in (False, True)] == [1.5, 4.0]
     assert [back.draft_step(100, NO_LAYER, corun) for corun in (False, True)] == [0.1, 0.2]
 
@@ -226,6 +229,9 @@ def test_a_shadow_read_costs_an_exit_head_per_layer():
     assert grid.exit_head(4) == 0.01
     assert grid.shadow_seconds(4, 3) == pytest.approx(0.03)
     assert grid.exit_head(4) == 0.01  # asked again: the same figure
+    # a model probed without the exit-head axis prices no shadow read
+    bare = LatencyGrid(TableLatency.from_samples(latency_table()), 300)
+    assert (bare.prices_shadows, bare.exit_head(4), bare.shadow_seconds(4, 3)) == (False, None, 0.0)
 
 
 class ScalarOnly:

@@ -199,6 +199,12 @@ def test_held_out_needs_only_two_repeats_and_the_table_baseline_is_exact_on_nois
                    ignore_index=True)
     h = held_out(df)
     assert (h.folds, h.samples) == (2, len(df))
+    assert sorted(h.by_series) == ["draft", "target"]
+    with pytest.raises(SimlabError, match="^held-out evaluation needs latency samples of at least two probe repeats$"):
+        held_out(df[df["repeat"] == 0])
+    corun = noisy_latency(lambda k, c: 2 * verify(k, c), KS, CONTEXTS, 2, 0.0, corun=True)
+    assert sorted(held_out(pd.concat([df, corun], ignore_index=True)).by_series) == ["draft", "target",
+                                                                                   "target (co-run)"]
     assert h.table_median == pytest.approx(0.0, abs=1e-12)
     assert h.fitted_median < 1e-6  # an affine fit recovers them, to its solver's rounding
 
@@ -225,4 +231,27 @@ def test_a_surface_with_a_negative_context_slope_or_a_non_finite_parameter_is_re
     for bad in ({**ok, "ctx_slope": -1e-6}, {**ok, "ctx_x_slope": -1e-6}, {**ok, "base": [0.1, float("nan")]}):
         with pytest.raises(SimlabError, match="must be finite, with non-negative context slopes"):
             Surface.from_dict(bad)
+
+
+def test_a_fitted_exit_head_is_its_surface_over_the_rows():
+    # the probe's exit-head axis: 1 ms a row of hidden state (context 0); an affine fit in rows
+    heads = noisy_latency(lambda n, c: 0.001 * n, (1, 2, 4, 8, 16, 32), (0,), 2, 0.0, op="exit_head")
+    model = fit_latency(pd.concat([with_draft(samples(lambda k, x: 0.1 + 0.01 * k)), heads], ignore_index=True))
+    assert model.exit_head(4) == pytest.approx(0.004, rel=1e-6)
+    assert fit_latency(with_draft(samples(lambda k, x: 0.1 + 0.01 * k))).exit_head(4) is None  # no such axis
+
+
+def test_an_unknown_form_is_refused_naming_the_forms():
+    with pytest.raises(SimlabError, match=r"unknown latency form 'cubic'; choose one of affine, hinge, per-x or auto"):
+        fit_surface([1, 2, 3], [0, 0, 0], [0.1, 0.2, 0.3], "cubic")
+
+
+def test_r2_is_one_for_an_exact_fit_and_below_one_for_a_poor_one():
+    # 1 - residual / total sum of squares: an affine fit of affine samples leaves no residual;
+    # an affine fit of the non-monotone CPU verify costs leaves some, so 0 < r2 < 1
+    ks = list(CPU_VERIFY_MS)
+    exact = fit_surface(ks, [0] * len(ks), [0.1 + 0.01 * k for k in ks], "affine").quality["r2"]
+    poor = fit_surface(ks, [0] * len(ks), [CPU_VERIFY_MS[k] / 1000 for k in ks], "affine").quality["r2"]
+    assert exact == pytest.approx(1.0)
+    assert 0.0 < poor < 1.0
 

@@ -130,6 +130,10 @@ def test_an_opt_config_has_the_plain_two_matrix_mlp():
               "num_attention_heads": 4, "activation_function": "relu"}
     assert rf.ModelShape.from_dict(config).mlp == "plain"
     assert rf.ModelShape.from_dict({**config, "model_type": "llama"}).mlp == "gated"
+    # GPT-J's gelu_new MLP is plain too, by its act; a config that names no model is "model"
+    gptj = {**config, "model_type": "gptj", "activation_function": "gelu_new"}
+    assert rf.ModelShape.from_dict(gptj).mlp == "plain"
+    assert rf.ModelShape.from_dict(config).name == "model"
 
 
 def test_the_default_overhead_is_hugging_face_eagers_and_names_its_sources():
@@ -145,4 +149,26 @@ def test_an_unknown_dtype_is_refused_by_name():
     model = load_profile(H100_PROFILE)
     with pytest.raises(SimlabError, match="unknown dtype 'fp7'; known: float32, float16, bfloat16, int8"):
         dataclasses.replace(model, dtype="fp7")
+
+
+def test_a_self_speculative_roofline_keeps_its_draft_layer_through_a_profile(tmp_path):
+    model = dataclasses.replace(load_profile(H100_PROFILE), draft=None, draft_layer=10)
+    back = load_profile(save_profile(model, tmp_path / "selfspec.json"))
+    assert back.draft_layer == 10
+    assert back.draft_step(100) == model.draft_step(100)
+
+
+def test_a_model_config_that_is_not_json_is_named_in_the_error(tmp_path):
+    path = tmp_path / "mine" / "config.json"
+    path.parent.mkdir()
+    path.write_text("{not json")
+    with pytest.raises(SimlabError, match="model config .* is not valid JSON"):
+        rf.model_shape(path)
+
+
+def test_published_figures_in_an_unknown_unit_are_refused_naming_the_units(tmp_path):
+    table = tmp_path / "mine.csv"
+    rf.published_latencies().head(1).drop(columns="seconds").assign(unit="furlongs", value=1.0).to_csv(table, index=False)
+    with pytest.raises(SimlabError, match=r"unknown units \['furlongs'\]; use tokens_per_s, ms, s"):
+        rf.published_latencies(table)
 

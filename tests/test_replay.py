@@ -478,6 +478,7 @@ def test_a_signal_run_slices_like_the_tuple_of_its_signals():
     for part in (slice(1, 4), slice(None, None, 2), slice(4, 0, -2), slice(-2, None)):
         assert tuple(run[part]) == signals[part], part
     assert isinstance(run[1:4], SignalRun)  # a plain slice stays lazy
+    assert (run[-1], run[-5]) == (signals[4], signals[0])  # indices from the end, as a tuple's
 
 
 def test_recorded_predictor_scores_reach_the_drafts_signals():

@@ -226,13 +226,15 @@ def test_the_readme_llama_cpp_table_is_the_re_probed_runs():
 SERVE_LIVE = ROOT / "results" / "serve-live" / "quiet"
 
 
-def test_serve_live_quiet_table_matches_the_committed_decodes():
-    """results/serve-live/README.md's table of the second quiet run, from quiet/b*.csv."""
-    text = (SERVE_LIVE.parent / "README.md").read_text().split("### Second run")[1]
+@pytest.mark.parametrize("run, section", [("quiet", "### Second run"), ("qwen", "## The Qwen pair")])
+def test_serve_live_tables_match_the_committed_decodes(run, section):
+    """results/serve-live/README.md's tables (the second quiet SmolLM2 run, the Qwen pair's run)
+    from their b*.csv."""
+    text = (SERVE_LIVE.parent / "README.md").read_text().split(section)[1]
     rows = table_cells(text, "B")
     assert [int(r[0]) for r in rows] == [1, 2, 4, 8]
     for b, sd, sd_err, ad, ad_err, sd_tpot, ad_tpot, ratio, checks in rows:
-        runs = pd.read_csv(SERVE_LIVE / f"b{b}.csv")
+        runs = pd.read_csv(SERVE_LIVE.parent / run / f"b{b}.csv")
         for policy, cell, err, tpot in (("sd", sd, sd_err, sd_tpot), ("ad", ad, ad_err, ad_tpot)):
             rows_ = runs[runs.policy == policy]
             m = re.fullmatch(rf"({NUMBER}) \(({NUMBER})–({NUMBER})\) / ({NUMBER})", cell)

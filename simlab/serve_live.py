@@ -13,7 +13,7 @@ A short warm-up decode of the batch under the policy runs first and is not count
 ``simlab live``'s, :data:`simlab.live.decoding.WARMUP_TOKENS` tokens per request): the first
 forwards of a process touch the weights' pages and grow the allocator's pools, and on the Qwen
 pair the first of three 4-token batch-2 ``sd`` decodes ran at 1.43 tokens/s where the next two
-ran at 2.74 and 3.53.
+ran at 2.74 and 3.53 (2026-11-25, this project's 2-core CPU box, a mutation job on the other core).
 
 Greedy traces only: each request's live tokens are checked against the trace's (the target's
 greedy ``generate``, recorded) — the per-request losslessness check.

@@ -5,10 +5,13 @@ the prices by hand."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
+from simlab.latency.model import TableLatency
 from simlab.sim.draft_cache import DraftCache
-from simlab.sim.run import Simulator
+from simlab.sim.run import Simulator, latency_of
 from simlab.trace.schema import NO_LAYER
 from tests.helpers import hand_trace, latency_table
 
@@ -58,6 +61,21 @@ def test_a_round_after_a_fully_accepted_one_pays_for_its_two_token_catch_up():
     # the closed-form replay of fixed-γ SD prices it alike
     assert run.summary.wall_time_s == Simulator(hand_trace(["1" * 10], latency=SLOPED)).run(
         "sd", {"gamma": 3}, with_cost=False).summary.wall_time_s
+
+
+def test_a_llama_cpp_trace_pays_no_catch_up_its_verifications_fed_the_draft():
+    # llama.cpp's verification also runs the draft over the verified tokens (its measured
+    # target_forward includes that forward), so the round after a fully accepted one feeds one
+    # token: the same rounds as above without the 0.125 s, under `sd` and under llama-cpp's policy
+    trace = hand_trace(["1" * 10], latency=SLOPED)
+    llama = replace(trace, manifest=replace(trace.manifest, extra={**trace.manifest.extra, "engine": "llama.cpp"}))
+    for policy, params in (("sd", {"gamma": 3}), ("llama-cpp", {"draft_max": 3})):
+        assert Simulator(llama).run(policy, params, with_cost=False).summary.wall_time_s == 0.75 + 2.5 + 0.75 + 2.5 + 1.0
+        assert Simulator(trace).run(policy, params, with_cost=False).summary.wall_time_s == 0.75 + 2.5 + 0.875 + 2.5 + 1.0
+    # ... and a latency profile written from it keeps the rule
+    model = latency_of(llama)
+    assert TableLatency.from_profile(model.to_profile()).verify_feeds_draft
+    assert not TableLatency.from_profile(latency_of(trace).to_profile()).verify_feeds_draft
 
 
 def test_a_round_after_a_rejection_feeds_one_token_and_a_flat_forward_costs_nothing_more():

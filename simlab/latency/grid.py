@@ -212,8 +212,10 @@ class LatencyGrid:
         start of a round: :mod:`simlab.sim.draft_cache`) costs beyond a one-token draft step at
         ``context_len``: the step times the target's growth from 1 to ``tokens`` tokens, less
         one (:func:`~simlab.latency.model.chain_factor`: a causal forward, not a tree-mask one,
-        whose probed figures cost more on a CPU; never below one step). 0 for one token."""
-        if tokens <= 1:
+        whose probed figures cost more on a CPU; never below one step). 0 for one token, and 0
+        for the draft model when the measured verifications fed it too (``verify_feeds_draft``:
+        llama.cpp's, whose draft cache then lacks only the round's last token)."""
+        if tokens <= 1 or (layer == NO_LAYER and getattr(self.model, "verify_feeds_draft", False)):
             return 0.0
         step = self.draft_seconds(context_len, 1, layer, corun)
         growth = self.target_forward(tokens, context_len, corun) / self.target_forward(1, context_len, corun)

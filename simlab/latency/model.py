@@ -178,6 +178,11 @@ class TableLatency:
     # The exit head over k rows (the probe's exit-head axis; solo, one context), corun -> {k: curve}.
     # Empty: shadow reads are not priced (module docstring).
     exit_heads: dict[bool, dict[int, Curve]] = field(default_factory=dict)
+    # True when each measured target forward also ran the draft over the same tokens, as
+    # llama.cpp's verification does (``common_speculative_process`` keeps the draft's cache in
+    # step with the target's): the draft then never lacks more than the round's last token, so
+    # no round pays a catch-up (:meth:`~simlab.latency.grid.LatencyGrid.catch_up_seconds`).
+    verify_feeds_draft: bool = False
 
     def __post_init__(self) -> None:
         if not self.draft:
@@ -259,12 +264,13 @@ class TableLatency:
 
     @classmethod
     def from_samples(cls, samples: pd.DataFrame, name: str = "trace", hardware: str = "",
-                     draft_layer: int = NO_LAYER) -> "TableLatency":
+                     draft_layer: int = NO_LAYER, verify_feeds_draft: bool = False) -> "TableLatency":
         """Medians per (op, k, context_len, layer, corun) of a trace's latency table, one table
         per batch size (batch 1 is this one, the others its ``batches``)."""
         by_batch = dict(tuple(with_defaults("latency", samples).groupby("batch")))
         single = by_batch.pop(1, samples.iloc[:0])
         table = cls._from_single(single, name, hardware, draft_layer)
+        table.verify_feeds_draft = verify_feeds_draft
         table.batches = {int(b): cls._from_single(g, f"{name} (batch {b})", hardware, draft_layer)
                          for b, g in sorted(by_batch.items())}
         return table
@@ -291,6 +297,8 @@ class TableLatency:
                             ("exit_head", self.exit_heads)):
             if series:  # a profile without tree or exit-head samples reads as before
                 profile[key] = _k_list(series)
+        if self.verify_feeds_draft:
+            profile["verify_feeds_draft"] = True
         return {**profile_header("table", self), **profile}
 
     def _curves(self) -> dict:
@@ -312,6 +320,7 @@ class TableLatency:
             table.target_trees = _read_k_list(data.get("target_tree", []))
             table.draft_trees = _read_k_list(data.get("draft_tree", []))
             table.exit_heads = _read_k_list(data.get("exit_head", []))
+            table.verify_feeds_draft = bool(data.get("verify_feeds_draft", False))
         except (KeyError, TypeError, ValueError) as exc:
             raise SimlabError(f"latency profile {data.get('name', '?')!r} is malformed ({exc!r})") from exc
         return table

@@ -52,7 +52,8 @@ def latency_of(trace: Trace) -> TableLatency:
     """The latency model of a trace's own measured samples."""
     name = f"{trace.path.name if trace.path else 'trace'} samples"
     return TableLatency.from_samples(trace.latency, name=name, hardware=trace.manifest.hardware,
-                                     draft_layer=trace.manifest.draft_layer)
+                                     draft_layer=trace.manifest.draft_layer,
+                                     verify_feeds_draft=trace.manifest.extra.get("engine") == "llama.cpp")
 
 
 class Simulator:

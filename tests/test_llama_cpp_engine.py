@@ -1,5 +1,8 @@
 """llama.cpp as an engine, without building it: reading its counters and the trace tool's rows."""
 
+import subprocess
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
@@ -44,7 +47,8 @@ ROWS = "\n".join([
     "P\t1\t5\t9\t0.625\t1.5\t0.25\t0.75\t0.125\t0.5",
     "R\t1\t1\t11\t0.5\t2.25",
     "H\t40\t2\tlength",
-    "L\ttarget_forward\t3\t128\t0\t0.0125",
+    "L\ttarget_forward\t3\t128\t0\t0.0125\t1",
+    "L\tdraft_step\t1\t512\t2\t0.004\t4",
 ])
 
 
@@ -57,8 +61,70 @@ def test_the_trace_tools_rows_become_trace_tables_with_the_schemas_columns():
     assert (pos.draft_conf, pos.q_target, pos.p_draft) == pytest.approx((0.625, 0.25, 0.125))
     assert tables["prompts"].iloc[0][["prompt_len", "n_tokens", "stop"]].tolist() == [40, 2, "length"]
     assert tables["rollouts"].iloc[0][["pos", "step", "token"]].tolist() == [1, 1, 11]
-    lat = tables["latency"].iloc[0]
-    assert (lat.op, lat.k, lat.context_len, lat.layer, bool(lat.corun)) == ("target_forward", 3, 128, -1, False)
+    lat = tables["latency"]
+    assert lat[["op", "k", "context_len", "layer", "repeat", "batch"]].values.tolist() == [
+        ["target_forward", 3, 128, -1, 0, 1], ["draft_step", 1, 512, -1, 2, 4]]
+    assert lat["seconds"].tolist() == pytest.approx([0.0125, 0.004]) and not lat["corun"].any()
+
+
+def test_a_batch_probes_rows_keep_their_batch_size_and_hold_no_path():
+    lat = llama_record.parse_latency("L\ttarget_forward\t2\t64\t0\t0.25\t2\nL\tdraft_step\t1\t64\t0\t0.125\t2")
+    assert lat[["op", "k", "batch"]].values.tolist() == [["target_forward", 2, 2], ["draft_step", 1, 2]]
+    with pytest.raises(SimlabError, match="path in a batch probe"):
+        llama_record.parse_latency(ROWS)
+    with pytest.raises(SimlabError, match="without its batch size"):
+        llama_record.parse_latency("L\ttarget_forward\t2\t64\t0\t0.25")
+
+
+def _fake_tool(calls: list[list[str]]):
+    """subprocess.run standing in for the trace tool: rows that echo the BATCH and KS it was given."""
+    def run(cmd, **kwargs):
+        calls.append(cmd)
+        out, ks, contexts, batch = cmd[1], cmd[3].split(","), cmd[4].split(","), cmd[6]
+        rows = ["L\ttarget_forward\t%s\t%s\t0\t0.5\t%s" % (k, c, batch) for c in contexts for k in ks]
+        rows += ["L\tdraft_step\t1\t%s\t0\t0.25\t%s" % (c, batch) for c in contexts]
+        if batch == "1":
+            rows += ["P\t0\t7\t7\t1\t0\t1\t1\t1\t1", "H\t4\t1\tlength"]
+        Path(out).write_text("\n".join(rows))
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+    return run
+
+
+def test_a_reprobe_with_batches_runs_the_tool_once_per_batch_size_with_its_slots(monkeypatch):
+    calls: list[list[str]] = []
+    monkeypatch.setattr(llama_record.subprocess, "run", _fake_tool(calls))
+    probe = llama_record.Probe(ks=(1, 2, 3), contexts=(128, 300), repeats=1, batches=(1, 2, 4), batch_ks=(1, 5))
+    lat = llama_record.reprobe(Path("tool"), ModelPair("t.gguf", "d.gguf", 2), llama_record.EnginePrompt(0, "x", "t"),
+                               probe)
+    assert [cmd[6] for cmd in calls] == ["1", "2", "4"]  # BATCH
+    assert [cmd[3] for cmd in calls] == ["1,2,3", "1,5", "1,5"]  # the batch probe's own ks
+    assert "-np" not in calls[0]
+    for cmd, b in zip(calls[1:], (2, 4)):
+        assert cmd[cmd.index("-np") + 1] == str(b)
+        assert int(cmd[cmd.index("-c") + 1]) >= b * (300 + 5)  # every sequence's cells: -c / -np
+    counts = lat.groupby(["batch", "op"]).size().to_dict()
+    assert counts == {(1, "draft_step"): 2, (1, "target_forward"): 6, (2, "draft_step"): 2,
+                      (2, "target_forward"): 4, (4, "draft_step"): 2, (4, "target_forward"): 4}
+    assert list(lat.columns) == list(TABLES["latency"])
+
+
+def test_a_probe_without_a_batch_axis_runs_the_tool_once(monkeypatch):
+    calls: list[list[str]] = []
+    monkeypatch.setattr(llama_record.subprocess, "run", _fake_tool(calls))
+    lat = llama_record.reprobe(Path("tool"), ModelPair("t.gguf", "d.gguf", 2), llama_record.EnginePrompt(0, "x", "t"),
+                               llama_record.Probe(ks=(1,), contexts=(8,), repeats=1))
+    assert len(calls) == 1 and set(lat["batch"]) == {1}
+    with pytest.raises(SimlabError, match=">= 1"):
+        llama_record.Probe(batches=(0, 2))
+
+
+def test_the_batch_option_reads_sizes_and_refuses_nonsense():
+    from simlab.cli.llama_cpp import _batches
+
+    assert _batches("1,2,4,8") == (1, 2, 4, 8) and _batches("1-2") == (1, 2)
+    for bad in ("0,2", "two", ""):
+        with pytest.raises(SimlabError, match="--batch"):
+            _batches(bad)
 
 
 def test_an_unknown_row_or_a_missing_prompt_row_is_refused():

@@ -52,3 +52,22 @@ def test_llama_cpp_counts_equal_the_prediction(trace, tmp_path, p_min, draft_min
         without = compare.predict(read_trace(trace), N_PREDICT, DRAFT_MAX, p_min, 0).set_index("prompt_id")
         measured = table.set_index("prompt_id")["measured_n_drafted"].sort_index()
         assert (measured != without["predicted_n_drafted"].sort_index()).any()
+
+
+def test_the_batch_probe_times_two_sequences_decoded_together():
+    """The trace tool's batch axis on SmolLM2 (tiny: one context, k = 1, 2, one repeat): the
+    forwards of two sequences at once get rows of batch 2, each a positive time."""
+    from simlab.engines import llama_cpp
+    from simlab.engines.llama_args import ModelPair
+    from simlab.engines.llama_record import EnginePrompt, Probe, reprobe
+    from simlab.models.install import gguf_file
+
+    install("smollm2")
+    gguf = gguf_file("smollm2")
+    probe = Probe(ks=(1,), contexts=(32,), repeats=1, batches=(1, 2), batch_ks=(1, 2))
+    lat = reprobe(llama_cpp.build_trace_tool().binary, ModelPair(gguf, gguf, 2), EnginePrompt(0, "p", "def add(a, b):"),
+                  probe)
+    rows = sorted(zip(lat["batch"], lat["op"], lat["k"], lat["context_len"]))
+    assert rows == [(1, "draft_step", 1, 32), (1, "target_forward", 1, 32),
+                    (2, "draft_step", 1, 32), (2, "target_forward", 1, 32), (2, "target_forward", 2, 32)]
+    assert (lat["seconds"] > 0).all()

@@ -28,6 +28,22 @@ llama_app = typer.Typer(help="llama.cpp as the engine: build it, record traces w
 app.add_typer(llama_app, name="llama-cpp")
 
 THREADS_HELP = "Threads of each model (-t, -td)."
+BATCH_HELP = ("Batch sizes to probe, e.g. 1,2,4,8: for each B > 1 the trace tool also times B sequences decoded "
+              "together (-np B), as llama-server steps B slots, for `simlab serve` to price batches from "
+              "(batch 1, one sequence, is always probed).")
+
+
+def _batches(spec: str) -> tuple[int, ...]:
+    """``--batch 1,2,4,8`` -> (1, 2, 4, 8)."""
+    from simlab.record.ranges import int_ranges
+
+    try:
+        sizes = int_ranges(spec)
+    except ValueError as exc:
+        raise SimlabError(f"--batch: {exc}") from None
+    if min(sizes) < 1:
+        raise SimlabError(f"--batch sizes must be >= 1, got {spec!r}")
+    return sizes
 
 
 def _tools(jobs: int) -> tuple[Path, Path]:
@@ -65,6 +81,7 @@ def record_command(
     threads: int = typer.Option(2, "--threads", help=THREADS_HELP),
     chat_template: bool = typer.Option(True, "--chat-template/--no-chat-template",
                                        help="Wrap prompts in the target's chat template (needs it installed)."),
+    batch: str = typer.Option("1", "--batch", help=BATCH_HELP),
     jobs: int = typer.Option(2, "--jobs", help="Parallel compile jobs, if llama.cpp must be built."),
     force: Force = False,
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
@@ -82,6 +99,7 @@ def record_command(
     check_output(out, "--out", directory=True, force=force, owned=MANIFEST)
     if rollout < 0:
         raise SimlabError(f"--rollout must be >= 0, got {rollout}")
+    probe = Probe(batches=_batches(batch))
     pair = _pair(target, draft, threads)
     texts = _prompt_texts(prompts, target, pair.target, chat_template)
     _, tool = _tools(jobs)
@@ -96,7 +114,7 @@ def record_command(
         extra={"engine": "llama.cpp", "draft_conf": DRAFT_CONF, "threads": threads, "chat_template": chat_template},
     )
     with tqdm(total=len(texts), desc="llama.cpp trace", unit="prompt", disable=quiet, file=sys.stderr) as bar:
-        trace = record(tool, pair, texts, manifest, out, Probe(), progress=lambda n: bar.update(n - bar.n))
+        trace = record(tool, pair, texts, manifest, out, probe, progress=lambda n: bar.update(n - bar.n))
     agree = (trace.positions["draft_token"] == trace.positions["target_token"]).mean()
     typer.echo(f"wrote {out}: {len(trace.prompts)} prompts, {len(trace.positions)} positions, "
                f"draft agrees with target on {agree:.1%}")

@@ -17,7 +17,14 @@ once; its rows become the same tables ``simlab record`` writes, through the same
   position 0, which the prefill settles);
 - latencies are the steps llama-speculative-simple takes, sampling included: a draft step,
   and a verification of k tokens (the target's forward with every position's logits, its
-  sampler on each, and the draft's forward of the same batch), at the given context lengths.
+  sampler on each, and the draft's forward of the same batch), at the given context lengths;
+- with a batch axis (``Probe.batches``), the same two steps for B sequences decoded together,
+  as ``llama-server`` steps its B parallel slots: one draft decode of one token per sequence
+  (each sampled with its own top-k 10 sampler), and one target decode of k tokens per sequence
+  (all logits, all sampled) followed by the draft's decode of that batch. The tool runs once
+  per B with ``-np B`` (its KV cache then per sequence, not unified, as llama-server's with an
+  explicit ``-np``) and its rows get ``batch = B``: ``simlab serve`` prices batched steps from
+  them (:mod:`simlab.latency.batch`) instead of extrapolating from one sequence.
 """
 
 from __future__ import annotations
@@ -49,11 +56,22 @@ class EnginePrompt:
 
 @dataclass(frozen=True)
 class Probe:
-    """Forward latencies to time: target forwards of each k, draft steps, at each context."""
+    """Forward latencies to time: target forwards of each k, draft steps, at each context.
+
+    ``batches`` adds the batch axis: for every B > 1 in it, target forwards of B sequences x k
+    tokens for each k in ``batch_ks`` (1-9 by default: verifications of up to 8 drafts) and
+    batched draft steps, at the same contexts and repeats. Batch 1 (the single-sequence series
+    of ``ks``) is always probed."""
 
     ks: tuple[int, ...] = tuple(range(1, 10))
     contexts: tuple[int, ...] = (128, 512)
     repeats: int = 3
+    batches: tuple[int, ...] = (1,)
+    batch_ks: tuple[int, ...] = tuple(range(1, 10))
+
+    def __post_init__(self):
+        if any(b < 1 for b in self.batches) or any(k < 1 for k in self.batch_ks):
+            raise SimlabError(f"batch sizes and their ks must be >= 1, got batches {self.batches}, ks {self.batch_ks}")
 
 
 def record(tool: Path, pair: ModelPair, prompts: Sequence[EnginePrompt], manifest: Manifest, out: Path,
@@ -66,6 +84,8 @@ def record(tool: Path, pair: ModelPair, prompts: Sequence[EnginePrompt], manifes
         # the latencies are measured once, after the first prompt's path
         tables = _one_prompt(tool, pair, prompt, manifest.max_new_tokens, manifest.rollout_len,
                              probe if i == 0 else Probe(ks=(), contexts=(), repeats=0))
+        if i == 0:
+            tables["latency"] = pd.concat([tables["latency"], *_batched(tool, pair, prompt, probe)], ignore_index=True)
         for name, df in tables.items():
             rows[name].append(df)
         progress(i + 1)
@@ -77,20 +97,45 @@ def record(tool: Path, pair: ModelPair, prompts: Sequence[EnginePrompt], manifes
 def reprobe(tool: Path, pair: ModelPair, prompt: EnginePrompt, probe: Probe = Probe()) -> pd.DataFrame:
     """The step latencies timed again now (on ``prompt``, generating one token): a trace's own
     were timed when it was recorded, and a shared machine drifts between then and a run."""
-    return _one_prompt(tool, pair, prompt, 2, 0, probe)["latency"]
+    single = _one_prompt(tool, pair, prompt, 2, 0, probe)["latency"]
+    return pd.concat([single, *_batched(tool, pair, prompt, probe)], ignore_index=True)
 
 
 def _one_prompt(tool: Path, pair: ModelPair, prompt: EnginePrompt, positions: int, rollout_len: int,
                 probe: Probe) -> dict[str, pd.DataFrame]:
+    text = _run_tool(tool, [str(rollout_len), _ints(probe.ks), _ints(probe.contexts), str(probe.repeats), "1", "--",
+                            *pair.args(prompt.text, positions - 1)], prompt)
+    return parse_rows(text, prompt)
+
+
+def _batched(tool: Path, pair: ModelPair, prompt: EnginePrompt, probe: Probe) -> list[pd.DataFrame]:
+    """The batch axis: the tool once per batch size B > 1, its latency rows (``batch = B``)."""
+    frames = []
+    for b in sorted(set(probe.batches) - {1}):
+        text = _run_tool(tool, ["0", _ints(probe.batch_ks), _ints(probe.contexts), str(probe.repeats), str(b), "--",
+                                *pair.args(prompt.text, 1), *batch_args(probe, b)], prompt)
+        frames.append(parse_latency(text))
+    return frames
+
+
+def batch_args(probe: Probe, batch: int) -> list[str]:
+    """llama.cpp arguments for ``batch`` sequences: ``-np`` slots, each with the KV cells the
+    probe's longest context and k need (llama.cpp gives each of the -np sequences -c / -np
+    cells, rounded up to 256, as llama-server's slots get)."""
+    need = max(probe.contexts, default=0) + max(probe.batch_ks, default=1)
+    per_sequence = -(-need // 256) * 256
+    return ["-np", str(batch), "-c", str(batch * per_sequence)]
+
+
+def _run_tool(tool: Path, args: list[str], prompt: EnginePrompt) -> str:
+    """The trace tool's rows (OUT ROLLOUT_LEN KS CONTEXTS REPEATS BATCH -- llama args)."""
     with tempfile.TemporaryDirectory(prefix="simlab-llama-") as tmp:
         rows_file = Path(tmp) / "rows.tsv"
-        cmd = [str(tool), str(rows_file), str(rollout_len), _ints(probe.ks), _ints(probe.contexts),
-               str(probe.repeats), "--", *pair.args(prompt.text, positions - 1)]
-        done = subprocess.run(cmd, capture_output=True, text=True, env=environment())
+        done = subprocess.run([str(tool), str(rows_file), *args], capture_output=True, text=True, env=environment())
         if done.returncode != 0:
             tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
             raise SimlabError(f"llama.cpp trace tool failed on prompt {prompt.source} (exit {done.returncode}): {tail[0]}")
-        return parse_rows(rows_file.read_text(), prompt)
+        return rows_file.read_text()
 
 
 def _ints(values: Sequence[int]) -> str:
@@ -99,12 +144,7 @@ def _ints(values: Sequence[int]) -> str:
 
 def parse_rows(text: str, prompt: EnginePrompt) -> dict[str, pd.DataFrame]:
     """The trace tool's tab-separated rows -> the prompt's rows of each trace table."""
-    by_kind: dict[str, list[list[str]]] = {"H": [], "P": [], "R": [], "L": []}
-    for line in text.splitlines():
-        fields = line.split("\t")
-        if fields[0] not in by_kind:
-            raise SimlabError(f"llama.cpp trace tool wrote an unknown row {line[:60]!r}")
-        by_kind[fields[0]].append(fields[1:])
+    by_kind = _by_kind(text)
     if len(by_kind["H"]) != 1:
         raise SimlabError(f"llama.cpp trace tool wrote no prompt row for {prompt.source}")
     prompt_len, n_tokens, stop = by_kind["H"][0]
@@ -113,8 +153,33 @@ def parse_rows(text: str, prompt: EnginePrompt) -> dict[str, pd.DataFrame]:
         "prompts": _frame("prompts", [[pid, prompt.source, prompt_len, n_tokens, stop, prompt.text]]),
         "positions": _frame("positions", [[pid, *row] for row in by_kind["P"]]),
         "rollouts": _frame("rollouts", [[pid, *row, NO_LAYER] for row in by_kind["R"]]),
-        "latency": _frame("latency", [[op, k, ctx, NO_LAYER, False, rep, s, 1] for op, k, ctx, rep, s in by_kind["L"]]),
+        "latency": _latency(by_kind["L"]),
     }
+
+
+def parse_latency(text: str) -> pd.DataFrame:
+    """A batch probe's rows (``L`` rows only) -> latency rows."""
+    by_kind = _by_kind(text)
+    if by_kind["H"] or by_kind["P"] or by_kind["R"]:
+        raise SimlabError("llama.cpp trace tool wrote a path in a batch probe")
+    return _latency(by_kind["L"])
+
+
+def _by_kind(text: str) -> dict[str, list[list[str]]]:
+    by_kind: dict[str, list[list[str]]] = {"H": [], "P": [], "R": [], "L": []}
+    for line in text.splitlines():
+        fields = line.split("\t")
+        if fields[0] not in by_kind:
+            raise SimlabError(f"llama.cpp trace tool wrote an unknown row {line[:60]!r}")
+        by_kind[fields[0]].append(fields[1:])
+    return by_kind
+
+
+def _latency(rows: list[list[str]]) -> pd.DataFrame:
+    """``L op k context_len repeat seconds batch`` rows -> the latency table's rows."""
+    if any(len(row) != 6 for row in rows):
+        raise SimlabError("llama.cpp trace tool wrote a latency row without its batch size (an old tool?)")
+    return _frame("latency", [[op, k, ctx, NO_LAYER, False, rep, s, b] for op, k, ctx, rep, s, b in rows])
 
 
 _DTYPES = {"int32": "int32", "float32": "float32", "float64": "float64", "string": "object", "bool": "bool"}

@@ -188,3 +188,12 @@ def test_a_split_gguf_is_joined_once_under_its_full_name_and_checked(tmp_path, m
     gguf.write_bytes(b"tampered")
     with pytest.raises(SimlabError, match="sha256"):
         install.gguf_file("tiny-0.5b")
+
+
+def test_serve_tells_a_llama_cpp_trace_without_batches_to_record_them_with_its_own_recorder():
+    from types import SimpleNamespace
+
+    from simlab.cli.serve import batch_probe_hint
+
+    assert "simlab llama-cpp record ... --batch" in batch_probe_hint(SimpleNamespace(extra={"engine": "llama.cpp"}))
+    assert "--keep-rollouts" in batch_probe_hint(SimpleNamespace(extra={}))

@@ -119,9 +119,7 @@ def serve(
     mean_batch = stats.batch_sizes / stats.decode_steps if stats.decode_steps else 0.0
     acceptance = run.positions.rates()
     if res.extrapolated and max_batch > 1:
-        err_console.print(f"[yellow]warning:[/] {res.latency_rule}; probe the trace's batch axis on a copy of it "
-                          "(simlab record ... --resume --reprobe --keep-rollouts --latency-probe 'batch=2,4,8', or "
-                          "'batch=1,2,4,8' on other hardware than the trace's) or pass a roofline profile with --latency")
+        err_console.print(f"[yellow]warning:[/] {res.latency_rule}; {batch_probe_hint(tr.manifest)}")
     if json_out:
         print_json({
             "policy": policy, "params": run.params, "trace": str(tr.path), "latency": sim.latency.name,
@@ -251,6 +249,16 @@ def _serve_rates(trace, latency, rates, requests, seed, config, baseline, json_o
     console.print(table)
     if out:
         console.print(f"wrote {out}")
+
+
+def batch_probe_hint(manifest) -> str:
+    """How a trace without a batch axis gets one (a llama.cpp trace has its own recorder)."""
+    if manifest.extra.get("engine") == "llama.cpp":
+        return ("record the trace again with a batch axis (simlab llama-cpp record ... --batch 1,2,4,8) or pass a "
+                "roofline profile with --latency")
+    return ("probe the trace's batch axis on a copy of it (simlab record ... --resume --reprobe --keep-rollouts "
+            "--latency-probe 'batch=2,4,8', or 'batch=1,2,4,8' on other hardware than the trace's) or pass a "
+            "roofline profile with --latency")
 
 
 def _seconds(slo: float | None) -> str:

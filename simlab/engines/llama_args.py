@@ -20,11 +20,16 @@ class ModelPair:
     draft: Path
     threads: int
 
+    def models(self) -> list[str]:
+        """The two models with a separate draft (``--spec-type draft-simple``: this llama.cpp
+        infers no type from a plain GGUF), each on ``threads`` threads; ``llama-server`` takes
+        these as they are."""
+        return ["-m", str(self.target), "-md", str(self.draft), "--spec-type", "draft-simple",
+                "-t", str(self.threads), "-td", str(self.threads)]
+
     def args(self, prompt: str, n_predict: int) -> list[str]:
-        """Greedy decoding (``--temp 0``) of ``prompt`` for ``n_predict`` tokens, with a separate
-        draft model (``--spec-type draft-simple``: this llama.cpp infers no type from a plain GGUF)."""
-        return ["-m", str(self.target), "-md", str(self.draft), "--spec-type", "draft-simple", "-p", prompt,
-                "-n", str(n_predict), "--temp", "0", "--seed", "0", "-t", str(self.threads), "-td", str(self.threads)]
+        """Greedy decoding (``--temp 0``) of ``prompt`` for ``n_predict`` tokens."""
+        return [*self.models(), "-p", prompt, "-n", str(n_predict), "--temp", "0", "--seed", "0"]
 
 
 def environment() -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""Build llama.cpp's ``llama-speculative-simple`` (and simlab's trace tool) from the package index alone.
+"""Build llama.cpp's ``llama-speculative-simple``, ``llama-server`` and simlab's trace tool from the package index alone.
 
 llama.cpp's source ships inside the ``llama-cpp-python`` sdist (``vendor/llama.cpp``), so a
 pinned sdist from PyPI is a reproducible source: CI and users need no other download. The build
@@ -24,6 +24,7 @@ from simlab.paths import cache_root
 
 VERSION = "0.3.36"  # llama-cpp-python release whose vendored llama.cpp the llama-cpp policy was read from
 TARGET = "llama-speculative-simple"
+SERVER = "llama-server"  # several requests at once in parallel slots (simlab.engines.llama_server)
 TRACE_TOOL = "simlab-llama-trace"
 TRACE_SOURCE = Path(__file__).with_name("llama_trace.cpp")
 _TRACE_CMAKE = f"""set(TARGET {TRACE_TOOL})
@@ -57,6 +58,15 @@ def build(root: Path | None = None, jobs: int = 2) -> Build:
         return Build(binary, built_now=False)
     _configure(root)
     return Build(_make(root, TARGET, jobs), built_now=True)
+
+
+def build_server(root: Path | None = None, jobs: int = 2) -> Build:
+    """Build :data:`SERVER` in the same tree (after :func:`build`; cached)."""
+    build(root, jobs)
+    binary = binary_path(root, SERVER)
+    if binary.exists():
+        return Build(binary, built_now=False)
+    return Build(_make(root, SERVER, jobs), built_now=True)
 
 
 def build_trace_tool(root: Path | None = None, jobs: int = 2) -> Build:

@@ -95,6 +95,7 @@ class ServedRequest:
         accepted = min(path.run[start], drafts, rp.n_tokens - start - 1)
         c = self.counts
         c.target_calls += 1
+        c.verified += drafts
         c.accepted += accepted
         positions.add(accepted + 1 if accepted < drafts else drafts, accepted)
         self.committed = start + accepted + 1

@@ -1,0 +1,108 @@
+"""``simlab llama-cpp serve``: ``llama-server`` with B parallel slots against ``simlab serve``.
+
+Every prediction is made (and printed) before the first server starts; then, per batch size B,
+a ``llama-server`` with ``-np B`` gets bursts of B requests from a load generator on loopback
+(:mod:`simlab.live.llama_server`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from dataclasses import replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pandas as pd
+import typer
+
+from simlab.cli.llama_cpp import _batches, _pair, llama_app
+from simlab.cli.output import Force, frame_output
+from simlab.errors import SimlabError
+from simlab.paths import portable_path
+
+
+@llama_app.command("serve")
+def serve_command(
+    trace_path: Path = typer.Option(..., "--trace", help="A trace from `simlab llama-cpp record` (record it with "
+                                    "--batch 1,2,4,... to price batched steps from measurements)."),
+    batch: str = typer.Option("1,2,4", "--batch", help="Batch sizes: a llama-server with -np B per B, bursts of B "
+                              "requests (the trace's first B prompts, cycled)."),
+    n_predict: int = typer.Option(64, "--n-predict", "-n", help="Tokens each request generates (its n_predict)."),
+    draft_max: int = typer.Option(3, "--draft-max", help="llama.cpp's --spec-draft-n-max (the policy's draft_max)."),
+    p_min: float = typer.Option(0.0, "--p-min", help="llama.cpp's --spec-draft-p-min (the policy's p_min)."),
+    draft_min: int = typer.Option(0, "--draft-min", help="llama.cpp's --spec-draft-n-min (the policy's draft_min)."),
+    repeats: int = typer.Option(2, "--repeats", help="Counted bursts per batch size (after one uncounted warm-up)."),
+    reprobe: bool = typer.Option(False, "--reprobe", help="Time the steps again, with the batch axis of --batch, "
+                                 "before predicting (not the trace's)."),
+    out: Path | None = typer.Option(None, "--out", help="Per-request table of every burst, measured beside "
+                                    "predicted (.csv)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    jobs: int = typer.Option(2, "--jobs", help="Parallel compile jobs, if llama.cpp must be built."),
+    force: Force = False,
+) -> None:
+    """Predict llama-server under bursts of B requests in B slots, then run it and compare."""
+    from simlab.engines import llama_cpp
+    from simlab.engines.llama_server import Drafting
+    from simlab.live import llama_server as compare
+    from simlab.trace.io import read_trace
+
+    if out is not None:
+        out = frame_output(out, force)
+    sizes = _batches(batch)
+    if n_predict < 2 or draft_max < 1 or draft_min < 0 or not 0.0 <= p_min <= 1.0 or repeats < 1:
+        raise SimlabError("-n must be >= 2, --draft-max and --repeats >= 1, --draft-min >= 0 and --p-min within [0, 1]")
+    trace = read_trace(trace_path)
+    drafting = Drafting(draft_max, draft_min, p_min)
+    compare.server_view(trace, n_predict)  # a trace that cannot be served fails before anything is built
+    log = lambda line: typer.echo(line, err=True)  # noqa: E731
+    m = trace.manifest
+    pair = _pair(m.target_model, m.draft_model, int(m.extra.get("threads", 2)))
+    log("building llama.cpp's llama-server if not cached (a few minutes the first time)...")
+    server = llama_cpp.build_server(jobs=jobs).binary
+    if reprobe:
+        from simlab.engines.llama_record import EnginePrompt, Probe
+        from simlab.engines.llama_record import reprobe as time_steps
+
+        tool = llama_cpp.build_trace_tool(jobs=jobs).binary
+        first = trace.prompts.iloc[0]
+        log(f"re-probing the steps (batch sizes {','.join(map(str, sizes))})...")
+        latency = time_steps(tool, pair, EnginePrompt(int(first.prompt_id), first.source, first.prompt_text),
+                             Probe(batches=tuple(sorted({1, *sizes}))))
+        trace = replace(trace, latency=latency)
+    view = compare.server_view(trace, n_predict)
+    # every prediction is made before anything is measured
+    predictions = {b: compare.predict(view, b, drafting) for b in sizes}
+    for b, (_, figures) in predictions.items():
+        log(f"B={b} predicted: {figures['tokens_per_s']:.2f} tokens/s")
+    load_before = os.getloadavg()[0]
+    tables, bursts = [], []
+    for b in sizes:
+        rows, figures = predictions[b]
+        for rep, (answers, measured) in enumerate(compare.measure(server, pair, view, b, drafting, repeats, log)):
+            table = compare.compare(rows, answers).assign(batch=b, repeat=rep)
+            tables.append(table)
+            matched = int(table[[f"match_{k}" for k in compare.COUNTERS]].all(axis=1).sum())
+            bursts.append({"batch": b, "repeat": rep, "measured_tokens_per_s": round(measured["tokens_per_s"], 3),
+                           "predicted_tokens_per_s": round(figures["tokens_per_s"], 3),
+                           "error_tokens_per_s": round(figures["tokens_per_s"] / measured["tokens_per_s"] - 1.0, 4),
+                           "requests_matching_counts": f"{matched}/{b}"})
+    frame = pd.concat(tables, ignore_index=True)
+    if out is not None:
+        frame.to_csv(out, index=False)
+    summary = {"trace": portable_path(trace_path), "n_predict": n_predict, "draft_max": draft_max,
+               "draft_min": draft_min, "p_min": p_min, "latency": "re-probed before the run" if reprobe else "the trace's",
+               "latency_rule": predictions[max(sizes)][1]["latency_rule"], "bursts": bursts,
+               "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+               "command": shlex.join(["simlab", *sys.argv[1:]]),
+               "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    if as_json:
+        typer.echo(json.dumps(summary, indent=2))
+        return
+    typer.echo(f"latency: {summary['latency']}; {summary['latency_rule']}")
+    for r in bursts:
+        typer.echo(f"B={r['batch']} burst {r['repeat'] + 1}: tokens/s {r['measured_tokens_per_s']:7.2f} measured / "
+                   f"{r['predicted_tokens_per_s']:7.2f} predicted ({r['error_tokens_per_s']:+.1%}); requests with "
+                   f"tokens, drafted and accepted exact: {r['requests_matching_counts']}")

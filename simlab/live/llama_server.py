@@ -1,0 +1,157 @@
+"""llama.cpp's ``llama-server`` with B parallel slots measured against ``simlab serve``.
+
+The prediction comes first, from a trace recorded earlier with llama.cpp as the engine
+(``simlab llama-cpp record``, with a batch axis for B > 1): ``serve`` with the ``llama-cpp``
+policy under the run's ``--draft-max``, ``--draft-min`` and ``--draft-p-min``, the trace's
+first B prompts (cycled when B is larger) arriving together at t = 0 into B slots, every prompt
+prefilled in the first step. Then a real ``llama-server`` with ``-np B`` gets the same prompts
+at once from :func:`simlab.engines.llama_server.send`, after a short uncounted warm-up burst,
+``repeats`` times.
+
+Two conventions differ from ``llama-speculative-simple`` (:func:`server_view`): the server
+prefills the whole prompt and samples its first token from that prefill, so the trace is read
+with the prompt one token longer and position 0 the first generated token; and its end of
+generation is simlab's budget rule (a slot drafts at most ``n_remaining - 1`` tokens, and
+stops at ``n_predict`` generated tokens), so the policy runs without ``n_predict``.
+
+Compared per request: ``tokens`` (the server's ``predicted_n``, the first token included),
+``drafted`` (``draft_n``: drafts the target verified) and ``accepted`` (``draft_n_accepted``); per burst: the decode phase's tokens/s (tokens after
+each request's first, over the time from the first first-token to the last answer), which is
+what ``serve`` prices.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+
+from simlab.engines.llama_args import ModelPair
+from simlab.engines.llama_server import Answer, Drafting, running, send
+from simlab.errors import SimlabError
+from simlab.latency.batch import BatchLatency
+from simlab.live.decoding import WARMUP_TOKENS
+from simlab.serve.run import ServeConfig, serve_once
+from simlab.serve.scheduler import Scheduler
+from simlab.serve_live import cut_trace
+from simlab.sim.run import Simulator
+from simlab.trace.io import Trace
+
+POLICY = "llama-cpp"
+# simlab's name -> the server's (Answer's) counter
+COUNTERS = {"tokens": "predicted_n", "drafted": "draft_n", "accepted": "draft_n_accepted"}
+CONTEXT_ROUND = 64  # slot contexts are rounded up to this many tokens
+SAME_STEP_S = 0.005  # first tokens closer than this came from one step (a step takes tens of ms or more)
+BURST_TRIES = 5
+
+
+def server_view(trace: Trace, n_predict: int) -> Trace:
+    """The trace as ``llama-server`` decodes it, cut to ``n_predict`` generated tokens.
+
+    A llama.cpp trace follows ``llama-speculative-simple``: the prompt's last token is position 0
+    and is fed by the first round. The server prefills it with the rest and samples the trace's
+    position 1 from the prefill, so here the prompt is one token longer and every position one
+    less (the rollouts too)."""
+    if trace.manifest.extra.get("engine") != "llama.cpp":
+        raise SimlabError("llama-server is predicted on a trace from `simlab llama-cpp record`")
+    prompts = trace.prompts.copy()
+    prompts["prompt_len"] += 1
+    prompts["n_tokens"] -= 1
+    short = prompts[(prompts["n_tokens"] < n_predict) & (prompts["stop"] != "eos")]
+    if len(short):
+        raise SimlabError(f"-n {n_predict} needs a trace of at least {n_predict + 1} positions per prompt; "
+                          f"{short.iloc[0]['source']} has {int(short.iloc[0]['n_tokens']) + 1}")
+
+    def shifted(df: pd.DataFrame | None) -> pd.DataFrame | None:
+        if df is None:
+            return None
+        df = df[df["pos"] >= 1].copy()
+        df["pos"] -= 1
+        return df.reset_index(drop=True)
+
+    manifest = replace(trace.manifest, max_new_tokens=trace.manifest.max_new_tokens - 1)
+    view = replace(trace, manifest=manifest, prompts=prompts, positions=shifted(trace.positions),
+                   rollouts=shifted(trace.rollouts), layers=shifted(trace.layers))
+    return cut_trace(view, n_predict)
+
+
+def _params(drafting: Drafting) -> dict:
+    return {"draft_max": drafting.draft_max, "draft_min": drafting.draft_min, "p_min": drafting.p_min}
+
+
+def predict(view: Trace, batch: int, drafting: Drafting) -> tuple[pd.DataFrame, dict]:
+    """``serve``'s prediction for a burst of ``batch`` requests into ``batch`` slots: one row per
+    request, and the burst's figures (tokens/s, and the rule that priced the batched steps)."""
+    sim = Simulator(view)
+    params = _params(drafting)
+    lens = [p.prompt_len for p in (sim.replay.prompts * batch)[:batch]]
+    config = ServeConfig(POLICY, params, Scheduler(batch, sum(lens) + batch))
+    latency = BatchLatency(sim.latency)
+    run = serve_once(sim, [0.0] * batch, config, POLICY, params, latency=latency)
+    rows = pd.DataFrame([{"request": r.request_id, "prompt_id": r.replay.prompt_id, "predicted_tokens": r.replay.n_tokens,
+                          "predicted_drafted": r.counts.verified, "predicted_accepted": r.counts.accepted,
+                          "predicted_decode_s": r.finish - r.first_token} for r in run.requests])
+    start = min(r.first_token for r in run.requests)
+    tokens = sum(r.replay.n_tokens - 1 for r in run.requests)
+    return rows, {"tokens_per_s": tokens / (max(r.finish for r in run.requests) - start), "latency_rule": latency.rule}
+
+
+def slot_context(view: Trace, drafting: Drafting) -> int:
+    """Tokens each slot must hold: the longest prompt, its generation and a last draft beyond it."""
+    need = int((view.prompts["prompt_len"] + view.prompts["n_tokens"]).max()) + drafting.draft_max + 2
+    return -(-need // CONTEXT_ROUND) * CONTEXT_ROUND
+
+
+def burst_figures(answers: list[Answer]) -> dict:
+    """The decode phase of a burst, as measured: tokens after each request's first over the
+    time from the first first-token to the last answer; and how far apart the first tokens
+    came (0 when every prompt was prefilled in one step, as predicted)."""
+    first = [a.first_token for a in answers]
+    tokens = sum(a.predicted_n - 1 for a in answers)
+    return {"tokens_per_s": tokens / (max(a.received for a in answers) - min(first)),
+            "first_token_spread_s": max(first) - min(first)}
+
+
+def measure(binary: Path, pair: ModelPair, view: Trace, batch: int, drafting: Drafting, repeats: int,
+            log: Callable[[str], None] = lambda _: None) -> list[tuple[list[Answer], dict]]:
+    """``repeats`` bursts of ``batch`` requests on one ``llama-server`` with ``batch`` slots,
+    after an uncounted warm-up burst (a fresh process's first forwards touch the weights' pages).
+
+    A burst counts only when the server prefilled every prompt in one step, as predicted. The
+    requests leave together behind a one-token gate request (:func:`send`), since the server's
+    loop starts a step as soon as one request is queued and one that comes a fraction of a
+    millisecond later would wait for the next step. A burst whose first tokens still came more
+    than :data:`SAME_STEP_S` apart is logged, not counted, and sent again, at most
+    :data:`BURST_TRIES` times per counted burst."""
+    texts = list(view.prompts["prompt_text"])
+    prompts = [texts[i % len(texts)] for i in range(batch)]
+    n_predict = int(view.manifest.max_new_tokens)
+    out = []
+    with running(binary, pair, batch, slot_context(view, drafting), drafting) as url:
+        send(url, prompts, WARMUP_TOKENS)
+        for rep in range(repeats):
+            for attempt in range(1, BURST_TRIES + 1):
+                answers = send(url, prompts, n_predict, gate=prompts[0])
+                figures = burst_figures(answers)
+                spread = figures["first_token_spread_s"]
+                if batch == 1 or spread <= SAME_STEP_S:
+                    break
+                log(f"B={batch} burst {rep + 1}: first tokens {1e3 * spread:.0f} ms apart (prompts prefilled in "
+                    f"more than one step), not counted ({figures['tokens_per_s']:.2f} tokens/s); try {attempt}")
+            else:
+                raise SimlabError(f"{BURST_TRIES} bursts of {batch} requests in a row were not prefilled in one step")
+            log(f"B={batch} burst {rep + 1}/{repeats}: {figures['tokens_per_s']:.2f} tokens/s")
+            out.append((answers, figures))
+    return out
+
+
+def compare(predicted: pd.DataFrame, answers: list[Answer]) -> pd.DataFrame:
+    """Measured beside predicted, one row per request, with ``match_*``."""
+    measured = pd.DataFrame([{"request": a.index, **{f"measured_{k}": getattr(a, field) for k, field in COUNTERS.items()},
+                              "measured_decode_s": a.predicted_ms / 1e3, "stop_type": a.stop_type} for a in answers])
+    table = predicted.merge(measured, on="request", how="left")
+    for k in COUNTERS:
+        table[f"match_{k}"] = table[f"measured_{k}"] == table[f"predicted_{k}"]
+    return table

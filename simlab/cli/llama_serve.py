@@ -81,7 +81,7 @@ def serve_command(
     tables, bursts = [], []
     for b in sizes:
         rows, figures = predictions[b]
-        for rep, (answers, measured) in enumerate(compare.measure(server, pair, view, b, drafting, repeats, log)):
+        for rep, (answers, measured) in enumerate(compare.measure(server, pair, view, b, n_predict, drafting, repeats, log)):
             table = compare.compare(rows, answers).assign(batch=b, repeat=rep)
             tables.append(table)
             matched = int(table[[f"match_{k}" for k in compare.COUNTERS]].all(axis=1).sum())

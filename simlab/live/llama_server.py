@@ -71,7 +71,8 @@ def server_view(trace: Trace, n_predict: int) -> Trace:
         df["pos"] -= 1
         return df.reset_index(drop=True)
 
-    manifest = replace(trace.manifest, max_new_tokens=trace.manifest.max_new_tokens - 1)
+    # the recording's budget, one less (at least the longest prompt's, for a trace that states none)
+    manifest = replace(trace.manifest, max_new_tokens=max(trace.manifest.max_new_tokens - 1, int(prompts["n_tokens"].max())))
     view = replace(trace, manifest=manifest, prompts=prompts, positions=shifted(trace.positions),
                    rollouts=shifted(trace.rollouts), layers=shifted(trace.layers))
     return cut_trace(view, n_predict)
@@ -114,9 +115,9 @@ def burst_figures(answers: list[Answer]) -> dict:
             "first_token_spread_s": max(first) - min(first)}
 
 
-def measure(binary: Path, pair: ModelPair, view: Trace, batch: int, drafting: Drafting, repeats: int,
+def measure(binary: Path, pair: ModelPair, view: Trace, batch: int, n_predict: int, drafting: Drafting, repeats: int,
             log: Callable[[str], None] = lambda _: None) -> list[tuple[list[Answer], dict]]:
-    """``repeats`` bursts of ``batch`` requests on one ``llama-server`` with ``batch`` slots,
+    """``repeats`` bursts of ``batch`` requests of ``n_predict`` tokens on one ``llama-server`` with ``batch`` slots,
     after an uncounted warm-up burst (a fresh process's first forwards touch the weights' pages).
 
     A burst counts only when the server prefilled every prompt in one step, as predicted. The
@@ -127,7 +128,6 @@ def measure(binary: Path, pair: ModelPair, view: Trace, batch: int, drafting: Dr
     :data:`BURST_TRIES` times per counted burst."""
     texts = list(view.prompts["prompt_text"])
     prompts = [texts[i % len(texts)] for i in range(batch)]
-    n_predict = int(view.manifest.max_new_tokens)
     out = []
     with running(binary, pair, batch, slot_context(view, drafting), drafting) as url:
         send(url, prompts, WARMUP_TOKENS)

@@ -1,0 +1,68 @@
+"""llama-server against serve, the parts that need no server: the trace read as the server
+decodes it, the prediction's counts by hand, and a burst's measured figures
+(the real server: tests/test_llama_cpp_real.py)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from simlab.engines.llama_server import Answer, Drafting
+from simlab.errors import SimlabError
+from simlab.live.llama_server import burst_figures, compare, predict, server_view, slot_context
+from tests.helpers import hand_trace, latency_table
+
+
+def _llama(trace):
+    return replace(trace, manifest=replace(trace.manifest, extra={**trace.manifest.extra, "engine": "llama.cpp"}))
+
+
+def test_the_server_prefills_the_whole_prompt_so_positions_move_back_by_one():
+    trace = _llama(hand_trace(["1101111111", "1111111111"]))
+    view = server_view(trace, 6)
+    assert view.prompts["prompt_len"].tolist() == [11, 11]  # the prompt's last token is the server's
+    assert view.prompts["n_tokens"].tolist() == [6, 6]
+    first = view.positions[view.positions["prompt_id"] == 0]
+    assert first["pos"].tolist() == list(range(6))
+    # position 2 of the trace (the rejected draft) is position 1 of the server's
+    assert first["accept_prob"].tolist() == [1.0, 0.0, 1.0, 1.0, 1.0, 1.0]
+
+
+def test_only_a_llama_cpp_trace_long_enough_is_served():
+    with pytest.raises(SimlabError, match="llama-cpp record"):
+        server_view(hand_trace(["1111"]), 2)
+    with pytest.raises(SimlabError, match="at least 9 positions"):
+        server_view(_llama(hand_trace(["1111"])), 8)
+
+
+def test_the_prediction_follows_the_servers_budget_rule():
+    # 10 tokens, draft-max 3, every draft accepted: the prefill's token, two rounds of 3 drafts + 1,
+    # then one token left: n_remaining - 1 = 0 drafts, a plain target step
+    view = server_view(_llama(hand_trace(["1" * 11, "1" * 11], latency=latency_table(draft=0.25, verify={
+        1: 1.0, 2: 1.5, 3: 2.0, 4: 2.5}))), 10)
+    rows, figures = predict(view, 2, Drafting(3))
+    assert rows["predicted_tokens"].tolist() == [10, 10]
+    assert rows["predicted_drafted"].tolist() == [6, 6] and rows["predicted_accepted"].tolist() == [6, 6]
+    assert figures["tokens_per_s"] > 0 and "token-count rule" in figures["latency_rule"]
+    assert slot_context(view, Drafting(3)) == 64  # 11 + 10 + 3 + 2 tokens, rounded up
+
+
+def _answer(i, received, predicted_ms, n=10, drafted=6, accepted=6):
+    return Answer(i, 0.0, received, n, predicted_ms, 11, 5.0, drafted, accepted, "limit", "")
+
+
+def test_a_bursts_decode_phase_runs_from_the_first_first_token_to_the_last_answer():
+    answers = [_answer(0, 3.0, 2000.0), _answer(1, 4.0, 2500.0)]  # first tokens at 1.0 and 1.5
+    figures = burst_figures(answers)
+    assert figures["tokens_per_s"] == pytest.approx(18 / 3.0)
+    assert figures["first_token_spread_s"] == pytest.approx(0.5)
+
+
+def test_measured_and_predicted_are_matched_request_by_request():
+    view = server_view(_llama(hand_trace(["1" * 11, "1" * 11])), 10)
+    rows, _ = predict(view, 2, Drafting(3))
+    table = compare(rows, [_answer(1, 2.0, 1000.0, drafted=5), _answer(0, 2.0, 1000.0)])
+    assert table["match_drafted"].tolist() == [True, False]
+    assert table["match_tokens"].all() and table["match_accepted"].all()
+    assert table["measured_decode_s"].tolist() == [1.0, 1.0]

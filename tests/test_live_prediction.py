@@ -66,7 +66,7 @@ def test_the_prediction_is_simulated_once_however_often_the_table_is_written():
 
 def test_other_processes_cpu_share_is_busy_time_less_our_own():
     """/proc/stat's busy seconds of all processes less this process's, over the machine's capacity."""
-    from simlab.record.machine import other_share
+    from simlab.cpu_load import other_share
 
     assert other_share(busy=3.0, own=2.0, seconds=2.0, cpus=2) == 0.25  # others: 1 of 4 CPU-seconds
     assert other_share(busy=2.0, own=2.0, seconds=2.0, cpus=2) == 0.0  # we were alone

@@ -89,5 +89,6 @@ def test_llama_server_slots_make_the_predicted_counts(trace, tmp_path):
     for counter in ("tokens", "drafted", "accepted"):
         assert table[f"measured_{counter}"].tolist() == table[f"predicted_{counter}"].tolist(), counter
     assert (table["measured_tokens"] == 24).all() and (table["stop_type"] == "limit").all()
+    assert (table["diverged_at"] == -1).all()  # the server's tokens are the trace's greedy path
     rounds = table["measured_tokens"] - 1 - table["measured_accepted"]
     assert (table["measured_drafted"] < DRAFT_MAX * rounds).any()  # confidence stops shortened drafts

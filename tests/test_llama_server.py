@@ -10,7 +10,15 @@ import pytest
 
 from simlab.engines.llama_server import Answer, Drafting
 from simlab.errors import SimlabError
-from simlab.live.llama_server import burst_figures, compare, predict, server_view, slot_context
+from simlab.live.llama_server import (
+    burst_figures,
+    compare,
+    first_divergence,
+    greedy_paths,
+    predict,
+    server_view,
+    slot_context,
+)
 from tests.helpers import hand_trace, latency_table
 
 
@@ -48,8 +56,8 @@ def test_the_prediction_follows_the_servers_budget_rule():
     assert slot_context(view, Drafting(3)) == 64  # 11 + 10 + 3 + 2 tokens, rounded up
 
 
-def _answer(i, received, predicted_ms, n=10, drafted=6, accepted=6):
-    return Answer(i, 0.0, received, n, predicted_ms, 11, 5.0, drafted, accepted, "limit", "")
+def _answer(i, received, predicted_ms, n=10, drafted=6, accepted=6, tokens=()):
+    return Answer(i, 0.0, received, n, predicted_ms, 11, 5.0, drafted, accepted, "limit", tokens)
 
 
 def test_a_bursts_decode_phase_runs_from_the_first_first_token_to_the_last_answer():
@@ -62,7 +70,19 @@ def test_a_bursts_decode_phase_runs_from_the_first_first_token_to_the_last_answe
 def test_measured_and_predicted_are_matched_request_by_request():
     view = server_view(_llama(hand_trace(["1" * 11, "1" * 11])), 10)
     rows, _ = predict(view, 2, Drafting(3))
-    table = compare(rows, [_answer(1, 2.0, 1000.0, drafted=5), _answer(0, 2.0, 1000.0)])
+    paths = greedy_paths(view)
+    assert paths[1] == list(range(1101, 1111))  # the hand trace's target tokens, from its position 1
+    off = tuple(paths[1][:4]) + (7,) + tuple(paths[1][5:])
+    table = compare(rows, [_answer(1, 2.0, 1000.0, drafted=5, tokens=off), _answer(0, 2.0, 1000.0, tokens=tuple(paths[0]))],
+                    paths)
     assert table["match_drafted"].tolist() == [True, False]
     assert table["match_tokens"].all() and table["match_accepted"].all()
     assert table["measured_decode_s"].tolist() == [1.0, 1.0]
+    assert table["diverged_at"].tolist() == [-1, 4]
+
+
+def test_a_path_cut_short_or_run_long_diverges_where_one_ends():
+    assert first_divergence((1, 2, 3), [1, 2, 3]) == -1
+    assert first_divergence((1, 2), [1, 2, 3]) == 2
+    assert first_divergence((1, 2, 3, 4), [1, 2, 3]) == 3
+    assert first_divergence((9, 2, 3), [1, 2, 3]) == 0

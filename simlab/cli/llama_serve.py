@@ -1,8 +1,9 @@
 """``simlab llama-cpp serve``: ``llama-server`` with B parallel slots against ``simlab serve``.
 
-Every prediction is made (and printed) before the first server starts; then, per batch size B,
-a ``llama-server`` with ``-np B`` gets bursts of B requests from a load generator on loopback
-(:mod:`simlab.live.llama_server`).
+Every prediction is made (and printed) before the first server starts; then, in ``--repeats``
+rounds over the batch sizes (B = 1, 2, 4, 8, 1, 2, ...: a slow minute of a shared machine falls
+on all of them alike), a fresh ``llama-server`` with ``-np B`` gets a warm-up burst and one
+counted burst of B requests from a load generator on loopback (:mod:`simlab.live.llama_server`).
 """
 
 from __future__ import annotations
@@ -34,12 +35,15 @@ def serve_command(
     draft_max: int = typer.Option(3, "--draft-max", help="llama.cpp's --spec-draft-n-max (the policy's draft_max)."),
     p_min: float = typer.Option(0.0, "--p-min", help="llama.cpp's --spec-draft-p-min (the policy's p_min)."),
     draft_min: int = typer.Option(0, "--draft-min", help="llama.cpp's --spec-draft-n-min (the policy's draft_min)."),
-    repeats: int = typer.Option(2, "--repeats", help="Counted bursts per batch size (after one uncounted warm-up)."),
+    repeats: int = typer.Option(2, "--repeats", help="Rounds over the batch sizes: each starts a fresh llama-server "
+                                "per B and counts one burst after an uncounted warm-up."),
     reprobe: bool = typer.Option(False, "--reprobe", help="Time the steps again, with the batch axis of --batch, "
                                  "before predicting (not the trace's)."),
     out: Path | None = typer.Option(None, "--out", help="Per-request table of every burst, measured beside "
                                     "predicted (.csv)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    server_logs: Path | None = typer.Option(None, "--server-logs", help="Keep each llama-server's log here "
+                                            "(bB-rR.log, timestamped)."),
     jobs: int = typer.Option(2, "--jobs", help="Parallel compile jobs, if llama.cpp must be built."),
     force: Force = False,
 ) -> None:
@@ -77,18 +81,25 @@ def serve_command(
     predictions = {b: compare.predict(view, b, drafting) for b in sizes}
     for b, (_, figures) in predictions.items():
         log(f"B={b} predicted: {figures['tokens_per_s']:.2f} tokens/s")
+    paths = compare.greedy_paths(view)
+    if server_logs is not None:
+        server_logs.mkdir(parents=True, exist_ok=True)
     load_before = os.getloadavg()[0]
     tables, bursts = [], []
-    for b in sizes:
-        rows, figures = predictions[b]
-        for rep, (answers, measured) in enumerate(compare.measure(server, pair, view, b, n_predict, drafting, repeats, log)):
-            table = compare.compare(rows, answers).assign(batch=b, repeat=rep)
+    for rep in range(repeats):  # rounds over the batch sizes, so that a slow minute hits them alike
+        for b in sizes:
+            rows, figures = predictions[b]
+            log_file = server_logs / f"b{b}-r{rep + 1}.log" if server_logs else None
+            [(answers, measured)] = compare.measure(server, pair, view, b, n_predict, drafting, 1, log, log_file)
+            table = compare.compare(rows, answers, paths).assign(batch=b, repeat=rep)
             tables.append(table)
             matched = int(table[[f"match_{k}" for k in compare.COUNTERS]].all(axis=1).sum())
             bursts.append({"batch": b, "repeat": rep, "measured_tokens_per_s": round(measured["tokens_per_s"], 3),
                            "predicted_tokens_per_s": round(figures["tokens_per_s"], 3),
                            "error_tokens_per_s": round(figures["tokens_per_s"] / measured["tokens_per_s"] - 1.0, 4),
-                           "requests_matching_counts": f"{matched}/{b}"})
+                           "other_cpu": measured["other_cpu"],
+                           "requests_matching_counts": f"{matched}/{b}",
+                           "requests_on_the_traces_path": f"{int((table['diverged_at'] == -1).sum())}/{b}"})
     frame = pd.concat(tables, ignore_index=True)
     if out is not None:
         frame.to_csv(out, index=False)
@@ -105,4 +116,5 @@ def serve_command(
     for r in bursts:
         typer.echo(f"B={r['batch']} burst {r['repeat'] + 1}: tokens/s {r['measured_tokens_per_s']:7.2f} measured / "
                    f"{r['predicted_tokens_per_s']:7.2f} predicted ({r['error_tokens_per_s']:+.1%}); requests with "
-                   f"tokens, drafted and accepted exact: {r['requests_matching_counts']}")
+                   f"tokens, drafted and accepted exact: {r['requests_matching_counts']}, on the trace's greedy "
+                   f"path: {r['requests_on_the_traces_path']}")

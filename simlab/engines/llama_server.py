@@ -17,8 +17,8 @@ That is :mod:`simlab.serve.engine`'s step, so ``simlab serve`` on a llama.cpp tr
 request arrives before the server starts decoding, as :func:`send` arranges for a burst.
 
 The load generator is a thread per request, each posting ``/completion`` (greedy,
-``cache_prompt: false``) at its own offset from a common start; each answer carries the slot's
-own counters and timings (``timings``: ``predicted_n``, ``predicted_ms`` from the first token to
+``cache_prompt: false``, ``return_tokens: true``) at its own offset from a common start; each
+answer carries the token ids generated and the slot's own counters and timings (``timings``: ``predicted_n``, ``predicted_ms`` from the first token to
 the last, ``draft_n`` verified drafts, ``draft_n_accepted``).
 """
 
@@ -71,7 +71,7 @@ class Answer:
     draft_n: int  # drafts the target verified
     draft_n_accepted: int
     stop_type: str
-    content: str
+    tokens: tuple[int, ...]  # the token ids generated
 
     @property
     def first_token(self) -> float:
@@ -87,11 +87,19 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@dataclass(frozen=True)
+class Server:
+    url: str
+    pid: int  # the server's process (its CPU time is ours, not the machine's other load)
+
+
 @contextmanager
 def running(binary: Path, pair: ModelPair, slots: int, ctx_per_slot: int,
-            drafting: Drafting | None) -> Iterator[str]:
+            drafting: Drafting | None, log_file: Path | None = None) -> Iterator[Server]:
     """A ``llama-server`` with ``slots`` slots of ``ctx_per_slot`` tokens each, greedy, on a free
-    loopback port; yields its base URL and stops it on exit. Its log is kept for errors.
+    loopback port; yields its URL and process id and stops it on exit. Its log (timestamped: a slot logs
+    every verification, "accepted n/m draft tokens") goes to ``log_file``, or to a temporary
+    file kept for errors.
 
     ``--cache-ram 0``: no prompt cache in host memory, so a new request never saves or restores a
     slot's state (work the trace does not price); each request also asks ``cache_prompt: false``."""
@@ -101,13 +109,13 @@ def running(binary: Path, pair: ModelPair, slots: int, ctx_per_slot: int,
     else:
         models = [*pair.models(), *drafting_args(drafting.draft_max, drafting.draft_min, drafting.p_min)]
     cmd = [str(binary), *models, "-np", str(slots), "-c", str(slots * ctx_per_slot), "--cache-ram", "0",
-           "--host", "127.0.0.1", "--port", str(port), "--no-webui", "--temp", "0", "--seed", "0"]
+           "--host", "127.0.0.1", "--port", str(port), "--no-webui", "--temp", "0", "--seed", "0", "--log-timestamps"]
     url = f"http://127.0.0.1:{port}"
-    with tempfile.TemporaryFile(mode="w+") as log:
+    with open(log_file, "w+") if log_file is not None else tempfile.TemporaryFile(mode="w+") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=environment())
         try:
             _wait_healthy(url, proc, log)
-            yield url
+            yield Server(url, proc.pid)
         finally:
             proc.terminate()
             try:
@@ -151,7 +159,7 @@ def send(url: str, prompts: Sequence[str], n_predict: int, offsets: Sequence[flo
 
     def one(i: int, prompt: str, tokens: int, wait: bool = True) -> Answer:
         body = json.dumps({"prompt": prompt, "n_predict": tokens, "temperature": 0.0, "seed": 0,
-                           "cache_prompt": False}).encode()
+                           "cache_prompt": False, "return_tokens": True}).encode()
         request = urllib.request.Request(f"{url}/completion", data=body, headers={"Content-Type": "application/json"})
         if wait:
             ready.wait()
@@ -184,4 +192,4 @@ def _answer(index: int, sent: float, received: float, data: dict) -> Answer:
         raise SimlabError(f"{SERVER}'s answer to request {index} has no timings (its API changed?)")
     return Answer(index, sent, received, int(t["predicted_n"]), float(t["predicted_ms"]), int(t["prompt_n"]),
                   float(t["prompt_ms"]), int(t.get("draft_n", 0)), int(t.get("draft_n_accepted", 0)),
-                  str(data.get("stop_type", "")), str(data.get("content", "")))
+                  str(data.get("stop_type", "")), tuple(int(t) for t in data.get("tokens", ())))

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from simlab.cpu_load import OtherLoad
 from simlab.engines.llama_args import ModelPair
 from simlab.engines.llama_server import Answer, Drafting, running, send
 from simlab.errors import SimlabError
@@ -115,8 +116,13 @@ def burst_figures(answers: list[Answer]) -> dict:
             "first_token_spread_s": max(first) - min(first)}
 
 
+def _percent(share: float | None) -> str:
+    return "?" if share is None else f"{share:.0%}"
+
+
 def measure(binary: Path, pair: ModelPair, view: Trace, batch: int, n_predict: int, drafting: Drafting, repeats: int,
-            log: Callable[[str], None] = lambda _: None) -> list[tuple[list[Answer], dict]]:
+            log: Callable[[str], None] = lambda _: None,
+            log_file: Path | None = None) -> list[tuple[list[Answer], dict]]:
     """``repeats`` bursts of ``batch`` requests of ``n_predict`` tokens on one ``llama-server`` with ``batch`` slots,
     after an uncounted warm-up burst (a fresh process's first forwards touch the weights' pages).
 
@@ -125,16 +131,19 @@ def measure(binary: Path, pair: ModelPair, view: Trace, batch: int, n_predict: i
     loop starts a step as soon as one request is queued and one that comes a fraction of a
     millisecond later would wait for the next step. A burst whose first tokens still came more
     than :data:`SAME_STEP_S` apart is logged, not counted, and sent again, at most
-    :data:`BURST_TRIES` times per counted burst."""
+    :data:`BURST_TRIES` times per counted burst. Each burst's figures include the share of the
+    CPU that processes other than this one and the server took meanwhile (``other_cpu``);
+    ``log_file`` keeps the server's own log."""
     texts = list(view.prompts["prompt_text"])
     prompts = [texts[i % len(texts)] for i in range(batch)]
     out = []
-    with running(binary, pair, batch, slot_context(view, drafting), drafting) as url:
-        send(url, prompts, WARMUP_TOKENS)
+    with running(binary, pair, batch, slot_context(view, drafting), drafting, log_file) as server:
+        send(server.url, prompts, WARMUP_TOKENS)
         for rep in range(repeats):
             for attempt in range(1, BURST_TRIES + 1):
-                answers = send(url, prompts, n_predict, gate=prompts[0])
-                figures = burst_figures(answers)
+                load = OtherLoad(pids=[server.pid])
+                answers = send(server.url, prompts, n_predict, gate=prompts[0])
+                figures = {**burst_figures(answers), "other_cpu": load.share()}
                 spread = figures["first_token_spread_s"]
                 if batch == 1 or spread <= SAME_STEP_S:
                     break
@@ -142,16 +151,36 @@ def measure(binary: Path, pair: ModelPair, view: Trace, batch: int, n_predict: i
                     f"more than one step), not counted ({figures['tokens_per_s']:.2f} tokens/s); try {attempt}")
             else:
                 raise SimlabError(f"{BURST_TRIES} bursts of {batch} requests in a row were not prefilled in one step")
-            log(f"B={batch} burst {rep + 1}/{repeats}: {figures['tokens_per_s']:.2f} tokens/s")
+            log(f"B={batch} burst {rep + 1}/{repeats}: {figures['tokens_per_s']:.2f} tokens/s (other processes "
+                f"{_percent(figures['other_cpu'])} of the CPU)")
             out.append((answers, figures))
     return out
 
 
-def compare(predicted: pd.DataFrame, answers: list[Answer]) -> pd.DataFrame:
-    """Measured beside predicted, one row per request, with ``match_*``."""
+def greedy_paths(view: Trace) -> dict[int, list[int]]:
+    """Each prompt's tokens as the trace recorded them (the target's greedy path), from the
+    server's first generated token on."""
+    pos = view.positions.sort_values(["prompt_id", "pos"])
+    return {int(pid): g["target_token"].astype(int).tolist() for pid, g in pos.groupby("prompt_id")}
+
+
+def first_divergence(tokens: tuple[int, ...], path: list[int]) -> int:
+    """The first position where the server's tokens leave the recorded path; -1 if they never do."""
+    for i, (a, b) in enumerate(zip(tokens, path)):
+        if a != b:
+            return i
+    return -1 if len(tokens) == len(path) else min(len(tokens), len(path))
+
+
+def compare(predicted: pd.DataFrame, answers: list[Answer], paths: dict[int, list[int]]) -> pd.DataFrame:
+    """Measured beside predicted, one row per request, with ``match_*`` and where the request's
+    tokens first left the trace's greedy path (``diverged_at``, -1: never): a count that does
+    not match with ``diverged_at`` -1 is a draft that decided otherwise on the same path."""
     measured = pd.DataFrame([{"request": a.index, **{f"measured_{k}": getattr(a, field) for k, field in COUNTERS.items()},
                               "measured_decode_s": a.predicted_ms / 1e3, "stop_type": a.stop_type} for a in answers])
     table = predicted.merge(measured, on="request", how="left")
+    tokens = {a.index: a.tokens for a in answers}
+    table["diverged_at"] = [first_divergence(tokens[r], paths[p]) for r, p in zip(table["request"], table["prompt_id"])]
     for k in COUNTERS:
         table[f"match_{k}"] = table[f"measured_{k}"] == table[f"predicted_{k}"]
     return table

@@ -34,6 +34,7 @@ import torch
 from tqdm import tqdm
 
 from simlab.atomic import check_output
+from simlab.cpu_load import OtherLoad
 from simlab.errors import SimlabError
 from simlab.models.load import ModelRef, eos_token_ids, load_model, load_tokenizer, resolve, torch_dtype
 from simlab.params import check_seed
@@ -351,7 +352,7 @@ def record(cfg: RecordConfig) -> RecordResult:
         manifest = replace(old, extra=extra, rollout_len=manifest.rollout_len)
         latency = setup.existing.latency
     if latency is None or cfg.reprobe:
-        probe_started, load = time.perf_counter(), machine.OtherLoad()
+        probe_started, load = time.perf_counter(), OtherLoad()
         probed = probe_latency(target, draft, setup.exit_layers, setup.probe, len(setup.tokenizer), log=_log(cfg),
                                draft_layer=setup.draft_layer)
         figures = {"probe_seconds": round(time.perf_counter() - probe_started, 1), "probe_other_cpu": load.share(),

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from simlab.cpu_load import OtherLoad
 from simlab.record import machine
 from simlab.trace.io import Trace, empty_table, update_trace, write_trace
 from simlab.trace.schema import Manifest, with_defaults
@@ -38,7 +39,7 @@ class TraceWriter:
 
     def __post_init__(self) -> None:
         self._started = time.perf_counter()
-        self._load = machine.OtherLoad()
+        self._load = OtherLoad()
         self._previous_wall = float(self.manifest.extra.get("wall_seconds", 0.0))
         self._previous_rss = float(self.manifest.extra.get("peak_rss_mb", 0.0))
         # earlier runs' share of other processes (a resumed recording) and the seconds it covers;

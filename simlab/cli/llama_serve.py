@@ -38,7 +38,7 @@ def serve_command(
     repeats: int = typer.Option(2, "--repeats", help="Rounds over the batch sizes: each starts a fresh llama-server "
                                 "per B and counts one burst after an uncounted warm-up."),
     reprobe: bool = typer.Option(False, "--reprobe", help="Time the steps again, with the batch axis of --batch, "
-                                 "before predicting (not the trace's)."),
+                                 "before predicting (not the trace's); with --out, kept in OUT.latency.csv."),
     out: Path | None = typer.Option(None, "--out", help="Per-request table of every burst, measured beside "
                                     "predicted (.csv)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
@@ -76,6 +76,8 @@ def serve_command(
         latency = time_steps(tool, pair, EnginePrompt(int(first.prompt_id), first.source, first.prompt_text),
                              Probe(batches=tuple(sorted({1, *sizes}))))
         trace = replace(trace, latency=latency)
+        if out is not None:  # the prediction's latencies, kept beside its table
+            latency.to_csv(out.with_suffix(".latency.csv"), index=False)
     view = compare.server_view(trace, n_predict)
     # every prediction is made before anything is measured
     predictions = {b: compare.predict(view, b, drafting) for b in sizes}

@@ -340,3 +340,32 @@ def test_the_readme_goodput_sentence_matches_the_rate_sweeps():
         row = rate_rows(label).loc[rate]
         assert shows(m.group(1 + i), row.goodput_requests_per_s), label
         assert shows(m.group(5 + i), row.tpot_p50_s * 1000), label
+
+
+LLAMA_SERVER = ROOT / "results" / "llama-server"
+
+
+def llama_server_rows(name: str) -> list[list[str]]:
+    """The table rows results/llama-server/ and the README show for run ``name``, from its
+    committed JSON (per burst) and CSV (per request)."""
+    bursts = pd.DataFrame(json.loads((LLAMA_SERVER / f"{name}.json").read_text())["bursts"])
+    requests = pd.read_csv(LLAMA_SERVER / f"{name}.csv")
+    rows = []
+    for b, g in bursts.groupby("batch"):
+        r = requests[requests.batch == b]
+        exact = int(r[["match_tokens", "match_drafted", "match_accepted"]].all(axis=1).sum())
+        rows.append([str(b), ", ".join(f"{x:.2f}" for x in g.measured_tokens_per_s),
+                     f"{g.predicted_tokens_per_s.iloc[0]:.2f}", ", ".join(f"{100 * x:+.1f}%" for x in g.error_tokens_per_s),
+                     f"{exact}/{len(r)}", f"{int((r.diverged_at == -1).sum())}/{len(r)}", f"{g.other_cpu.max():.0%}"])
+    return rows
+
+
+@pytest.mark.parametrize("name, text, section", [
+    ("qwen-d4-p0.0", "results", "## The Qwen2.5-Coder pair"),
+    ("qwen-d4-p0.0-first", "results", "The same command 26 minutes earlier"),
+    ("smollm2-d4-p0.0", "results", "## SmolLM2-135M drafting for itself"),
+    ("qwen-d4-p0.0", "readme", "### llama-server with parallel slots predicted"),
+])
+def test_llama_server_tables_match_the_committed_runs(name, text, section):
+    source = (LLAMA_SERVER / "README.md").read_text() if text == "results" else README
+    assert table_cells(source.split(section)[1], "B") == llama_server_rows(name)

@@ -81,9 +81,14 @@ def test_llama_server_slots_make_the_predicted_counts(trace, tmp_path):
     llama.cpp's batched forwards need not be bit-identical to one sequence's, and at p-min 0.9
     HumanEval/0 (a confidence of 0.8935 at position 13) drafted one token more than predicted in
     a batch of two and exactly as predicted alone (2026-11-25)."""
-    out = tmp_path / "serve.csv"
+    out, logs = tmp_path / "serve.csv", tmp_path / "logs"
     main(["llama-cpp", "serve", "--trace", str(trace), "--batch", "2", "-n", "24", "--draft-max", str(DRAFT_MAX),
-          "--p-min", "0.7", "--repeats", "1", "--out", str(out)])
+          "--p-min", "0.7", "--repeats", "1", "--out", str(out), "--server-logs", str(logs)])
+    log = (logs / "b2-r1.log").read_text()
+    from simlab.models.install import gguf_file
+
+    gguf = str(gguf_file("smollm2"))
+    assert "SmolLM2" in log and gguf not in log  # the server's log, kept without this machine's paths
     table = pd.read_csv(out)
     assert len(table) == 2 and (table["batch"] == 2).all()
     for counter in ("tokens", "drafted", "accepted"):

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from simlab.errors import SimlabError
+from simlab.paths import portable_path
 
 from .llama_args import ModelPair, drafting_args, environment
 from .llama_cpp import SERVER
@@ -123,6 +124,11 @@ def running(binary: Path, pair: ModelPair, slots: int, ctx_per_slot: int,
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+    if log_file is not None:  # a kept log names no user's machine (it prints the models' paths)
+        text = log_file.read_text()
+        for path in (pair.target, pair.draft, binary):
+            text = text.replace(str(path), portable_path(path))
+        log_file.write_text(text)
 
 
 def _wait_healthy(url: str, proc: subprocess.Popen, log) -> None:

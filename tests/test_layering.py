@@ -14,7 +14,7 @@ import simlab
 LAYERS = (
     ("errors",),
     ("atomic",),  # writes that never leave a half-written output
-    ("jsonfile", "paths", "params", "signals", "mapping", "metrics", "openmp"),  # no domain knowledge
+    ("jsonfile", "paths", "params", "signals", "mapping", "metrics", "openmp", "cpu_load"),  # no domain knowledge
     ("table_file",),  # result tables on disk (their list columns: metrics)
     ("trace",),  # the schema, IO, replay and synthetic traces
     ("latency", "models", "analytic", "engines", "trees"),
@@ -23,6 +23,7 @@ LAYERS = (
     ("sim",),  # the SimPy executor
     ("live", "serve", "predictor", "analytic_trace", "frontier", "result_table", "bench"),
     ("sweep", "plots", "serve_live"),  # serve_live: live batched decoding beside serve's prediction
+    ("serve_llama",),  # llama-server under load beside serve's prediction (reads serve_live's cut_trace)
     ("cli",),
     ("__main__",),
 )

@@ -10,7 +10,7 @@ import pytest
 
 from simlab.engines.llama_server import Answer, Drafting
 from simlab.errors import SimlabError
-from simlab.live.llama_server import (
+from simlab.serve_llama import (
     burst_figures,
     compare,
     first_divergence,

@@ -3,7 +3,7 @@
 Every prediction is made (and printed) before the first server starts; then, in ``--repeats``
 rounds over the batch sizes (B = 1, 2, 4, 8, 1, 2, ...: a slow minute of a shared machine falls
 on all of them alike), a fresh ``llama-server`` with ``-np B`` gets a warm-up burst and one
-counted burst of B requests from a load generator on loopback (:mod:`simlab.live.llama_server`).
+counted burst of B requests from a load generator on loopback (:mod:`simlab.serve_llama`).
 """
 
 from __future__ import annotations
@@ -48,9 +48,9 @@ def serve_command(
     force: Force = False,
 ) -> None:
     """Predict llama-server under bursts of B requests in B slots, then run it and compare."""
+    from simlab import serve_llama as compare
     from simlab.engines import llama_cpp
     from simlab.engines.llama_server import Drafting
-    from simlab.live import llama_server as compare
     from simlab.trace.io import read_trace
 
     if out is not None:

@@ -13,7 +13,7 @@ slot together. With a draft model (``-md``) a step is, in ``update_slots`` of
    cache in step, then each slot keeps its accepted prefix.
 
 That is :mod:`simlab.serve.engine`'s step, so ``simlab serve`` on a llama.cpp trace predicts it
-(:mod:`simlab.live.llama_server`). New prompts are prefilled in a step of their own when every
+(:mod:`simlab.serve_llama`). New prompts are prefilled in a step of their own when every
 request arrives before the server starts decoding, as :func:`send` arranges for a burst.
 
 The load generator is a thread per request, each posting ``/completion`` (greedy,

@@ -5,8 +5,8 @@ The prediction comes first, from a trace recorded earlier with llama.cpp as the 
 policy under the run's ``--draft-max``, ``--draft-min`` and ``--draft-p-min``, the trace's
 first B prompts (cycled when B is larger) arriving together at t = 0 into B slots, every prompt
 prefilled in the first step. Then a real ``llama-server`` with ``-np B`` gets the same prompts
-at once from :func:`simlab.engines.llama_server.send`, after a short uncounted warm-up burst,
-``repeats`` times.
+at once from :func:`simlab.engines.llama_server.send`, after a short uncounted warm-up burst
+(``simlab llama-cpp serve`` runs rounds over the batch sizes, a fresh server each).
 
 Two conventions differ from ``llama-speculative-simple`` (:func:`server_view`): the server
 prefills the whole prompt and samples its first token from that prefill, so the trace is read
@@ -15,7 +15,8 @@ generation is simlab's budget rule (a slot drafts at most ``n_remaining - 1`` to
 stops at ``n_predict`` generated tokens), so the policy runs without ``n_predict``.
 
 Compared per request: ``tokens`` (the server's ``predicted_n``, the first token included),
-``drafted`` (``draft_n``: drafts the target verified) and ``accepted`` (``draft_n_accepted``); per burst: the decode phase's tokens/s (tokens after
+``drafted`` (``draft_n``: drafts the target verified) and ``accepted`` (``draft_n_accepted``),
+and where its tokens left the trace's path; per burst: the decode phase's tokens/s (tokens after
 each request's first, over the time from the first first-token to the last answer), which is
 what ``serve`` prices.
 """
@@ -76,7 +77,8 @@ def server_view(trace: Trace, n_predict: int) -> Trace:
         return df.reset_index(drop=True)
 
     # the recording's budget, one less (at least the longest prompt's, for a trace that states none)
-    manifest = replace(trace.manifest, max_new_tokens=max(trace.manifest.max_new_tokens - 1, int(prompts["n_tokens"].max())))
+    budget = max(trace.manifest.max_new_tokens - 1, int(prompts["n_tokens"].max()))
+    manifest = replace(trace.manifest, max_new_tokens=budget)
     view = replace(trace, manifest=manifest, prompts=prompts, positions=shifted(trace.positions),
                    rollouts=shifted(trace.rollouts), layers=shifted(trace.layers))
     return cut_trace(view, n_predict)
@@ -126,8 +128,9 @@ def _percent(share: float | None) -> str:
 def measure(binary: Path, pair: ModelPair, view: Trace, batch: int, n_predict: int, drafting: Drafting, repeats: int,
             log: Callable[[str], None] = lambda _: None,
             log_file: Path | None = None) -> list[tuple[list[Answer], dict]]:
-    """``repeats`` bursts of ``batch`` requests of ``n_predict`` tokens on one ``llama-server`` with ``batch`` slots,
-    after an uncounted warm-up burst (a fresh process's first forwards touch the weights' pages).
+    """``repeats`` bursts of ``batch`` requests of ``n_predict`` tokens on one ``llama-server``
+    with ``batch`` slots, after an uncounted warm-up burst (a fresh process's first forwards
+    touch the weights' pages).
 
     A burst counts only when the server prefilled every prompt in one step, as predicted. The
     requests leave together behind a one-token gate request (:func:`send`), since the server's

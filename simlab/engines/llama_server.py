@@ -1,7 +1,7 @@
 """Run llama.cpp's ``llama-server`` with B parallel slots and load it with requests on loopback.
 
-``llama-server`` (``tools/server`` of the vendored tree, built by :func:`simlab.engines.llama_cpp.build_server`) serves several
-requests at once: with ``-np B`` it has B slots, and one server step decodes every generating
+``llama-server`` (``tools/server`` of the vendored tree, built by
+:func:`simlab.engines.llama_cpp.build_server`) serves several requests at once: with ``-np B`` it has B slots, and one server step decodes every generating
 slot together. With a draft model (``-md``) a step is, in ``update_slots`` of
 ``server-context.cpp`` and ``draft()`` of ``common/speculative.cpp``'s simple draft:
 
@@ -16,10 +16,11 @@ That is :mod:`simlab.serve.engine`'s step, so ``simlab serve`` on a llama.cpp tr
 (:mod:`simlab.serve_llama`). New prompts are prefilled in a step of their own when every
 request arrives before the server starts decoding, as :func:`send` arranges for a burst.
 
-The load generator is a thread per request, each posting ``/completion`` (greedy,
-``cache_prompt: false``, ``return_tokens: true``) at its own offset from a common start; each
-answer carries the token ids generated and the slot's own counters and timings (``timings``: ``predicted_n``, ``predicted_ms`` from the first token to
-the last, ``draft_n`` verified drafts, ``draft_n_accepted``).
+The load generator sends bursts: a thread per request, all posting ``/completion`` (greedy,
+``cache_prompt: false``, ``return_tokens: true``) at once; each answer carries the token ids
+generated and the slot's own counters and timings (``timings``: ``predicted_n``,
+``predicted_ms`` from the first token to the last, ``draft_n`` verified drafts,
+``draft_n_accepted``).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ GATE_LEAD_S = 0.05  # a gate request's lead: enough to be queued, well under its
 
 @dataclass(frozen=True)
 class Drafting:
-    """The drafting rules, under the llama-cpp policy's names; ``None``: no draft model."""
+    """The drafting rules, under the llama-cpp policy's names."""
 
     draft_max: int
     draft_min: int = 0
@@ -96,7 +97,7 @@ class Server:
 
 @contextmanager
 def running(binary: Path, pair: ModelPair, slots: int, ctx_per_slot: int,
-            drafting: Drafting | None, log_file: Path | None = None) -> Iterator[Server]:
+            drafting: Drafting, log_file: Path | None = None) -> Iterator[Server]:
     """A ``llama-server`` with ``slots`` slots of ``ctx_per_slot`` tokens each, greedy, on a free
     loopback port; yields its URL and process id and stops it on exit. Its log (timestamped: a slot logs
     every verification, "accepted n/m draft tokens") goes to ``log_file``, or to a temporary
@@ -105,10 +106,7 @@ def running(binary: Path, pair: ModelPair, slots: int, ctx_per_slot: int,
     ``--cache-ram 0``: no prompt cache in host memory, so a new request never saves or restores a
     slot's state (work the trace does not price); each request also asks ``cache_prompt: false``."""
     port = _free_port()
-    if drafting is None:
-        models = ["-m", str(pair.target), "-t", str(pair.threads)]
-    else:
-        models = [*pair.models(), *drafting_args(drafting.draft_max, drafting.draft_min, drafting.p_min)]
+    models = [*pair.models(), *drafting_args(drafting.draft_max, drafting.draft_min, drafting.p_min)]
     cmd = [str(binary), *models, "-np", str(slots), "-c", str(slots * ctx_per_slot), "--cache-ram", "0",
            "--host", "127.0.0.1", "--port", str(port), "--no-webui", "--temp", "0", "--seed", "0", "--log-timestamps"]
     url = f"http://127.0.0.1:{port}"
@@ -148,20 +146,15 @@ def _wait_healthy(url: str, proc: subprocess.Popen, log) -> None:
     raise SimlabError(f"{SERVER} did not answer {url}/health within {STARTUP_S:.0f} s")
 
 
-def send(url: str, prompts: Sequence[str], n_predict: int, offsets: Sequence[float] | None = None,
-         gate: str | None = None) -> list[Answer]:
-    """Post request i (``prompts[i]``, ``n_predict`` tokens) at ``offsets[i]`` seconds after a
-    common start (all at once when None); return the answers in request order.
+def send(url: str, prompts: Sequence[str], n_predict: int, gate: str | None = None) -> list[Answer]:
+    """Post every request (``prompts[i]``, ``n_predict`` tokens) at once, one thread each;
+    return the answers in request order.
 
     ``gate``: a prompt posted for one token :data:`GATE_LEAD_S` before the start. The server's
     loop starts a step as soon as a request is queued, so requests sent together can straddle
     two steps; while the gate's prefill runs, the others queue, and the step after it admits
     them all at once (the gate's slot is free again by then: one token ends it)."""
-    offsets = list(offsets) if offsets is not None else [0.0] * len(prompts)
-    if len(offsets) != len(prompts):
-        raise SimlabError(f"{len(prompts)} prompts but {len(offsets)} arrival offsets")
     ready = threading.Barrier(len(prompts) + 1)
-    start: list[float] = []
 
     def one(i: int, prompt: str, tokens: int, wait: bool = True) -> Answer:
         body = json.dumps({"prompt": prompt, "n_predict": tokens, "temperature": 0.0, "seed": 0,
@@ -169,9 +162,6 @@ def send(url: str, prompts: Sequence[str], n_predict: int, offsets: Sequence[flo
         request = urllib.request.Request(f"{url}/completion", data=body, headers={"Content-Type": "application/json"})
         if wait:
             ready.wait()
-            delay = start[0] + offsets[i] - time.perf_counter()
-            if delay > 0:
-                time.sleep(delay)
         sent = time.perf_counter()
         try:
             with urllib.request.urlopen(request, timeout=REQUEST_S) as r:
@@ -185,7 +175,6 @@ def send(url: str, prompts: Sequence[str], n_predict: int, offsets: Sequence[flo
         if gate is not None:
             opened = pool.submit(one, -1, gate, 1, False)
             time.sleep(GATE_LEAD_S)
-        start.append(time.perf_counter())
         ready.wait()
         if gate is not None:
             opened.result()
@@ -198,4 +187,4 @@ def _answer(index: int, sent: float, received: float, data: dict) -> Answer:
         raise SimlabError(f"{SERVER}'s answer to request {index} has no timings (its API changed?)")
     return Answer(index, sent, received, int(t["predicted_n"]), float(t["predicted_ms"]), int(t["prompt_n"]),
                   float(t["prompt_ms"]), int(t.get("draft_n", 0)), int(t.get("draft_n_accepted", 0)),
-                  str(data.get("stop_type", "")), tuple(int(t) for t in data.get("tokens", ())))
+                  str(data.get("stop_type", "")), tuple(int(token) for token in data.get("tokens", ())))

@@ -125,42 +125,38 @@ def _percent(share: float | None) -> str:
     return "?" if share is None else f"{share:.0%}"
 
 
-def measure(binary: Path, pair: ModelPair, view: Trace, batch: int, n_predict: int, drafting: Drafting, repeats: int,
-            log: Callable[[str], None] = lambda _: None,
-            log_file: Path | None = None) -> list[tuple[list[Answer], dict]]:
-    """``repeats`` bursts of ``batch`` requests of ``n_predict`` tokens on one ``llama-server``
-    with ``batch`` slots, after an uncounted warm-up burst (a fresh process's first forwards
-    touch the weights' pages).
+def measure(binary: Path, pair: ModelPair, view: Trace, batch: int, n_predict: int, drafting: Drafting,
+            log: Callable[[str], None] = lambda _: None, log_file: Path | None = None) -> tuple[list[Answer], dict]:
+    """One burst of ``batch`` requests of ``n_predict`` tokens on a fresh ``llama-server`` with
+    ``batch`` slots, after an uncounted warm-up burst (a fresh process's first forwards touch
+    the weights' pages).
 
-    A burst counts only when the server prefilled every prompt in one step, as predicted. The
+    The burst counts only when the server prefilled every prompt in one step, as predicted. The
     requests leave together behind a one-token gate request (:func:`send`), since the server's
     loop starts a step as soon as one request is queued and one that comes a fraction of a
     millisecond later would wait for the next step. A burst whose first tokens still came more
     than :data:`SAME_STEP_S` apart is logged, not counted, and sent again, at most
-    :data:`BURST_TRIES` times per counted burst. Each burst's figures include the share of the
-    CPU that processes other than this one and the server took meanwhile (``other_cpu``);
-    ``log_file`` keeps the server's own log."""
+    :data:`BURST_TRIES` times. The figures include the share of the CPU that processes other
+    than this one and the server took meanwhile (``other_cpu``); ``log_file`` keeps the
+    server's own log."""
     texts = list(view.prompts["prompt_text"])
     prompts = [texts[i % len(texts)] for i in range(batch)]
-    out = []
     with running(binary, pair, batch, slot_context(view, drafting), drafting, log_file) as server:
         send(server.url, prompts, WARMUP_TOKENS)
-        for rep in range(repeats):
-            for attempt in range(1, BURST_TRIES + 1):
-                load = OtherLoad(pids=[server.pid])
-                answers = send(server.url, prompts, n_predict, gate=prompts[0])
-                figures = {**burst_figures(answers), "other_cpu": load.share()}
-                spread = figures["first_token_spread_s"]
-                if batch == 1 or spread <= SAME_STEP_S:
-                    break
-                log(f"B={batch} burst {rep + 1}: first tokens {1e3 * spread:.0f} ms apart (prompts prefilled in "
-                    f"more than one step), not counted ({figures['tokens_per_s']:.2f} tokens/s); try {attempt}")
-            else:
-                raise SimlabError(f"{BURST_TRIES} bursts of {batch} requests in a row were not prefilled in one step")
-            log(f"B={batch} burst {rep + 1}/{repeats}: {figures['tokens_per_s']:.2f} tokens/s (other processes "
-                f"{_percent(figures['other_cpu'])} of the CPU)")
-            out.append((answers, figures))
-    return out
+        for attempt in range(1, BURST_TRIES + 1):
+            load = OtherLoad(pids=[server.pid])
+            answers = send(server.url, prompts, n_predict, gate=prompts[0])
+            figures = {**burst_figures(answers), "other_cpu": load.share()}
+            spread = figures["first_token_spread_s"]
+            if batch == 1 or spread <= SAME_STEP_S:
+                break
+            log(f"B={batch} burst: first tokens {1e3 * spread:.0f} ms apart (prompts prefilled in more than one "
+                f"step), not counted ({figures['tokens_per_s']:.2f} tokens/s); try {attempt}")
+        else:
+            raise SimlabError(f"{BURST_TRIES} bursts of {batch} requests in a row were not prefilled in one step")
+    log(f"B={batch} burst: {figures['tokens_per_s']:.2f} tokens/s (other processes "
+        f"{_percent(figures['other_cpu'])} of the CPU)")
+    return answers, figures
 
 
 def greedy_paths(view: Trace) -> dict[int, list[int]]:

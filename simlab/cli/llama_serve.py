@@ -92,7 +92,7 @@ def serve_command(
         for b in sizes:
             rows, figures = predictions[b]
             log_file = server_logs / f"b{b}-r{rep + 1}.log" if server_logs else None
-            [(answers, measured)] = compare.measure(server, pair, view, b, n_predict, drafting, 1, log, log_file)
+            answers, measured = compare.measure(server, pair, view, b, n_predict, drafting, log, log_file)
             table = compare.compare(rows, answers, paths).assign(batch=b, repeat=rep)
             tables.append(table)
             matched = int(table[[f"match_{k}" for k in compare.COUNTERS]].all(axis=1).sum())

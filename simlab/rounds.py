@@ -227,21 +227,25 @@ def decode(policy: Policy, prompt: PromptInfo) -> Generator[Request, object, int
         kind = type(plan)
         if kind is Parallel:
             m = len(pending)
-            if plan.window < 1:
-                raise PolicyError(f"{policy.name}: parallel window must be >= 1, got {plan.window}")
-            window = min(plan.window, max(1, budget - committed - m - 1))
-            res: ParallelResult = yield build(ParallelRound, (committed, m, window))
-            new = res.new_signals  # read only as far as needed: most rounds drop their new drafts
-            emitted = res.accepted_pending + 1
+            window = plan.window
+            if window < 1:
+                raise PolicyError(f"{policy.name}: parallel window must be >= 1, got {window}")
+            room = budget - committed - m - 1  # min(window, max(1, room)), without two calls a round
+            if room < window:
+                window = room if room > 1 else 1
+            # the result's fields unpacked at once: accepted pending drafts, whether the first new
+            # one was accepted, the new drafts (read only as far as needed: most rounds drop them)
+            accepted, first_new, new = yield build(ParallelRound, (committed, m, window))
+            emitted = accepted + 1
             # all pending drafts and the first new one accepted: the other new drafts stay pending
             # (read in one pass, the accepted first one included)
-            fresh = tuple(new) if res.accepted_pending == m and res.first_new_accepted else ()
+            fresh = tuple(new) if first_new and accepted == m else ()
             if observes:  # the checked drafts are read for an Outcome only (PEARL observes none)
-                if res.accepted_pending < m:
-                    checked, accepted = pending[:emitted], res.accepted_pending
+                if accepted < m:
+                    checked = pending[:emitted]
                 else:
-                    checked, accepted = (*pending, fresh[0] if fresh else new[0]), m + res.first_new_accepted
-                policy.observe(build(Outcome, (True, window, checked, accepted, emitted, res.first_new_accepted)))
+                    checked, accepted = (*pending, fresh[0] if fresh else new[0]), m + first_new
+                policy.observe(build(Outcome, (True, window, checked, accepted, emitted, first_new)))
             pending = fresh[1:]
             committed += emitted
             continue

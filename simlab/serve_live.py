@@ -17,6 +17,13 @@ ran at 2.74 and 3.53 (2026-11-25, this project's 2-core CPU box, a mutation job 
 
 Greedy traces only: each request's live tokens are checked against the trace's (the target's
 greedy ``generate``, recorded) — the per-request losslessness check.
+
+A shared machine drifts: latencies probed on it minutes or hours before the decodes price
+them at that moment's speed. :func:`reprobe` times the forwards the batch will run (the
+target over k tokens of B sequences, the draft's step of B sequences) again, with the models
+the decodes use, in the same process, just before them; :func:`with_points` puts those samples
+in place of the trace's at the same points, and the prediction is made from them before the
+first counted decode. Each decode's row says how much of the CPU other processes took during it.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
+from simlab.cpu_load import OtherLoad
 from simlab.errors import SimlabError
 from simlab.serve.run import BASELINE_POLICY, ServeConfig, serve_once
 from simlab.serve.scheduler import Scheduler
@@ -50,6 +58,38 @@ def cut_trace(trace: Trace, budget: int) -> Trace:
     manifest = replace(trace.manifest, max_new_tokens=budget)
     return replace(trace, manifest=manifest, prompts=prompts, positions=rows(trace.positions),
                    rollouts=rows(trace.rollouts), layers=rows(trace.layers))
+
+
+POINT = ["op", "k", "context_len", "layer", "corun", "batch"]  # what a latency sample measured
+
+
+def with_points(latency: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
+    """``latency``'s samples with every point that ``new`` measured taking ``new``'s samples
+    instead (the others kept)."""
+    measured = pd.MultiIndex.from_frame(new[POINT])
+    kept = latency[~pd.MultiIndex.from_frame(latency[POINT]).isin(measured)]
+    return pd.concat([kept, new[latency.columns]], ignore_index=True)
+
+
+def reprobe(trace: Trace, executor, batch: int, spec: str, log: Callable[[str], None] = lambda _: None
+            ) -> tuple[pd.DataFrame, float | None]:
+    """Latency samples of ``spec``'s k values and contexts (``simlab record --latency-probe``
+    grammar; its batch axis is ``batch``, co-running, trees and exit heads left out) at batch
+    size ``batch``, timed on ``executor``'s models by the recorder's probe; and the share of
+    the CPU other processes took meanwhile."""
+    from simlab.record.latency import ProbePlan, probe_latency
+
+    plan = ProbePlan.parse(spec)
+    ks = plan.ks
+    plan = replace(plan, batches=(batch,), ks=ks if batch == 1 else (), batch_ks=ks if batch > 1 else (),
+                   corun=False, trees=(), exit_heads=())
+    layer = trace.manifest.draft_layer  # a self-speculative pair drafts with the target's first layers
+    draft = None if layer >= 0 else executor.draft_model
+    exits = [layer] if layer >= 0 and batch == 1 else []
+    target = executor.target_model
+    load = OtherLoad()
+    samples = probe_latency(target, draft, exits, plan, target.config.vocab_size, log=log, draft_layer=layer)
+    return samples, load.share()
 
 
 def predicted(sim: Simulator, n: int, policy: str, params: dict[str, Any]) -> dict:
@@ -94,7 +134,9 @@ def check(trace: Trace, executor, policy: str, params: dict[str, Any], batch: in
     out = []
     for row in order:
         name, kw = row["policy"], row["kw"]
+        load = OtherLoad()
         run = BatchedDecoder(executor).run([make_policy(name, context, **kw) for _ in ids], ids, budget)
+        other = load.share()
         pred = row["pred"]
         tpot = float(np.nanmean([r.tpot for r in run.requests]))
         lossless = all(r.tokens == truth[r.prompt_id][:len(r.tokens)] and len(r.tokens) == len(truth[r.prompt_id])
@@ -104,10 +146,12 @@ def check(trace: Trace, executor, policy: str, params: dict[str, Any], batch: in
                     "measured_tokens_per_s": run.tokens_per_s, "predicted_tokens_per_s": pred["tokens_per_s"],
                     "measured_tpot_s": tpot, "predicted_tpot_s": pred["tpot_s"],
                     "target_calls": sum(calls), "target_calls_equal": calls == pred["target_calls"],
-                    "lossless": lossless, "tokens": run.tokens, "decode_s": run.wall_s, "prefill_s": run.prefill_s})
+                    "lossless": lossless, "tokens": run.tokens, "decode_s": run.wall_s, "prefill_s": run.prefill_s,
+                    "other_cpu": other})
         log(f"B={batch} {name} #{row['repeat'] + 1}: {run.tokens_per_s:.2f} tok/s (predicted "
             f"{pred['tokens_per_s']:.2f}), TPOT {1e3 * tpot:.0f} ms (predicted {1e3 * pred['tpot_s']:.0f}), "
-            f"lossless {lossless}, target calls as simulated {calls == pred['target_calls']}")
+            f"lossless {lossless}, target calls as simulated {calls == pred['target_calls']}, other processes "
+            f"{'?' if other is None else f'{other:.0%}'} of the CPU")
     return pd.DataFrame(out)
 
 

@@ -17,7 +17,7 @@ from simlab.models.early_exit import early_exit_draft  # noqa: E402
 from simlab.models.load import load_model, resolve  # noqa: E402
 from simlab.paths import ROOT  # noqa: E402
 from simlab.policies import make_policy  # noqa: E402
-from simlab.serve_live import check  # noqa: E402
+from simlab.serve_live import check, reprobe  # noqa: E402
 from simlab.sim.run import Simulator  # noqa: E402
 from simlab.trace.io import read_trace  # noqa: E402
 
@@ -127,3 +127,23 @@ def test_serve_live_says_when_its_prediction_is_priced_on_other_hardware(tmp_pat
     err = capsys.readouterr().err
     assert ("measured on Some Other CPU, 64 cores" in err) == elsewhere
     assert ("re-probe a copy" in err) == elsewhere
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_reprobe_times_the_forwards_of_the_batch_it_is_asked_for(executor, trace, batch):
+    """The target over each k of the spec and the exit-layer draft's step, at that batch size and
+    context, once per repeat; nothing else (no co-running, trees or exit heads)."""
+    samples, other = reprobe(trace, executor, batch, "k=1,3;ctx=40;repeats=2")
+    points = sorted(samples[["op", "k", "layer", "batch", "context_len"]].itertuples(index=False, name=None))
+    want = [("draft_step", 1, 24, batch, 40), ("target_forward", 1, -1, batch, 40), ("target_forward", 3, -1, batch, 40)]
+    assert points == sorted(want * 2)
+    assert (samples.seconds > 0).all() and not samples.corun.any()
+    assert other is None or 0 <= other <= 1
+
+
+def test_serve_live_reprobe_refuses_bad_input_before_loading_models(capsys):
+    for args, said in ((["--live", "--reprobe", "k=0"], "k, ctx"), (["--reprobe", "k=1-5"], "add --live"),
+                       (["--live", "--reprobe", "k=1-5", "--latency", str(TRACE / "manifest.json")], "drop --latency")):
+        with pytest.raises(SystemExit) as exc:
+            main(["serve", "--trace", str(TRACE), *args])
+        assert exc.value.code == 2 and said in capsys.readouterr().err

@@ -461,3 +461,18 @@ def test_the_smallest_scheduler_and_the_slowest_arrivals_are_allowed():
     assert poisson_arrivals(0.5, 3, seed=0) == [gaps[0], gaps[0] + gaps[1], gaps[0] + gaps[1] + gaps[2]]
     # without a seed, the draw of `simlab serve`'s default --seed, 0
     assert poisson_arrivals(0.5, 3) == poisson_arrivals(0.5, 3, seed=0)
+
+
+def test_with_points_replaces_the_samples_of_the_points_measured_again_and_keeps_the_rest():
+    from simlab.serve_live import with_points
+
+    def samples(rows):
+        return pd.DataFrame(rows, columns=["op", "k", "context_len", "layer", "corun", "repeat", "seconds", "batch"])
+
+    old = samples([("target_forward", 1, 128, -1, False, r, 0.5, 2) for r in range(2)]
+                  + [("target_forward", 1, 128, -1, False, 0, 0.7, 4), ("draft_step", 1, 128, -1, False, 0, 0.1, 2),
+                     ("target_forward", 1, 256, -1, False, 0, 0.6, 2), ("target_forward", 1, 128, -1, True, 0, 0.9, 2)])
+    new = samples([("target_forward", 1, 128, -1, False, r, 0.4, 2) for r in range(3)])
+    got = with_points(old, new)
+    assert sorted(got.seconds) == [0.1, 0.4, 0.4, 0.4, 0.6, 0.7, 0.9]  # the two 0.5 samples gone, the others kept
+    assert list(got.columns) == list(old.columns)

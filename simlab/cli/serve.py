@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -56,6 +57,7 @@ def serve(
     live: Annotated[bool, typer.Option("--live", help="Decode the trace's first --max-batch prompts for real as one batch (all at t=0), under the policy and without speculation, and print measured against serve's prediction.")] = False,
     live_tokens: Annotated[Optional[int], typer.Option("--live-tokens", help="With --live: tokens per request (the trace is cut to this budget).", show_default="the trace's max_new_tokens")] = None,
     repeats: Annotated[int, typer.Option("--repeats", help="With --live: live decodes of each of policy and ad, alternating.")] = 1,
+    reprobe: Annotated[Optional[str], typer.Option("--reprobe", help="With --live: time the batch's forwards again first, in this process (SPEC as record's --latency-probe: its k values and contexts, e.g. 'k=1-5;ctx=128,256;repeats=3'), and predict from them; with --out, kept in OUT.latency.csv.")] = None,
     force: Force = False,
 ) -> None:
     """Serve a trace's prompts under load: continuous batching, batched drafting and verification.
@@ -95,7 +97,7 @@ def serve(
         check_requests(requests)
     config = ServeConfig(policy, params, scheduler, batch, slo)
     if len(rates) > 1:
-        for flag, given in (("--timeline", timeline), ("--live", live)):
+        for flag, given in (("--timeline", timeline), ("--live", live), ("--reprobe", reprobe)):
             if given:
                 raise SimlabError(f"several --rate values sweep Poisson loads; drop {flag}")
         return _serve_rates(trace, latency, rates, requests or DEFAULT_REQUESTS, seed, config, baseline, json_out, out)
@@ -106,7 +108,10 @@ def serve(
         times = times[:requests]
 
     if live:
-        return _serve_live(trace, latency, policy, params, max_batch, live_tokens, repeats, arrivals, out, force)
+        return _serve_live(trace, latency, policy, params, max_batch, live_tokens, repeats, arrivals, out, reprobe)
+    if reprobe is not None:
+        raise SimlabError("--reprobe times the forwards of a --live batch; add --live, or re-probe the trace with "
+                          "simlab record --resume --reprobe")
     tr, lat = load_inputs(trace, latency)
     sim = Simulator(tr, lat, seed=seed)
     res = serve_run(sim, times, config, baseline=baseline, record=timeline is not None)
@@ -277,15 +282,21 @@ def _warn_if_priced_elsewhere(tr, lat) -> None:
                           "re-probe a copy of the trace here first (docs/serving.md)")
 
 
-def _serve_live(trace, latency, policy, params, batch, tokens, repeats, arrivals, out, force) -> None:
+def _serve_live(trace, latency, policy, params, batch, tokens, repeats, arrivals, out, reprobe) -> None:
     """``serve --live``: simlab.serve_live decodes the batch; print measured beside predicted."""
     from rich.table import Table
 
     wait_passively()  # before torch loads OpenMP, as the latency probe it is compared with waited
-    from simlab.serve_live import check, load_executor
+    from simlab.record.latency import ProbePlan
+    from simlab.serve_live import check, load_executor, with_points
+    from simlab.serve_live import reprobe as time_forwards
 
     if arrivals is not None:
         raise SimlabError("--live serves one batch arriving at t=0; drop --arrivals")
+    if reprobe is not None:
+        ProbePlan.parse(reprobe)  # a bad spec fails before the models load
+        if latency is not None:
+            raise SimlabError("--reprobe prices the batch from the samples it times; drop --latency")
     if repeats < 1:
         raise SimlabError(f"--repeats must be at least 1, got {repeats}")
     if tokens is not None and tokens < 2:
@@ -293,7 +304,16 @@ def _serve_live(trace, latency, policy, params, batch, tokens, repeats, arrivals
     tr, lat = load_inputs(trace, latency)
     budget = min(tokens or tr.manifest.max_new_tokens, tr.manifest.max_new_tokens)
     executor = load_executor(tr)
-    _warn_if_priced_elsewhere(tr, lat)
+    if reprobe is not None:
+        err_console.print(f"B={batch}: timing the batch's forwards again ({reprobe})...")
+        samples, other = time_forwards(tr, executor, batch, reprobe, log=lambda m: err_console.print(m))
+        err_console.print(f"B={batch}: re-probed {len(samples)} forwards; other processes took "
+                          f"{'?' if other is None else f'{other:.0%}'} of the CPU meanwhile")
+        tr = replace(tr, latency=with_points(tr.latency, samples))
+        if out:  # the prediction's own latencies, kept beside its table
+            samples.assign(other_cpu=other).to_csv(out.with_suffix(".latency.csv"), index=False)
+    else:
+        _warn_if_priced_elsewhere(tr, lat)
     frame = check(tr, executor, policy, params, batch, budget, repeats, lat,
                   log=lambda m: err_console.print(m))
     if out:

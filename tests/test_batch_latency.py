@@ -125,6 +125,22 @@ def test_measured_batches_price_a_padded_forward_at_the_longest_k_and_context():
     assert lat.target([4], [300]) == lat.grid.target_forward(4, 300)
 
 
+def test_a_batched_first_draft_step_that_feeds_two_tokens_grows_as_the_batched_target_does():
+    # the CPU's shape: one sequence's second token costs 2x (single verify(2) / verify(1) = 2),
+    # two sequences' second token nothing (batch-2 target: k = 1 and 2 both 0.3 s); a batch-2
+    # draft step costs 0.12 s. The first step of a round where one sequence lacks two tokens is
+    # then the batch-2 step grown as the batch-2 target grows: 0.12 x 1, not 0.12 x 2
+    single = latency_table(draft=0.05, verify={1: 0.1, 2: 0.2, 3: 0.3}, ctx=(0, 1000))
+    rows = [("draft_step", 1, c, NO_LAYER, False, 0, 0.12, 2) for c in (0, 1000)]
+    rows += [("target_forward", k, c, NO_LAYER, False, 0, t, 2) for c in (0, 1000) for k, t in ((1, 0.3), (2, 0.3), (3, 0.45))]
+    samples = pd.concat([single.assign(batch=1), pd.DataFrame(rows, columns=[*single.columns, "batch"])], ignore_index=True)
+    lat = BatchLatency(LatencyGrid(TableLatency.from_samples(samples), 2000))
+    assert lat.draft_phase([2, 2], [10, 20], feeds=[2, 1]) == (pytest.approx(0.12 + 0.12), 2)
+    assert lat.draft_phase([2, 2], [10, 20], feeds=[3, 1]) == (pytest.approx(0.12 * 1.5 + 0.12), 2)
+    # alone, the sequence's own catch-up (its single growth, 2x) as the simulator prices it
+    assert lat.draft_phase([2], [10], feeds=[2]) == (pytest.approx(0.05 * 2 + 0.05), 2)
+
+
 def test_samples_of_batches_above_one_only_are_refused_for_want_of_single_request_figures():
     # batch 1 is the table itself: with no batch-1 sample it has no draft step, and does not
     # borrow a batch's (the first sample here is a batch-2 draft step)

@@ -11,6 +11,10 @@
 # 2. DIR/trace/ is the shipped trace with those latencies; predict.py writes DIR/predicted.json
 #    from it before the first live decode.
 # 3. The live decodes, one CSV per batch size (DIR/bB.csv), logged to DIR/run.log.
+# With REPROBE (a --latency-probe spec) and LATENCY (an earlier run's latency/) in config.sh, step 1
+# is skipped and DIR/trace/ takes LATENCY's samples; `serve --live --reprobe` then times each batch
+# size's forwards again in the decoding process, just before its decodes, and predicts from them
+# (the prediction is in DIR/bB.csv, the samples in DIR/bB.latency.csv).
 # Every step is skipped when its output exists, so an interrupted run continues where it stopped;
 # BATCHES="2 4" runs some batch sizes only.
 # Usage: results/serve-live/run.sh results/serve-live/qwen
@@ -20,7 +24,8 @@ cd "$1"
 . ./config.sh
 SIMLAB=${SIMLAB:-simlab}
 PYTHON=${PYTHON:-python}
-if [ ! -d latency ]; then
+LATENCY=${LATENCY:-latency}
+if [ -z "${REPROBE:-}" ] && [ ! -d latency ]; then
     rm -rf probe.part
     cp -r "$SHIPPED" probe.part
     { echo "== probe $(date -u)  $(uptime)"; } >> run.log
@@ -33,15 +38,16 @@ if [ ! -d latency ]; then
 fi
 if [ ! -d trace ]; then
     cp -r "$SHIPPED" trace.part
-    cp latency/latency.parquet latency/manifest.json trace.part/
+    cp "$LATENCY/latency.parquet" "$LATENCY/manifest.json" trace.part/
     mv trace.part trace
 fi
-[ -s predicted.json ] || "$PYTHON" "$HERE/predict.py" trace "$TOKENS" "$GAMMA"
+[ -n "${REPROBE:-}" ] || [ -s predicted.json ] || "$PYTHON" "$HERE/predict.py" trace "$TOKENS" "$GAMMA"
 for B in ${BATCHES:-1 2 4 8}; do
     [ -s "b$B.csv" ] && continue
     { echo "== B=$B $(date -u)  $(uptime)"; } >> run.log
     "$SIMLAB" serve --trace trace --live --max-batch "$B" --live-tokens "$TOKENS" --gamma "$GAMMA" --repeats 3 \
-        --out "b$B.part.csv" 2>&1 | tee -a run.log
+        ${REPROBE:+--reprobe "$REPROBE"} --out "b$B.part.csv" 2>&1 | tee -a run.log
+    [ -z "${REPROBE:-}" ] || mv "b$B.part.latency.csv" "b$B.latency.csv"
     mv "b$B.part.csv" "b$B.csv"
     { echo "== end B=$B $(date -u)  $(uptime)"; } >> run.log
 done

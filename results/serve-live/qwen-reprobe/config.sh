@@ -1,0 +1,7 @@
+# The Qwen pair again (Qwen2.5-Coder-0.5B drafting for Qwen2.5-Coder-1.5B, fp32, CPU; run with ../run.sh),
+# the requests and settings of qwen/, each batch size's forwards timed again just before its decodes.
+SHIPPED=$HERE/../../traces/qwen-coder-humaneval
+LATENCY=$HERE/qwen/latency
+REPROBE='k=1-5;ctx=128,256;repeats=3'
+GAMMA=4
+TOKENS=64

@@ -228,10 +228,11 @@ SERVE_LIVE = ROOT / "results" / "serve-live" / "quiet"
 
 @pytest.mark.parametrize("run, section", [("quiet", "### Second run"), ("qwen", "## The Qwen pair"),
                                           ("qwen-reprobe", "### First run (`qwen-reprobe/`"),
-                                          ("qwen-reprobe-2", "### Second run (`qwen-reprobe-2/`")])
+                                          ("qwen-reprobe-2", "### Second run (`qwen-reprobe-2/`"),
+                                          ("smollm2-reprobe", "### SmolLM2 re-probed")])
 def test_serve_live_tables_match_the_committed_decodes(run, section):
-    """results/serve-live/README.md's tables (the second quiet SmolLM2 run, the Qwen pair's runs,
-    probed beforehand and re-probed in the decoding process) from their b*.csv."""
+    """results/serve-live/README.md's tables (the second quiet SmolLM2 run, the Qwen pair's runs
+    probed beforehand and re-probed in the decoding process, SmolLM2 re-probed) from their b*.csv."""
     text = (SERVE_LIVE.parent / "README.md").read_text().split(section)[1]
     rows = table_cells(text, "B")
     assert [int(r[0]) for r in rows] == [1, 2, 4, 8]

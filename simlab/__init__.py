@@ -54,6 +54,7 @@ _API = {
     "parse_policy": "simlab.sweep.grid",
     "combine": "simlab.sweep.grid",
     "pareto_front": "simlab.frontier",
+    "ServeLoad": "simlab.sweep.serving",  # run_sweep(..., load=ServeLoad(rates, requests)): served under load
     # figures
     "frontier_figure": "simlab.plots.frontier",
     "acceptance_figure": "simlab.plots.acceptance",

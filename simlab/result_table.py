@@ -27,3 +27,13 @@ def param_columns(table: pd.DataFrame) -> list[str]:
 def varying(table: pd.DataFrame) -> list[str]:
     """The parameters that take more than one value among ``table``'s rows."""
     return [c for c in param_columns(table) if table[c].dropna().nunique() > 1]
+
+
+def with_params(table: pd.DataFrame, rows: list[dict], after: str) -> pd.DataFrame:
+    """``table`` with each row's policy parameters (``rows[i]["params"]``) as columns after
+    ``after``: the union over rows in first-seen order, nullable-typed, so ``gamma`` stays an
+    integer where other policies have none."""
+    names = dict.fromkeys(p for row in rows for p in row["params"])
+    params = pd.DataFrame({p: pd.array([row["params"].get(p) for row in rows]) for p in names}, index=table.index)
+    at = table.columns.get_loc(after) + 1
+    return pd.concat([table.iloc[:, :at], params, table.iloc[:, at:]], axis=1)

@@ -119,12 +119,12 @@ def test_a_process_pool_gives_the_same_table(trace, tmp_path):
     pd.testing.assert_frame_equal(pooled.table[cols], serial[cols])
 
 
-@pytest.mark.slow
-def test_ray_gives_the_same_table(trace):
+def ray_matches_serial(sweep) -> None:
+    """``sweep(**options)`` on two Ray workers gives the one-worker table (timings aside)."""
     pytest.importorskip("ray")
-    serial = run_sweep(trace, combine(GRID), cache=False, workers=1, progress=False).table
+    serial = sweep(workers=1).table
     try:
-        on_ray = run_sweep(trace, combine(GRID), cache=False, workers=2, executor="ray", progress=False)
+        on_ray = sweep(workers=2, executor="ray")
     except SimlabError as exc:  # Ray gives its local node a fixed 30 s to start: too little on a busy 2-core box
         if "timed out during startup" in str(exc):
             pytest.skip(f"the local Ray instance did not start: {exc}")
@@ -132,6 +132,11 @@ def test_ray_gives_the_same_table(trace):
     assert on_ray.executor == "ray"
     cols = [c for c in serial.columns if c not in TIMING_COLUMNS]
     pd.testing.assert_frame_equal(on_ray.table[cols], serial[cols])
+
+
+@pytest.mark.slow
+def test_ray_gives_the_same_table(trace):
+    ray_matches_serial(lambda **options: run_sweep(trace, combine(GRID), cache=False, progress=False, **options))
 
 
 def test_unknown_executor_and_bad_workers(trace):

@@ -10,8 +10,10 @@ import typer
 
 from simlab.atomic import check_output
 from simlab.cli import policy_options as opt
+from simlab.cli import serve_options as so
 from simlab.cli.app import app
 from simlab.cli.output import Force, console, err_console, frame_output, print_json
+from simlab.cli.serve_options import DEFAULT_REQUESTS
 from simlab.cli.simulate import load_inputs, trace_label
 from simlab.errors import SimlabError
 from simlab.openmp import wait_passively
@@ -22,7 +24,6 @@ from simlab.table_file import write_frame
 
 # (label, JSON key, scale, unit) of the printed rows; the JSON output carries every figure.
 LATENCY_ROWS = (("TTFT", "ttft", 1e3, "ms"), ("TPOT", "tpot", 1e3, "ms"), ("end-to-end", "e2e", 1.0, "s"))
-DEFAULT_REQUESTS = 500
 
 
 serve_app = typer.Typer()
@@ -43,14 +44,14 @@ def serve(
     requests: Annotated[Optional[int], typer.Option("--requests", help="Requests to serve (at each rate).", show_default=f"{DEFAULT_REQUESTS}, or every time in --arrivals")] = None,
     arrivals: Annotated[Optional[Path], typer.Option("--arrivals", help="Text file of arrival times in seconds, one per line, sorted.")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the Poisson arrivals and of stochastic replay.")] = 0,
-    max_batch: Annotated[int, typer.Option("--max-batch", help="Most requests decoding at once.")] = DEFAULT_MAX_BATCH,
-    token_budget: Annotated[int, typer.Option("--token-budget", help="Prefill tokens plus one per running request allowed in one engine step.")] = DEFAULT_TOKEN_BUDGET,
-    gamma_by_batch: Annotated[Optional[str], typer.Option("--gamma-by-batch", help="Batch-level cap on the draft length by batch size, as BATCH:GAMMA pairs, e.g. 1:6,4:4,16:0, or a JSON file from simlab serve tune.")] = None,
-    sd_off_above: Annotated[Optional[int], typer.Option("--sd-off-above", help="No speculation in engine steps with more requests than this.")] = None,
-    smartspec: Annotated[Optional[int], typer.Option("--smartspec", help="SmartSpec: each step drafts the length in 0..N with the highest expected goodput.")] = None,
-    slo_ttft: Annotated[Optional[float], typer.Option("--slo-ttft", help="SLO on time to first token, seconds.")] = None,
-    slo_tpot: Annotated[Optional[float], typer.Option("--slo-tpot", help="SLO on time per output token, seconds.")] = None,
-    baseline: Annotated[bool, typer.Option("--baseline/--no-baseline", help="Also serve the same load without speculation (policy ad) for the speedup.")] = True,
+    max_batch: so.MaxBatch = DEFAULT_MAX_BATCH,
+    token_budget: so.TokenBudget = DEFAULT_TOKEN_BUDGET,
+    gamma_by_batch: so.GammaByBatch = None,
+    sd_off_above: so.SdOffAbove = None,
+    smartspec: so.SmartSpec = None,
+    slo_ttft: so.SloTtft = None,
+    slo_tpot: so.SloTpot = None,
+    baseline: so.Baseline = True,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")] = False,
     out: Annotated[Optional[Path], typer.Option("--out", help="Write per-request results (.csv or .parquet); with several rates, one row per rate and served policy.")] = None,
     timeline: Annotated[Optional[Path], typer.Option("--timeline", help="Write the engine's draft/target forwards (Chrome trace JSON).")] = None,
@@ -166,7 +167,7 @@ def tune(
     batch: Annotated[str, typer.Option("--batch", help="Batch sizes to tune, comma-separated, increasing.")] = ",".join(map(str, DEFAULT_BATCHES)),
     max_gamma: Annotated[int, typer.Option("--max-gamma", help="Longest draft length tried (every length from 0, no speculation, to this).")] = DEFAULT_MAX_GAMMA,
     requests_per_slot: Annotated[int, typer.Option("--requests-per-slot", help="Requests per batch slot: batch size B serves B times this many requests, all arriving at once.")] = REQUESTS_PER_SLOT,
-    token_budget: Annotated[int, typer.Option("--token-budget", help="Prefill tokens plus one per running request allowed in one engine step.")] = DEFAULT_TOKEN_BUDGET,
+    token_budget: so.TokenBudget = DEFAULT_TOKEN_BUDGET,
     seed: Annotated[int, typer.Option("--seed", help="Seed of stochastic replay (temperature > 0 traces).")] = 0,
     json_out: Annotated[bool, typer.Option("--json", help="Print the written JSON instead of a table.")] = False,
     force: Force = False,
@@ -219,14 +220,12 @@ def tune(
 # Columns of the rate sweep's printed table: (header, column, scale, format); --out and --json carry every figure.
 RATE_COLUMNS = (("rate", "rate_per_s", 1.0, "{:g}"), ("tok/s", "throughput_tokens_per_s", 1.0, "{:.2f}"),
                 ("goodput", "goodput_requests_per_s", 1.0, "{:.4f}"), ("SLO", "slo_attainment", 1.0, "{:.2f}"),
-                ("TPOT p50", "tpot_p50_s", 1e3, "{:.0f}"), ("p90", "tpot_p90_s", 1e3, "{:.0f}"),
-                ("e2e p50", "e2e_p50_s", 1.0, "{:.1f}"), ("p90", "e2e_p90_s", 1.0, "{:.1f}"))
+                ("TPOT\np50", "tpot_p50_s", 1e3, "{:.0f}"), ("\np90", "tpot_p90_s", 1e3, "{:.0f}"),
+                ("e2e\np50", "e2e_p50_s", 1.0, "{:.1f}"), ("\np90", "e2e_p90_s", 1.0, "{:.1f}"))
 
 
 def _serve_rates(trace, latency, rates, requests, seed, config, baseline, json_out, out) -> None:
     """``serve --rate R1,R2,...``: one serve run per rate (simlab.serve.rates), one row per rate and policy."""
-    from rich.table import Table
-
     from simlab.serve.rates import rate_sweep
     from simlab.sim.run import Simulator
 
@@ -240,20 +239,26 @@ def _serve_rates(trace, latency, rates, requests, seed, config, baseline, json_o
     if json_out:
         print_json(frame.to_dict(orient="records"))
         return
+    show_rates(frame, tr, sim.latency.name, requests, seed, config.scheduler.max_batch, config.slo)
+    if out:
+        console.print(f"wrote {out}")
+
+
+def show_rates(frame, tr, latency_name: str, requests: int, seed: int, max_batch: int, slo) -> None:
+    """Print a rate sweep's table (``serve --rate`` and ``sweep --rate``): one row per rate and served configuration."""
+    from rich.table import Table
+
     console.print(f"trace: {trace_label(tr)}")
-    console.print(f"latency: {sim.latency.name}; {requests} Poisson requests per rate (seed {seed}), max batch "
-                  f"{config.scheduler.max_batch}; SLOs: TTFT {_seconds(config.slo.ttft_s)}, TPOT {_seconds(config.slo.tpot_s)}")
-    console.print("served: " + "; ".join(frame["label"].unique()))
+    console.print(f"latency: {latency_name}; {requests} Poisson requests per rate (seed {seed}), max batch "
+                  f"{max_batch}; SLOs: TTFT {_seconds(slo.ttft_s)}, TPOT {_seconds(slo.tpot_s)}")
     table = Table(header_style="bold", caption="rate, goodput: requests/s; SLO: attainment; TPOT: ms; e2e "
                                                "(end-to-end): s")
-    table.add_column("policy")
+    table.add_column("served", no_wrap=True)
     for header, *_ in RATE_COLUMNS:
         table.add_column(header, justify="right", no_wrap=True)
     for row in frame.itertuples(index=False):
-        table.add_row(row.policy, *(form.format(getattr(row, key) * scale) for _, key, scale, form in RATE_COLUMNS))
+        table.add_row(row.label, *(form.format(getattr(row, key) * scale) for _, key, scale, form in RATE_COLUMNS))
     console.print(table)
-    if out:
-        console.print(f"wrote {out}")
 
 
 def batch_probe_hint(manifest) -> str:

@@ -1,4 +1,5 @@
-"""``simlab sweep``: every combination of a grid of policies and parameters on one trace."""
+"""``simlab sweep``: every combination of a grid of policies and parameters on one trace,
+simulated one request at a time or, with ``--rate``, served under load at each rate."""
 
 from __future__ import annotations
 
@@ -12,9 +13,13 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from simlab.cli import serve_options as so
 from simlab.cli.app import EXIT_INTERRUPTED, app
 from simlab.cli.output import Force, console, fmt, frame_output
+from simlab.cli.serve import show_rates
 from simlab.cli.simulate import TopologyOption, load_inputs, topology_label, trace_label
+from simlab.errors import SimlabError
+from simlab.serve.scheduler import DEFAULT_MAX_BATCH, DEFAULT_TOKEN_BUDGET
 from simlab.sim.devices import Topology
 from simlab.table_file import write_frame
 
@@ -22,6 +27,7 @@ from simlab.table_file import write_frame
 SHOWN = {"speedup": "speedup", "cost": "cost", "mat": "MAT", "mean_acceptance_length": "accept len",
          "target_calls": "target calls"}
 PARETO_MARK = "★"
+SERVING = "Serving under load (with --rate)"
 
 
 class Executor(str, enum.Enum):
@@ -44,35 +50,84 @@ def sweep(
     ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="Ray cluster to use.", show_default="$RAY_ADDRESS, else a local instance")] = None,
     cache: Annotated[Optional[Path], typer.Option("--cache", help="Directory of cached results.", show_default="$SIMLAB_CACHE/sweeps")] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write cached results.")] = False,
+    rate: Annotated[Optional[str], typer.Option("--rate", help="Serve every configuration under load at these Poisson arrival rates (requests per second, comma-separated) instead of one request at a time.", rich_help_panel=SERVING)] = None,
+    requests: Annotated[int, typer.Option("--requests", help="With --rate: requests served at each rate.", rich_help_panel=SERVING)] = so.DEFAULT_REQUESTS,
+    max_batch: Annotated[int, so.option("max_batch", SERVING)] = DEFAULT_MAX_BATCH,
+    token_budget: Annotated[int, so.option("token_budget", SERVING)] = DEFAULT_TOKEN_BUDGET,
+    gamma_by_batch: Annotated[Optional[str], so.option("gamma_by_batch", SERVING)] = None,
+    sd_off_above: Annotated[Optional[int], so.option("sd_off_above", SERVING)] = None,
+    smartspec: Annotated[Optional[int], so.option("smartspec", SERVING)] = None,
+    slo_ttft: Annotated[Optional[float], so.option("slo_ttft", SERVING)] = None,
+    slo_tpot: Annotated[Optional[float], so.option("slo_tpot", SERVING)] = None,
+    baseline: Annotated[bool, so.option("baseline", SERVING)] = True,
     force: Force = False,
 ) -> None:
     """Simulate every combination of policies and parameters; mark the speed-vs-cost Pareto front.
 
+    With --rate, serve every combination under load at each rate instead (simlab serve's
+    engine: continuous batching, batched drafting and verification), and the same load
+    without speculation (ad) once per rate; `simlab plot rates OUT` draws goodput and latency
+    against rate.
+
     Finished configurations are cached by trace, latency model, seed, topology, policy and
-    parameters (and the simulator's code), so an interrupted or repeated sweep resumes.
+    parameters (and the simulator's code; with --rate, the rate and serving settings too),
+    so an interrupted or repeated sweep resumes.
     """
     from simlab.sweep import SweepInterrupted, combine, run_sweep
 
+    load = _serve_load(rate, requests, max_batch, token_budget, gamma_by_batch, sd_off_above, smartspec,
+                       slo_ttft, slo_tpot, baseline, topology)
     if out is not None:
         frame_output(out, force)  # a bad path fails now, not after the sweep
     grids = combine(policy, grid)
     tr, lat = load_inputs(trace, latency)
     try:
         res = run_sweep(tr, grids, latency=lat, seed=seed, topology=topology, workers=workers,
-                        executor=executor.value, ray_address=ray_address, cache=False if no_cache else (cache or True))
+                        executor=executor.value, ray_address=ray_address, cache=False if no_cache else (cache or True),
+                        load=load)
     except SweepInterrupted as exc:  # said here: Typer turns Ctrl-C into an exit code and drops the message
         print(f"simlab: interrupted: {exc}", file=sys.stderr)
         sys.exit(EXIT_INTERRUPTED)
     table = res.table
-    console.print(f"trace: {trace_label(tr)}")
-    shown = topology_label(Topology(table["topology"].iat[0]), topology)
-    console.print(f"latency: {table['latency'].iat[0]}; topology: {shown}; seed: {seed}")
-    console.print(results_table(table, shown))
-    console.print(f"{len(table)} configurations: {res.cached} from the cache, {res.computed} simulated; "
+    if load is not None:
+        show_rates(table, tr, table["latency"].iat[0], requests, seed, max_batch, load.slo)
+    else:
+        console.print(f"trace: {trace_label(tr)}")
+        shown = topology_label(Topology(table["topology"].iat[0]), topology)
+        console.print(f"latency: {table['latency'].iat[0]}; topology: {shown}; seed: {seed}")
+        console.print(results_table(table, shown))
+    console.print(f"{len(table)} configurations: {res.cached} from the cache, {res.computed} {'served' if load else 'simulated'}; "
                   f"{res.seconds:.1f} s with {res.workers} {executor.value} worker{'s' * (res.workers != 1)}"
                   + (f"; cached in {res.store}" if res.store else ""))
     if out is not None:
         console.print(f"wrote {write_frame(table, out)}")
+
+
+def _serve_load(rate, requests, max_batch, token_budget, gamma_by_batch, sd_off_above, smartspec, slo_ttft, slo_tpot,
+                baseline, topology):
+    """``--rate``'s load (None without it), every serving flag checked before anything runs;
+    serving flags without ``--rate`` are an error rather than ignored."""
+    from simlab.serve.batch_policy import BatchSpec, gamma_by_batch_pairs
+    from simlab.serve.metrics import Slo
+    from simlab.serve.rates import parse_rates
+    from simlab.serve.scheduler import Scheduler
+    from simlab.sweep.serving import ServeLoad
+
+    if rate is None:
+        given = [flag for flag, value, default in (
+            ("--requests", requests, so.DEFAULT_REQUESTS), ("--max-batch", max_batch, DEFAULT_MAX_BATCH),
+            ("--token-budget", token_budget, DEFAULT_TOKEN_BUDGET), ("--gamma-by-batch", gamma_by_batch, None),
+            ("--sd-off-above", sd_off_above, None), ("--smartspec", smartspec, None), ("--slo-ttft", slo_ttft, None),
+            ("--slo-tpot", slo_tpot, None), ("--no-baseline", baseline, True)) if value != default]
+        if given:
+            raise SimlabError(f"{given[0]} sets how a serving sweep serves; add --rate R1,R2,...")
+        return None
+    if topology is not None:
+        raise SimlabError("--topology sets how one request is simulated; a serving sweep (--rate) runs serve's engine, "
+                          "which has no topology: drop one of them")
+    return ServeLoad(tuple(parse_rates(rate)), requests, Scheduler(max_batch, token_budget),
+                     BatchSpec(gamma_by_batch_pairs(gamma_by_batch) if gamma_by_batch else None, sd_off_above, smartspec),
+                     Slo(slo_ttft, slo_tpot), baseline)
 
 
 def results_table(table: pd.DataFrame, topology: str) -> Table:

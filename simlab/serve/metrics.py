@@ -12,9 +12,10 @@ Per run: throughput = generated tokens / makespan (first arrival to last finish)
 meets the SLOs when its TTFT ≤ ``--slo-ttft`` and its TPOT ≤ ``--slo-tpot`` (either may be
 absent); SLO attainment is the fraction that meet them, and goodput the requests per second
 that meet them (DistServe's "goodput" is the highest rate at a target attainment; this is
-the rate of SLO-meeting requests at the simulated load — ``simlab sweep`` over rates would
-give DistServe's figure). Speedup at a load compares the same arrivals served without
-speculation (policy ``ad``): mean end-to-end latency and mean TPOT without over with.
+the rate of SLO-meeting requests at the simulated load — a sweep over rates, ``simlab serve
+--rate`` or ``simlab sweep --rate``, gives DistServe's figure). Speedup at a load compares the
+same arrivals served without speculation (policy ``ad``): mean end-to-end latency and mean
+TPOT without over with.
 """
 
 from __future__ import annotations

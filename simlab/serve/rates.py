@@ -11,13 +11,15 @@ are those at rate 1 divided by r, and the rates differ in load only, not in luck
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Sequence
 
 import pandas as pd
 from tqdm import tqdm
 
 from simlab.errors import SimlabError
-from simlab.serve.run import BASELINE_POLICY, ServeConfig, ServeRun, serve
+from simlab.serve.metrics import speedups
+from simlab.serve.run import BASELINE_POLICY, ServeConfig, ServeRun, serve_once
 from simlab.serve.workload import poisson_arrivals
 from simlab.sim.run import Simulator
 
@@ -28,38 +30,56 @@ def parse_rates(text: str) -> list[float]:
         rates = [float(r) for r in text.split(",")]
     except ValueError:
         raise SimlabError(f"--rate takes requests per second, or a comma-separated list of them, got {text!r}") from None
-    if not all(math.isfinite(r) and r > 0 for r in rates):
-        raise SimlabError(f"--rate must be finite numbers > 0 (requests per second), got {text!r}")
-    if rates != sorted(set(rates)):
-        raise SimlabError(f"--rate lists increasing rates, got {text!r}")
+    check_rates(rates, text)
     return rates
+
+
+def check_rates(rates: Sequence[float], shown: str | None = None) -> None:
+    """Rates are finite, > 0 and increasing (``shown``: how the user wrote them)."""
+    shown = repr(shown) if shown is not None else str(list(rates))
+    if not rates or not all(isinstance(r, (int, float)) and math.isfinite(r) and r > 0 for r in rates):
+        raise SimlabError(f"--rate must be finite numbers > 0 (requests per second), got {shown}")
+    if list(rates) != sorted(set(rates)):
+        raise SimlabError(f"--rate lists increasing rates, got {shown}")
 
 
 def series_label(policy: str, params: dict, batch_policy: str) -> str:
     """A served configuration's name in tables and plot legends: ``sd(gamma=4)``, ``sd(gamma=8) + smartspec``."""
     shown = ", ".join(f"{k}={v}" for k, v in params.items())
-    name = f"{policy}({shown})" if shown else policy
+    return with_batch_policy(f"{policy}({shown})" if shown else policy, batch_policy)
+
+
+def with_batch_policy(name: str, batch_policy: str) -> str:
     return name if batch_policy == "none" else f"{name} + {batch_policy}"
 
 
-def _row(rate: float, label: str, speculative: bool, run: ServeRun, extra: dict) -> dict:
+BASELINE_LABEL = f"{BASELINE_POLICY} (no SD)"
+
+
+def serve_at_rate(sim: Simulator, rate: float, requests: int, seed: int, config: ServeConfig) -> tuple[ServeRun, dict]:
+    """``config``'s policy served on ``requests`` Poisson arrivals at ``rate`` (the draw of
+    ``seed``, time-scaled): the run and its row (rate, ``speculative``, ``serve``'s summary
+    figures, the mean decoding batch). The row has no label: a caller names its series."""
+    run = serve_once(sim, poisson_arrivals(rate, requests, seed), config, config.policy, config.params)
     stats = run.stats
-    return {"rate_per_s": rate, "label": label, "policy": run.policy, "batch_policy": run.batch_policy,
-            "speculative": speculative, **run.summary,
-            "mean_batch": stats.batch_sizes / stats.decode_steps if stats.decode_steps else 0.0, **extra}
+    return run, {"rate_per_s": rate, "policy": run.policy, "batch_policy": run.batch_policy,
+                 "speculative": run.policy != BASELINE_POLICY, **run.summary,
+                 "mean_batch": stats.batch_sizes / stats.decode_steps if stats.decode_steps else 0.0}
 
 
 def rate_sweep(sim: Simulator, rates: Sequence[float], requests: int, seed: int, config: ServeConfig,
                baseline: bool = True, progress: bool | None = None) -> pd.DataFrame:
     """One row per rate and served policy (the configured one, then ``ad`` when ``baseline``),
     with ``serve``'s summary figures; the speculative rows carry the speedups at that load.
-    ``progress``: a bar on stderr (None: on a terminal only)."""
+    ``progress``: a bar on stderr (None: on a terminal only). ``simlab sweep --rate`` serves
+    grids of policies the same way, in parallel (:mod:`simlab.sweep.serving`)."""
     rows = []
     for rate in tqdm(rates, desc="serve", unit="rate", disable=None if progress is None else not progress,
                      dynamic_ncols=True):
-        res = serve(sim, poisson_arrivals(rate, requests, seed), config, baseline=baseline)
-        label = series_label(config.policy, config.params, res.run.batch_policy)
-        rows.append(_row(rate, label, True, res.run, res.speedups))
-        if res.baseline:
-            rows.append(_row(rate, f"{BASELINE_POLICY} (no SD)", False, res.baseline, {}))
+        run, row = serve_at_rate(sim, rate, requests, seed, config)
+        rows.append({"rate_per_s": rate, "label": series_label(config.policy, config.params, run.batch_policy), **row})
+        if baseline:
+            _, base = serve_at_rate(sim, rate, requests, seed, replace(config, policy=BASELINE_POLICY, params={}))
+            rows[-1].update(speedups(row, base))
+            rows.append({"rate_per_s": rate, "label": BASELINE_LABEL, **base})
     return pd.DataFrame(rows)

@@ -36,10 +36,12 @@ from simlab.frontier import pareto_mask
 from simlab.latency.model import LatencyModel
 from simlab.paths import cache_root
 from simlab.policies import REGISTRY, make_policy
-from simlab.result_table import METRIC_COLUMNS, TIMING_COLUMNS
+from simlab.result_table import METRIC_COLUMNS, TIMING_COLUMNS, with_params
+from simlab.serve.run import BASELINE_POLICY
 from simlab.sim.devices import Topology
 from simlab.sim.run import Simulator
 from simlab.sweep.grid import PolicyGrid, parse_policy
+from simlab.sweep.serving import ServeLoad, check_policies, serve_row, serve_table
 from simlab.sweep.store import ResultStore, code_digest, digest, frame_digest
 from simlab.trace.io import Trace
 
@@ -54,11 +56,14 @@ def default_workers() -> int:
 
 @dataclass(frozen=True)
 class Config:
-    """One policy with every parameter set (defaults filled in, as the policy describes itself)."""
+    """One policy with every parameter set (defaults filled in, as the policy describes itself);
+    in a serving sweep, served at ``rate`` under ``load``."""
 
     policy: str
     params: dict[str, Any]
     key: str
+    rate: float | None = None
+    load: ServeLoad | None = None
 
 
 def labels(rows: list[dict[str, Any]]) -> list[str]:
@@ -113,27 +118,43 @@ def setup_key(sim: Simulator) -> str:
     })
 
 
-def expand(grids: Iterable[PolicyGrid], sim: Simulator, setup: str) -> list[Config]:
-    """Every configuration of the grids, checked by building its policy; duplicates dropped."""
+def expand(grids: Iterable[PolicyGrid], sim: Simulator, setup: str, load: ServeLoad | None = None) -> list[Config]:
+    """Every configuration of the grids, checked by building its policy; duplicates dropped.
+    With a ``load``: each of them at each of its rates, then (with its baseline) ``ad``."""
+    grids = list(grids)
+    if load is not None:
+        check_policies([g.policy for g in grids])
     context = sim.context()
     configs: dict[str, Config] = {}
     for grid in grids:
         for params in grid:
-            try:
-                policy = make_policy(grid.policy, context, **params)
-            except SimlabError as exc:
-                shown = ",".join(f"{k}={v}" for k, v in params.items())
-                raise SimlabError(f"{grid.policy}{':' + shown if shown else ''}: {exc}") from None
-            # The key covers all the policy says of itself (e.g. which acceptance predictor it
-            # uses); the configuration keeps only its parameters, which is what it is built from.
-            described = policy.describe()
-            described.pop("policy")
-            key = digest([setup, grid.policy, described])
-            own = {p.name for p in policy.params}
-            configs.setdefault(key, Config(grid.policy, {k: v for k, v in described.items() if k in own}, key))
+            config = _config(grid.policy, params, context, setup)
+            configs.setdefault(config.key, config)
     if not configs:
         raise SimlabError("empty grid: it expands to no configuration")
-    return list(configs.values())
+    if load is None:
+        return list(configs.values())
+    served = list(configs.values()) + ([_config(BASELINE_POLICY, {}, context, setup)] if load.baseline else [])
+    at_rates: dict[str, Config] = {}
+    for rate in load.rates:
+        for c in served:
+            key = digest([c.key, "serve", load.describe(), rate])
+            at_rates.setdefault(key, Config(c.policy, c.params, key, rate, load))
+    return list(at_rates.values())
+
+
+def _config(name: str, params: dict[str, Any], context, setup: str) -> Config:
+    try:
+        policy = make_policy(name, context, **params)
+    except SimlabError as exc:
+        shown = ",".join(f"{k}={v}" for k, v in params.items())
+        raise SimlabError(f"{name}{':' + shown if shown else ''}: {exc}") from None
+    # The key covers all the policy says of itself (e.g. which acceptance predictor it uses);
+    # the configuration keeps only its parameters, which is what it is built from.
+    described = policy.describe()
+    described.pop("policy")
+    own = {p.name for p in policy.params}
+    return Config(name, {k: v for k, v in described.items() if k in own}, digest([setup, name, described]))
 
 
 # -- the work of one configuration, in whichever process runs it ------------------------------
@@ -148,14 +169,18 @@ def _keep(key: str, sim: Simulator) -> Simulator:
 
 
 def simulate_config(sim: Simulator, config: Config) -> dict[str, Any]:
+    """A configuration's row: simulated alone, or served at its rate."""
     t0, cpu0 = time.perf_counter(), time.process_time()
-    res = sim.run(config.policy, config.params)
+    if config.load is None:
+        res = sim.run(config.policy, config.params)
+        figures = {**res.summary.to_dict(), "reference_speedup": sim.reference().speedup}
+    else:
+        figures = serve_row(sim, config.policy, config.params, config.rate, config.load)
     return {
         "key": config.key,
         "policy": config.policy,
         "params": config.params,
-        **res.summary.to_dict(),
-        "reference_speedup": sim.reference().speedup,
+        **figures,
         "sim_seconds": time.perf_counter() - t0,
         "cpu_seconds": time.process_time() - cpu0,
     }
@@ -263,8 +288,10 @@ def run_sweep(
     ray_address: str | None = None,
     cache: str | Path | bool = True,
     progress: bool | None = None,
+    load: ServeLoad | None = None,
 ) -> SweepResult:
     """Simulate every configuration of ``grids`` on ``trace``; see the module docstring.
+    With a ``load``, serve each of them at each of its rates instead (:mod:`simlab.sweep.serving`).
 
     ``topology``: None simulates the topology the trace was recorded in.
     ``grids``: :class:`PolicyGrid` objects or specs as ``--policy`` takes them ("sd:gamma=1..12").
@@ -281,7 +308,7 @@ def run_sweep(
     grids = [parse_policy(g) if isinstance(g, str) else g for g in grids]
     sim = Simulator(trace, latency, seed=seed, topology=topology)
     key = setup_key(sim)
-    configs = expand(grids, sim, key)
+    configs = expand(grids, sim, key, load)
     if cache is True:
         cache = cache_root() / "sweeps"
     store = ResultStore(Path(cache) / f"{key}.jsonl") if cache is not False else None
@@ -290,7 +317,8 @@ def run_sweep(
     todo = [c for c in configs if c.key not in rows]
     cached = len(rows)
     if todo:
-        sim.reference()  # once here, not once per worker
+        if load is None:
+            sim.reference()  # once here, not once per worker
         _keep(key, sim)
         used = min(workers, len(todo))
         finished = (_run_ray(sim, key, todo, used, ray_address) if executor == "ray"
@@ -307,22 +335,19 @@ def run_sweep(
         except KeyboardInterrupt:
             where = f"; they are kept in {store.path} and a re-run resumes" if store else ""
             raise SweepInterrupted(f"{len(rows)} of {len(configs)} configurations done{where}") from None
-    table = sweep_table([rows[c.key] for c in configs], sim)
+    done = [rows[c.key] for c in configs]
+    table = serve_table(done, labels(done), sim, load) if load else sweep_table(done, sim)
     return SweepResult(table, cached, len(todo), time.perf_counter() - t0, min(workers, max(len(todo), 1)),
                        executor, store.path if store else None)
 
 
 def sweep_table(rows: list[dict], sim: Simulator) -> pd.DataFrame:
     """One row per configuration: policy, label, parameters, metrics, ``pareto``, setup."""
-    params: dict[str, None] = {}
-    for row in rows:
-        params.update(dict.fromkeys(row["params"]))
     records = []
     for row, label in zip(rows, labels(rows)):
         records.append({
             "policy": row["policy"],
             "label": label,
-            **{p: row["params"].get(p) for p in params},
             **{m: row.get(m) for m in METRIC_COLUMNS},
             "pareto": False,  # filled in below, over all rows
             "trace": str(sim.trace.path or sim.trace.manifest.dataset),
@@ -332,8 +357,6 @@ def sweep_table(rows: list[dict], sim: Simulator) -> pd.DataFrame:
             **{t: row.get(t) for t in TIMING_COLUMNS},
             "key": row["key"],
         })
-    table = pd.DataFrame.from_records(records)
-    for p in params:  # nullable types: gamma stays an integer where other policies have none
-        table[p] = pd.array([row["params"].get(p) for row in rows])
+    table = with_params(pd.DataFrame.from_records(records), rows, after="label")
     table["pareto"] = pareto_mask(table["speedup"], table["cost"])
     return table

@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from simlab.errors import SimlabError
 from simlab.serve.metrics import speedups
-from simlab.serve.run import BASELINE_POLICY, ServeConfig, ServeRun, serve_once
+from simlab.serve.run import BASELINE_POLICY, ServeConfig, serve_once
 from simlab.serve.workload import poisson_arrivals
 from simlab.sim.run import Simulator
 
@@ -56,13 +56,13 @@ def with_batch_policy(name: str, batch_policy: str) -> str:
 BASELINE_LABEL = f"{BASELINE_POLICY} (no SD)"
 
 
-def serve_at_rate(sim: Simulator, rate: float, requests: int, seed: int, config: ServeConfig) -> tuple[ServeRun, dict]:
+def serve_at_rate(sim: Simulator, rate: float, requests: int, seed: int, config: ServeConfig) -> dict:
     """``config``'s policy served on ``requests`` Poisson arrivals at ``rate`` (the draw of
-    ``seed``, time-scaled): the run and its row (rate, ``speculative``, ``serve``'s summary
-    figures, the mean decoding batch). The row has no label: a caller names its series."""
+    ``seed``, time-scaled), as a row: rate, ``speculative``, ``serve``'s summary figures, the
+    mean decoding batch. The row has no label: a caller names its series."""
     run = serve_once(sim, poisson_arrivals(rate, requests, seed), config, config.policy, config.params)
     stats = run.stats
-    return run, {"rate_per_s": rate, "policy": run.policy, "batch_policy": run.batch_policy,
+    return {"rate_per_s": rate, "policy": run.policy, "batch_policy": run.batch_policy,
                  "speculative": run.policy != BASELINE_POLICY, **run.summary,
                  "mean_batch": stats.batch_sizes / stats.decode_steps if stats.decode_steps else 0.0}
 
@@ -76,10 +76,10 @@ def rate_sweep(sim: Simulator, rates: Sequence[float], requests: int, seed: int,
     rows = []
     for rate in tqdm(rates, desc="serve", unit="rate", disable=None if progress is None else not progress,
                      dynamic_ncols=True):
-        run, row = serve_at_rate(sim, rate, requests, seed, config)
-        rows.append({"rate_per_s": rate, "label": series_label(config.policy, config.params, run.batch_policy), **row})
+        row = serve_at_rate(sim, rate, requests, seed, config)
+        rows.append({"rate_per_s": rate, "label": series_label(config.policy, config.params, row["batch_policy"]), **row})
         if baseline:
-            _, base = serve_at_rate(sim, rate, requests, seed, replace(config, policy=BASELINE_POLICY, params={}))
+            base = serve_at_rate(sim, rate, requests, seed, replace(config, policy=BASELINE_POLICY, params={}))
             rows[-1].update(speedups(row, base))
             rows.append({"rate_per_s": rate, "label": BASELINE_LABEL, **base})
     return pd.DataFrame(rows)

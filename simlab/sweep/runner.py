@@ -37,11 +37,11 @@ from simlab.latency.model import LatencyModel
 from simlab.paths import cache_root
 from simlab.policies import REGISTRY, make_policy
 from simlab.result_table import METRIC_COLUMNS, TIMING_COLUMNS, with_params
-from simlab.serve.run import BASELINE_POLICY
+from simlab.serve.run import BASELINE_POLICY, check_policy
 from simlab.sim.devices import Topology
 from simlab.sim.run import Simulator
 from simlab.sweep.grid import PolicyGrid, parse_policy
-from simlab.sweep.serving import ServeLoad, check_policies, serve_row, serve_table
+from simlab.sweep.serving import ServeLoad, serve_table
 from simlab.sweep.store import ResultStore, code_digest, digest, frame_digest
 from simlab.trace.io import Trace
 
@@ -123,7 +123,8 @@ def expand(grids: Iterable[PolicyGrid], sim: Simulator, setup: str, load: ServeL
     With a ``load``: each of them at each of its rates, then (with its baseline) ``ad``."""
     grids = list(grids)
     if load is not None:
-        check_policies([g.policy for g in grids])
+        for g in grids:
+            check_policy(g.policy)
     context = sim.context()
     configs: dict[str, Config] = {}
     for grid in grids:
@@ -175,7 +176,7 @@ def simulate_config(sim: Simulator, config: Config) -> dict[str, Any]:
         res = sim.run(config.policy, config.params)
         figures = {**res.summary.to_dict(), "reference_speedup": sim.reference().speedup}
     else:
-        figures = serve_row(sim, config.policy, config.params, config.rate, config.load)
+        figures = config.load.serve(sim, config.policy, config.params, config.rate)
     return {
         "key": config.key,
         "policy": config.policy,

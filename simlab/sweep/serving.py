@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -23,7 +23,7 @@ from simlab.result_table import with_params
 from simlab.serve.batch_policy import BatchSpec
 from simlab.serve.metrics import Slo, speedups
 from simlab.serve.rates import BASELINE_LABEL, check_rates, serve_at_rate, with_batch_policy
-from simlab.serve.run import ServeConfig, check_policy
+from simlab.serve.run import ServeConfig
 from simlab.serve.scheduler import Scheduler
 from simlab.serve.workload import check_requests
 from simlab.sim.run import Simulator
@@ -46,8 +46,10 @@ class ServeLoad:
         check_rates(self.rates)
         check_requests(self.requests)
 
-    def config(self, policy: str, params: dict[str, Any]) -> ServeConfig:
-        return ServeConfig(policy, params, self.scheduler, self.batch, self.slo)
+    def serve(self, sim: Simulator, policy: str, params: dict[str, Any], rate: float) -> dict[str, Any]:
+        """One configuration served at one rate (the arrivals of ``sim``'s seed): its row of the
+        table, without label or speedups."""
+        return serve_at_rate(sim, rate, self.requests, sim.seed, ServeConfig(policy, params, self.scheduler, self.batch, self.slo))
 
     def describe(self) -> dict[str, Any]:
         """What a served row depends on besides its policy, rate and the simulator's setup (a cache key's part)."""
@@ -58,17 +60,6 @@ class ServeLoad:
         """The settings every row of the table states."""
         return {"requests_per_rate": self.requests, "max_batch": self.scheduler.max_batch,
                 "token_budget": self.scheduler.token_budget, "slo_ttft_s": self.slo.ttft_s, "slo_tpot_s": self.slo.tpot_s}
-
-
-def check_policies(policies: Sequence[str]) -> None:
-    """Parallel policies cannot be served (:func:`simlab.serve.run.check_policy`)."""
-    for policy in policies:
-        check_policy(policy)
-
-
-def serve_row(sim: Simulator, policy: str, params: dict[str, Any], rate: float, load: ServeLoad) -> dict[str, Any]:
-    """One configuration served at one rate: its row of the table, without label or speedups."""
-    return serve_at_rate(sim, rate, load.requests, sim.seed, load.config(policy, params))[1]
 
 
 def serve_table(rows: list[dict[str, Any]], names: list[str], sim: Simulator, load: ServeLoad) -> pd.DataFrame:

@@ -18,12 +18,10 @@ ran at 2.74 and 3.53 (2026-11-25, this project's 2-core CPU box, a mutation job 
 Greedy traces only: each request's live tokens are checked against the trace's (the target's
 greedy ``generate``, recorded) — the per-request losslessness check.
 
-A shared machine drifts: latencies probed on it minutes or hours before the decodes price
-them at that moment's speed. :func:`reprobe` times the forwards the batch will run (the
-target over k tokens of B sequences, the draft's step of B sequences) again, with the models
-the decodes use, in the same process, just before them; :func:`with_points` puts those samples
-in place of the trace's at the same points, and the prediction is made from them before the
-first counted decode. Each decode's row says how much of the CPU other processes took during it.
+With ``--reprobe``, :func:`reprobe` times the forwards the batch will run (the target over k
+tokens of B sequences, the draft's step of B sequences) again in the decoding process, just
+before them (:mod:`simlab.record.reprobe` says why), and the prediction is made from them
+before the first counted decode. Each decode's row says how much of the CPU other processes took during it.
 """
 
 from __future__ import annotations
@@ -36,6 +34,7 @@ import pandas as pd
 
 from simlab.cpu_load import OtherLoad
 from simlab.errors import SimlabError
+from simlab.record.reprobe import probe_here
 from simlab.serve.run import BASELINE_POLICY, ServeConfig, serve_once
 from simlab.serve.scheduler import Scheduler
 from simlab.sim.run import Simulator
@@ -60,36 +59,19 @@ def cut_trace(trace: Trace, budget: int) -> Trace:
                    rollouts=rows(trace.rollouts), layers=rows(trace.layers))
 
 
-POINT = ["op", "k", "context_len", "layer", "corun", "batch"]  # what a latency sample measured
-
-
-def with_points(latency: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
-    """``latency``'s samples with every point that ``new`` measured taking ``new``'s samples
-    instead (the others kept)."""
-    measured = pd.MultiIndex.from_frame(new[POINT])
-    kept = latency[~pd.MultiIndex.from_frame(latency[POINT]).isin(measured)]
-    return pd.concat([kept, new[latency.columns]], ignore_index=True)
-
-
 def reprobe(trace: Trace, executor, batch: int, spec: str, log: Callable[[str], None] = lambda _: None
             ) -> tuple[pd.DataFrame, float | None]:
     """Latency samples of ``spec``'s k values and contexts (``simlab record --latency-probe``
     grammar; its batch axis is ``batch``, co-running, trees and exit heads left out) at batch
-    size ``batch``, timed on ``executor``'s models by the recorder's probe; and the share of
-    the CPU other processes took meanwhile."""
-    from simlab.record.latency import ProbePlan, probe_latency
+    size ``batch``, timed in this process (:func:`~simlab.record.reprobe.probe_here`); and the
+    share of the CPU other processes took meanwhile."""
+    from simlab.record.latency import ProbePlan
 
     plan = ProbePlan.parse(spec)
     ks = plan.ks
     plan = replace(plan, batches=(batch,), ks=ks if batch == 1 else (), batch_ks=ks if batch > 1 else (),
                    corun=False, trees=(), exit_heads=())
-    layer = trace.manifest.draft_layer  # a self-speculative pair drafts with the target's first layers
-    draft = None if layer >= 0 else executor.draft_model
-    exits = [layer] if layer >= 0 and batch == 1 else []
-    target = executor.target_model
-    load = OtherLoad()
-    samples = probe_latency(target, draft, exits, plan, target.config.vocab_size, log=log, draft_layer=layer)
-    return samples, load.share()
+    return probe_here(trace, executor, plan, log)
 
 
 def predicted(sim: Simulator, n: int, policy: str, params: dict[str, Any]) -> dict:

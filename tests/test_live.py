@@ -176,11 +176,45 @@ def simlab(*args):
     return [sys.executable, "-m", "simlab", *map(str, args)]
 
 
+@pytest.mark.parametrize("policy, corun", [("sd", False), ("pearl", True)])
+def test_probe_times_the_runs_forwards_with_the_decoding_models_and_prices_the_prediction(trace_dir, policy, corun):
+    """--probe: the spec's k values and context, one sequence, co-running only for a parallel
+    policy, timed on the session's own models; the comparison trace then holds those samples at
+    those points and the trace's own everywhere else."""
+    import pandas as pd
+
+    from simlab.record.reprobe import POINT
+
+    s = LiveSession(LiveConfig(policy=policy, params={}, target="smollm2", draft_layer=LAYER, prompts=PROMPTS,
+                               max_new_tokens=TOKENS, trace=trace_dir, probe="k=1,4;ctx=40;repeats=2",
+                               progress=False), log=lambda _: None)
+    try:
+        before = s.load_trace().latency
+        samples = s.probe_here()
+    finally:
+        s.close()
+    points = sorted(samples[["op", "k", "layer", "corun", "batch", "context_len"]].itertuples(index=False, name=None))
+    want = [("draft_step", 1, LAYER, False, 1, 40), ("target_forward", 1, -1, False, 1, 40),
+            ("target_forward", 4, -1, False, 1, 40)]
+    if corun:
+        want += [("draft_step", 1, LAYER, True, 1, 40), ("target_forward", 1, -1, True, 1, 40),
+                 ("target_forward", 4, -1, True, 1, 40)]
+    assert points == sorted(want * 2)
+    after = s.trace.latency
+    at_40 = after["context_len"] == 40
+    assert sorted(after[at_40]["seconds"]) == sorted(samples["seconds"])  # ctx 40 is not a probed point of the trace
+    key = POINT + ["repeat"]
+    pd.testing.assert_frame_equal(after[~at_40].sort_values(key).reset_index(drop=True),
+                                  before.sort_values(key).reset_index(drop=True), check_dtype=False)
+    assert s.prediction.simulator.trace.latency is after  # the prediction is priced from them
+
+
 def test_live_cli_compares_measured_with_predicted(trace_dir, tmp_path):
     out = tmp_path / "live.csv"
     proc = subprocess.run(simlab("live", "--target", "smollm2", "--draft-layer", LAYER, "--prompts", PROMPTS,
                                  "--max-new-tokens", TOKENS, "--policy", "sd", "--gamma", "3", "--trace", trace_dir,
-                                 "--out", out, "--log", tmp_path / "log", "--json", "--quiet"),
+                                 "--probe", "k=1-4;ctx=64;repeats=1", "--out", out, "--log", tmp_path / "log",
+                                 "--json"),
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     import json
@@ -189,6 +223,13 @@ def test_live_cli_compares_measured_with_predicted(trace_dir, tmp_path):
 
     summary = json.loads(proc.stdout)
     assert summary["prompts"] == 2 and summary["lossless"] == 2
+    # --probe: the forwards timed here before the first decode, kept beside the table, and the
+    # prediction made from them stated before it too
+    probed = pd.read_csv(out.with_suffix(".latency.csv"))
+    assert sorted(set(probed["k"])) == [1, 2, 3, 4] and set(probed["context_len"]) == {64}
+    assert summary["probe"] == "k=1-4;ctx=64;repeats=1"
+    said = proc.stderr.index("predicted from them, before decoding: speedup")
+    assert said < proc.stderr.index("[1/2]")
     assert summary["target_calls_equal"] == 2
     assert summary["measured_num_drafts"] == summary["predicted_num_drafts"] > 0
     assert summary["measured_mean_acceptance_length"] == pytest.approx(summary["predicted_mean_acceptance_length"])
@@ -263,7 +304,10 @@ def test_bad_live_arguments_are_one_line(tmp_path):
     for args, fragment in ((["--draft", "smollm2", "--draft-layer", "3"], "either --draft"),
                            (["--draft-layer", "3", "--policy", "oracle"], "only in simulation"),
                            (["--draft-layer", "3", "--policy", "nope"], "unknown policy"),
-                           (["--draft-layer", "3", "--policy", "eagle2", "--temperature", "0.7"], "--no-compare")):
+                           (["--draft-layer", "3", "--policy", "eagle2", "--temperature", "0.7"], "--no-compare"),
+                           (["--draft-layer", "3", "--probe", "k=0"], "must be at least 1"),
+                           (["--draft-layer", "3", "--probe", "k=1-4", "--no-compare"], "drop --no-compare"),
+                           (["--draft-layer", "3", "--probe", "k=1-4", "--reprobe"], "drop --reprobe")):
         proc = subprocess.run(simlab("live", "--target", "smollm2", *args), capture_output=True, text=True,
                               env={**os.environ})
         assert proc.returncode == 2, proc.stderr

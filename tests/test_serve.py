@@ -464,7 +464,7 @@ def test_the_smallest_scheduler_and_the_slowest_arrivals_are_allowed():
 
 
 def test_with_points_replaces_the_samples_of_the_points_measured_again_and_keeps_the_rest():
-    from simlab.serve_live import with_points
+    from simlab.record.reprobe import with_points
 
     def samples(rows):
         return pd.DataFrame(rows, columns=["op", "k", "context_len", "layer", "corun", "repeat", "seconds", "batch"])

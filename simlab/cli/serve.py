@@ -293,7 +293,8 @@ def _serve_live(trace, latency, policy, params, batch, tokens, repeats, arrivals
 
     wait_passively()  # before torch loads OpenMP, as the latency probe it is compared with waited
     from simlab.record.latency import ProbePlan
-    from simlab.serve_live import check, load_executor, with_points
+    from simlab.record.reprobe import with_points
+    from simlab.serve_live import check, load_executor
     from simlab.serve_live import reprobe as time_forwards
 
     if arrivals is not None:

@@ -48,6 +48,8 @@ class LiveReport:
             self.say(f"comparison trace: {s.trace.path} ({len(s.trace.prompts)} of its prompts)")
         self.say(f"loading {s.setup.draft_name()} and {s.cfg.target} on {s.setup.target_device} ({s.setup.dtype})")
         s.load_models()
+        if s.setup.probe_plan is not None:
+            self._probe()
         started = time.perf_counter()
         try:
             for i, outcome in enumerate(s.decode(), 1):
@@ -67,6 +69,22 @@ class LiveReport:
             self.comparison = s.compare(self.outcomes)
             self._write_table()
             self._write_sim_timelines()
+
+    def _probe(self) -> None:
+        """``--probe``: time the run's forwards again here, keep the samples beside ``--out``
+        (``OUT.latency.csv``), and state the prediction made from them before the first decode."""
+        s = self.session
+        self.say(f"timing the run's forwards again in this process ({s.cfg.probe})...")
+        samples = s.probe_here()
+        other = samples["other_cpu"].iat[0] if len(samples) else None
+        self.say(f"re-probed {len(samples)} forwards; other processes took "
+                 f"{'?' if other is None or math.isnan(other) else f'{other:.0%}'} of the CPU meanwhile")
+        if self.out is not None:
+            samples.to_csv(self.out.with_suffix(".latency.csv"), index=False)
+        sim = s.prediction.simulated()
+        ours = sim.per_prompt[sim.per_prompt["prompt_id"].isin([s.prediction.prompt_id(p.source) for p in s.prompts])]
+        self.say(f"predicted from them, before decoding: speedup {ours['ad_wall_time_s'].sum() / ours['wall_time_s'].sum():.3f}x, "
+                 f"{ours['tokens'].sum() / ours['wall_time_s'].sum():.2f} tok/s over {len(ours)} prompts")
 
     def _hf(self, outcome: PromptOutcome) -> None:
         from simlab.live.hf import assisted_generate
@@ -127,7 +145,7 @@ class LiveReport:
         df = self.table()
         out: dict[str, Any] = {"policy": s.cfg.policy, "params": s.cfg.params, "draft": s.setup.draft_name(),
                                "target": s.cfg.target, "hardware": s.setup.hardware, "prompts": len(self.outcomes),
-                               "interrupted": self.interrupted}
+                               "interrupted": self.interrupted, **({"probe": s.cfg.probe} if s.cfg.probe else {})}
         if df.empty:
             return out
         wall, ad = df["measured_wall_time_s"].sum(), df["measured_ad_wall_time_s"].sum()

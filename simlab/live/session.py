@@ -15,7 +15,10 @@ The run's options and the facts derived from them are a :class:`~simlab.live.set
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Callable, Iterator
+
+import pandas as pd
 
 from simlab.live.decoding import PromptOutcome, decode_prompts
 from simlab.live.prediction import Comparison, Prediction
@@ -46,6 +49,20 @@ class LiveSession:
         from simlab.live.pair import load_pair
 
         self.executor, self.eos = load_pair(self.setup, self.trace)
+
+    def probe_here(self) -> pd.DataFrame:
+        """``--probe``: the run's forwards timed again with the decoding models, in this process
+        (:mod:`simlab.record.reprobe`); the comparison trace's latencies take them, so the
+        prediction made next is priced from them. Returns the samples, with the share of the CPU
+        other processes took meanwhile (``other_cpu``)."""
+        from simlab.record.reprobe import probe_here, with_points
+
+        if self.executor is None:
+            self.load_models()
+        samples, other = probe_here(self.trace, self.executor, self.setup.probe_plan, self.log)
+        self.trace = replace(self.trace, latency=with_points(self.trace.latency, samples))
+        self._prediction = None
+        return samples.assign(other_cpu=other)
 
     @property
     def prediction(self) -> Prediction:

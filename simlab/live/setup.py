@@ -31,6 +31,7 @@ class LiveConfig:
     compare: bool = True
     trace: Path | None = None
     reprobe: bool = False
+    probe: str | None = None  # a --latency-probe plan timed again in this process before decoding
     spread_traces: list[Path] = field(default_factory=list)  # other record --seed traces (T > 0)
     spread_seeds: int = 20
     repeats: int = 1
@@ -73,6 +74,7 @@ class LiveSetup:
         if REGISTRY[cfg.policy].needs_shadows and cfg.draft_layer is None:
             raise SimlabError(f"policy {cfg.policy!r} drafts with the target's own exit layers: pass --draft-layer "
                               "instead of --draft")
+        self.probe_plan = self._probe_plan() if cfg.probe is not None else None
         self.prompts = load_prompts(cfg.prompts)
         self.target_ref = resolve(cfg.target)
         self.draft_ref = resolve(cfg.draft) if cfg.draft else None
@@ -97,6 +99,25 @@ class LiveSetup:
         self.chat = bool(cfg.chat_template and self.tokenizer.chat_template)
         self.ids = {p.prompt_id: render(p, self.tokenizer, self.chat).ids for p in self.prompts}
         self.hardware = machine.hardware_name(self.target_device)
+
+    def _probe_plan(self):
+        """``--probe``'s plan: one sequence (a live run decodes one), no trees or exit heads (their
+        samples stay the trace's), and co-running forwards only for a policy that runs parallel
+        rounds (serial rounds never co-run)."""
+        from dataclasses import replace
+
+        from simlab.policies import REGISTRY
+        from simlab.record.latency import ProbePlan
+
+        cfg = self.cfg
+        if not cfg.compare:
+            raise SimlabError("--probe prices the comparison with the forwards it times; drop --no-compare")
+        if cfg.reprobe or cfg.latency is not None:
+            raise SimlabError("--probe times the run's forwards in this process and predicts from them; "
+                              "drop --reprobe and --latency")
+        plan = ProbePlan.parse(cfg.probe)
+        return replace(plan, batches=(1,), batch_ks=(), trees=(), exit_heads=(),
+                       corun=plan.corun and REGISTRY[cfg.policy].parallel)
 
     def tree_data(self) -> tuple[int, int] | None:
         """For a tree policy, the ``--topk K --tree-depth D`` a comparison trace is recorded with

@@ -114,6 +114,7 @@ def test_the_readme_shows_every_live_policy_on_smollm2_as_the_runs_give_it():
     assert module.forwards_table(LIVE / "qwen-all") in README  # where the time went, from the decode logs
     assert qwen.count("\n| `") == len(list((LIVE / "qwen-all").glob("*.json")))
     assert module.table(LIVE / "qwen-tails") in README  # decoded again, predicted from the trace with tails
+    assert module.table(LIVE / "qwen-probe") in README  # priced from forwards timed in the decoding process
 
 
 def test_the_readme_tails_table_is_the_replay_of_the_committed_decodes():
@@ -136,7 +137,9 @@ def test_the_readme_tails_table_is_the_replay_of_the_committed_decodes():
 def test_every_live_run_has_equal_target_calls_in_simulation_and_live():
     for csv in sorted([*LIVE.glob("*.csv"), *LIVE.glob("smollm2-all/*.csv"), *LIVE.glob("smollm2-tree/*.csv"),
                               *LIVE.glob("qwen-tree/*.csv"), *LIVE.glob("qwen-all/*.csv"),
-                              *LIVE.glob("qwen-tails/*.csv")]):
+                              *LIVE.glob("qwen-tails/*.csv"), *LIVE.glob("qwen-probe/*.csv")]):
+        if csv.name.endswith(".latency.csv"):  # live --probe's samples, not a results table
+            continue
         table = pd.read_csv(csv)
         assert (table["measured_target_calls"] == table["predicted_target_calls"]).all(), csv.name
         assert table["lossless"].all(), csv.name

@@ -190,7 +190,7 @@ def test_probe_times_the_runs_forwards_with_the_decoding_models_and_prices_the_p
                                progress=False), log=lambda _: None)
     try:
         before = s.load_trace().latency
-        samples = s.probe_here()
+        samples, _ = s.probe_here()
     finally:
         s.close()
     points = sorted(samples[["op", "k", "layer", "corun", "batch", "context_len"]].itertuples(index=False, name=None))

@@ -75,12 +75,11 @@ class LiveReport:
         (``OUT.latency.csv``), and state the prediction made from them before the first decode."""
         s = self.session
         self.say(f"timing the run's forwards again in this process ({s.cfg.probe})...")
-        samples = s.probe_here()
-        other = samples["other_cpu"].iat[0] if len(samples) else None
+        samples, other = s.probe_here()
         self.say(f"re-probed {len(samples)} forwards; other processes took "
-                 f"{'?' if other is None or math.isnan(other) else f'{other:.0%}'} of the CPU meanwhile")
+                 f"{'?' if other is None else f'{other:.0%}'} of the CPU meanwhile")
         if self.out is not None:
-            samples.to_csv(self.out.with_suffix(".latency.csv"), index=False)
+            samples.assign(other_cpu=other).to_csv(self.out.with_suffix(".latency.csv"), index=False)
         sim = s.prediction.simulated()
         ours = sim.per_prompt[sim.per_prompt["prompt_id"].isin([s.prediction.prompt_id(p.source) for p in s.prompts])]
         self.say(f"predicted from them, before decoding: speedup {ours['ad_wall_time_s'].sum() / ours['wall_time_s'].sum():.3f}x, "

@@ -50,11 +50,11 @@ class LiveSession:
 
         self.executor, self.eos = load_pair(self.setup, self.trace)
 
-    def probe_here(self) -> pd.DataFrame:
+    def probe_here(self) -> tuple[pd.DataFrame, float | None]:
         """``--probe``: the run's forwards timed again with the decoding models, in this process
         (:mod:`simlab.record.reprobe`); the comparison trace's latencies take them, so the
-        prediction made next is priced from them. Returns the samples, with the share of the CPU
-        other processes took meanwhile (``other_cpu``)."""
+        prediction made next is priced from them. Returns the samples and the share of the CPU
+        other processes took meanwhile."""
         from simlab.record.reprobe import probe_here, with_points
 
         if self.executor is None:
@@ -62,7 +62,7 @@ class LiveSession:
         samples, other = probe_here(self.trace, self.executor, self.setup.probe_plan, self.log)
         self.trace = replace(self.trace, latency=with_points(self.trace.latency, samples))
         self._prediction = None
-        return samples.assign(other_cpu=other)
+        return samples, other
 
     @property
     def prediction(self) -> Prediction:

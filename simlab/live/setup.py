@@ -4,7 +4,7 @@ session read: the comparison trace, the model pair, the decoder and the predicti
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -104,8 +104,6 @@ class LiveSetup:
         """``--probe``'s plan: one sequence (a live run decodes one), no trees or exit heads (their
         samples stay the trace's), and co-running forwards only for a policy that runs parallel
         rounds (serial rounds never co-run)."""
-        from dataclasses import replace
-
         from simlab.policies import REGISTRY
         from simlab.record.latency import ProbePlan
 

@@ -14,6 +14,11 @@ with the prompt one token longer and position 0 the first generated token; and i
 generation is simlab's budget rule (a slot drafts at most ``n_remaining - 1`` tokens, and
 stops at ``n_predict`` generated tokens), so the policy runs without ``n_predict``.
 
+The speedup's baseline (``--baseline``): the same bursts into a ``llama-server`` that runs the
+target alone (no ``-md``: llama.cpp's plain decoding), predicted by ``serve`` with the ``ad``
+policy, whose steps are the trace's ``target_step`` samples (the trace tool times the target's
+one-token step without the draft that llama.cpp's verification runs beside it).
+
 Compared per request: ``tokens`` (the server's ``predicted_n``, the first token included),
 ``drafted`` (``draft_n``: drafts the target verified) and ``accepted`` (``draft_n_accepted``),
 and where its tokens left the trace's path; per burst: the decode phase's tokens/s (tokens after
@@ -35,7 +40,7 @@ from simlab.engines.llama_server import Answer, Drafting, running, send
 from simlab.errors import SimlabError
 from simlab.latency.batch import BatchLatency
 from simlab.live.decoding import WARMUP_TOKENS
-from simlab.serve.run import ServeConfig, serve_once
+from simlab.serve.run import BASELINE_POLICY, ServeConfig, serve_once
 from simlab.serve.scheduler import Scheduler
 from simlab.serve_live import cut_trace
 from simlab.sim.run import Simulator
@@ -84,19 +89,23 @@ def server_view(trace: Trace, n_predict: int) -> Trace:
     return cut_trace(view, n_predict)
 
 
-def _params(drafting: Drafting) -> dict:
-    return {"draft_max": drafting.draft_max, "draft_min": drafting.draft_min, "p_min": drafting.p_min}
+def policy_of(drafting: Drafting | None) -> tuple[str, dict]:
+    """The policy that predicts a server with these drafting rules (None: no draft model, ``ad``)."""
+    if drafting is None:
+        return BASELINE_POLICY, {}
+    return POLICY, {"draft_max": drafting.draft_max, "draft_min": drafting.draft_min, "p_min": drafting.p_min}
 
 
-def predict(view: Trace, batch: int, drafting: Drafting) -> tuple[pd.DataFrame, dict]:
+def predict(view: Trace, batch: int, drafting: Drafting | None) -> tuple[pd.DataFrame, dict]:
     """``serve``'s prediction for a burst of ``batch`` requests into ``batch`` slots: one row per
-    request, and the burst's figures (tokens/s, and the rule that priced the batched steps)."""
+    request, and the burst's figures (tokens/s, and the rule that priced the batched steps).
+    ``drafting`` None: the server runs the target alone (:func:`policy_of`)."""
     sim = Simulator(view)
-    params = _params(drafting)
+    policy, params = policy_of(drafting)
     lens = [p.prompt_len for p in (sim.replay.prompts * batch)[:batch]]
-    config = ServeConfig(POLICY, params, Scheduler(batch, sum(lens) + batch))
+    config = ServeConfig(policy, params, Scheduler(batch, sum(lens) + batch))
     latency = BatchLatency(sim.latency)
-    run = serve_once(sim, [0.0] * batch, config, POLICY, params, latency=latency)
+    run = serve_once(sim, [0.0] * batch, config, policy, params, latency=latency)
     rows = pd.DataFrame([{"request": r.request_id, "prompt_id": r.replay.prompt_id, "predicted_tokens": r.replay.n_tokens,
                           "predicted_drafted": r.counts.verified, "predicted_accepted": r.counts.accepted,
                           "predicted_decode_s": r.finish - r.first_token} for r in run.requests])
@@ -105,9 +114,9 @@ def predict(view: Trace, batch: int, drafting: Drafting) -> tuple[pd.DataFrame, 
     return rows, {"tokens_per_s": tokens / (max(r.finish for r in run.requests) - start), "latency_rule": latency.rule}
 
 
-def slot_context(view: Trace, drafting: Drafting) -> int:
+def slot_context(view: Trace, drafting: Drafting | None) -> int:
     """Tokens each slot must hold: the longest prompt, its generation and a last draft beyond it."""
-    need = int((view.prompts["prompt_len"] + view.prompts["n_tokens"]).max()) + drafting.draft_max + 2
+    need = int((view.prompts["prompt_len"] + view.prompts["n_tokens"]).max()) + (drafting.draft_max if drafting else 0) + 2
     return -(-need // CONTEXT_ROUND) * CONTEXT_ROUND
 
 
@@ -125,11 +134,11 @@ def _percent(share: float | None) -> str:
     return "?" if share is None else f"{share:.0%}"
 
 
-def measure(binary: Path, pair: ModelPair, view: Trace, batch: int, n_predict: int, drafting: Drafting,
+def measure(binary: Path, pair: ModelPair, view: Trace, batch: int, n_predict: int, drafting: Drafting | None,
             log: Callable[[str], None] = lambda _: None, log_file: Path | None = None) -> tuple[list[Answer], dict]:
     """One burst of ``batch`` requests of ``n_predict`` tokens on a fresh ``llama-server`` with
     ``batch`` slots, after an uncounted warm-up burst (a fresh process's first forwards touch
-    the weights' pages).
+    the weights' pages); ``drafting`` None: the target alone.
 
     The burst counts only when the server prefilled every prompt in one step, as predicted. The
     requests leave together behind a one-token gate request (:func:`send`), since the server's
@@ -150,13 +159,29 @@ def measure(binary: Path, pair: ModelPair, view: Trace, batch: int, n_predict: i
             spread = figures["first_token_spread_s"]
             if batch == 1 or spread <= SAME_STEP_S:
                 break
-            log(f"B={batch} burst: first tokens {1e3 * spread:.0f} ms apart (prompts prefilled in more than one "
+            log(f"{policy_of(drafting)[0]} B={batch} burst: first tokens {1e3 * spread:.0f} ms apart (prompts prefilled in more than one "
                 f"step), not counted ({figures['tokens_per_s']:.2f} tokens/s); try {attempt}")
         else:
             raise SimlabError(f"{BURST_TRIES} bursts of {batch} requests in a row were not prefilled in one step")
-    log(f"B={batch} burst: {figures['tokens_per_s']:.2f} tokens/s (other processes "
+    log(f"{policy_of(drafting)[0]} B={batch} burst: {figures['tokens_per_s']:.2f} tokens/s (other processes "
         f"{_percent(figures['other_cpu'])} of the CPU)")
     return answers, figures
+
+
+def speedups(bursts: list[dict]) -> list[dict]:
+    """Per batch size and round, the speculative server's tokens/s over the plain one's, measured
+    (the two bursts ran one after the other) and predicted."""
+    plain = {(r["batch"], r["repeat"]): r for r in bursts if r["policy"] == BASELINE_POLICY}
+    out = []
+    for r in bursts:
+        base = plain.get((r["batch"], r["repeat"]))
+        if r["policy"] == BASELINE_POLICY or base is None:
+            continue
+        measured = r["measured_tokens_per_s"] / base["measured_tokens_per_s"]
+        predicted = r["predicted_tokens_per_s"] / base["predicted_tokens_per_s"]
+        out.append({"batch": r["batch"], "repeat": r["repeat"], "measured_speedup": round(measured, 4),
+                    "predicted_speedup": round(predicted, 4), "error_speedup": round(predicted / measured - 1.0, 4)})
+    return out
 
 
 def greedy_paths(view: Trace) -> dict[int, list[int]]:

@@ -18,14 +18,16 @@ from simlab.trace.schema import NO_LAYER, Manifest
 def latency_table(draft: float = 0.1, verify: dict[int, float] | None = None, ctx=(0, 10_000),
                   layers: dict[int, float] | None = None, corun: tuple[float, float] | None = None,
                   slope: float = 0.0, tree: dict[int, float] | None = None,
-                  expand: dict[int, float] | None = None, heads: dict[int, float] | None = None) -> pd.DataFrame:
+                  expand: dict[int, float] | None = None, heads: dict[int, float] | None = None,
+                  plain: float | None = None) -> pd.DataFrame:
     """Latency samples: draft step ``draft`` s, k-token verify ``verify[k]`` s, each plus
     ``slope`` s per token of context (a forward at context c takes ``x + slope * c``; the
     default 0 is flat in context); ``layers`` adds early-exit draft steps (exit layer -> s);
     ``corun`` = (draft factor, verify factor) adds co-running samples, each solo figure times
     its factor; ``tree`` and ``expand`` add the probe's tree axis (solo): a k-token tree
     verification ``tree[k]`` s, the draft's expansion of w nodes ``expand[w]`` s; ``heads`` the
-    probe's exit-head axis: the exit head over n rows ``heads[n]`` s (context 0)."""
+    probe's exit-head axis: the exit head over n rows ``heads[n]`` s (context 0); ``plain`` the
+    target's plain decoding step timed on its own (``target_step``, as llama.cpp's trace tool does)."""
     verify = verify or {k: 1.0 for k in range(1, 40)}
     rows = [("draft_step", 1, c, NO_LAYER, False, 0, draft + slope * c) for c in ctx]
     rows += [("target_forward", k, c, NO_LAYER, False, 0, s + slope * c) for k, s in verify.items() for c in ctx]
@@ -35,6 +37,7 @@ def latency_table(draft: float = 0.1, verify: dict[int, float] | None = None, ct
     rows += [(op, k, c, NO_LAYER, False, 0, s + slope * c) for op, series in (("target_tree", tree), ("draft_tree", expand))
              for k, s in (series or {}).items() for c in ctx]
     rows += [("exit_head", n, 0, NO_LAYER, False, 0, s) for n, s in (heads or {}).items()]
+    rows += [("target_step", 1, c, NO_LAYER, False, 0, plain + slope * c) for c in ctx] if plain is not None else []
     return pd.DataFrame(rows, columns=["op", "k", "context_len", "layer", "corun", "repeat", "seconds"])
 
 

@@ -56,7 +56,8 @@ def test_llama_cpp_counts_equal_the_prediction(trace, tmp_path, p_min, draft_min
 
 def test_the_batch_probe_times_two_sequences_decoded_together():
     """The trace tool's batch axis on SmolLM2 (tiny: one context, k = 1, 2, one repeat): the
-    forwards of two sequences at once get rows of batch 2, each a positive time."""
+    forwards of two sequences at once get rows of batch 2, each a positive time, and every batch
+    size its plain decoding step (``target_step``) beside the verifications."""
     from simlab.engines import llama_cpp
     from simlab.engines.llama_args import ModelPair
     from simlab.engines.llama_record import EnginePrompt, Probe, reprobe
@@ -68,28 +69,34 @@ def test_the_batch_probe_times_two_sequences_decoded_together():
     lat = reprobe(llama_cpp.build_trace_tool().binary, ModelPair(gguf, gguf, 2), EnginePrompt(0, "p", "def add(a, b):"),
                   probe)
     rows = sorted(zip(lat["batch"], lat["op"], lat["k"], lat["context_len"]))
-    assert rows == [(1, "draft_step", 1, 32), (1, "target_forward", 1, 32),
-                    (2, "draft_step", 1, 32), (2, "target_forward", 1, 32), (2, "target_forward", 2, 32)]
+    assert rows == [(1, "draft_step", 1, 32), (1, "target_forward", 1, 32), (1, "target_step", 1, 32),
+                    (2, "draft_step", 1, 32), (2, "target_forward", 1, 32), (2, "target_forward", 2, 32),
+                    (2, "target_step", 1, 32)]
     assert (lat["seconds"] > 0).all()
 
 
 def test_llama_server_slots_make_the_predicted_counts(trace, tmp_path):
     """A real llama-server with two slots, one burst of the trace's two prompts decoded together
     (SmolLM2 drafting for itself, p-min 0.7 so the two slots' drafts end at different lengths):
-    every request's tokens, verified drafts and accepted drafts are serve's prediction. The
+    every request's tokens, verified drafts and accepted drafts are serve's prediction; and with
+    ``--baseline`` a server of the target alone makes the tokens predicted by ``ad``. The
     threshold is 0.07 or more from every confidence of these prompts' first 26 positions:
     llama.cpp's batched forwards need not be bit-identical to one sequence's, and at p-min 0.9
     HumanEval/0 (a confidence of 0.8935 at position 13) drafted one token more than predicted in
     a batch of two and exactly as predicted alone (2026-11-25)."""
     out, logs = tmp_path / "serve.csv", tmp_path / "logs"
     main(["llama-cpp", "serve", "--trace", str(trace), "--batch", "2", "-n", "24", "--draft-max", str(DRAFT_MAX),
-          "--p-min", "0.7", "--repeats", "1", "--out", str(out), "--server-logs", str(logs)])
+          "--p-min", "0.7", "--repeats", "1", "--out", str(out), "--server-logs", str(logs), "--baseline"])
     log = (logs / "b2-r1.log").read_text()
     from simlab.models.install import gguf_file
 
     gguf = str(gguf_file("smollm2"))
     assert "SmolLM2" in log and gguf not in log  # the server's log, kept without this machine's paths
-    table = pd.read_csv(out)
+    frame = pd.read_csv(out)
+    plain, table = frame[frame["policy"] == "ad"], frame[frame["policy"] == "llama-cpp"]
+    assert len(plain) == 2 and (plain["measured_tokens"] == plain["predicted_tokens"]).all()
+    assert (plain["measured_drafted"] == 0).all() and (plain["diverged_at"] == -1).all()
+    assert (logs / "ad-b2-r1.log").exists()  # the plain server's own log, beside the speculative one's
     assert len(table) == 2 and (table["batch"] == 2).all()
     for counter in ("tokens", "drafted", "accepted"):
         assert table[f"measured_{counter}"].tolist() == table[f"predicted_{counter}"].tolist(), counter

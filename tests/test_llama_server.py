@@ -18,6 +18,7 @@ from simlab.serve_llama import (
     predict,
     server_view,
     slot_context,
+    speedups,
 )
 from tests.helpers import hand_trace, latency_table
 
@@ -54,6 +55,35 @@ def test_the_prediction_follows_the_servers_budget_rule():
     assert rows["predicted_drafted"].tolist() == [6, 6] and rows["predicted_accepted"].tolist() == [6, 6]
     assert figures["tokens_per_s"] > 0 and "token-count rule" in figures["latency_rule"]
     assert slot_context(view, Drafting(3)) == 64  # 11 + 10 + 3 + 2 tokens, rounded up
+
+
+def test_the_baseline_server_is_predicted_by_ad_from_the_plain_steps():
+    # the same 10 tokens with no draft model: nine plain steps of 0.6 s after the prefill's token
+    lat = latency_table(draft=0.25, verify={1: 1.0, 2: 1.5, 3: 2.0, 4: 2.5}, plain=0.6)
+    view = server_view(_llama(hand_trace(["1" * 11], latency=lat)), 10)
+    rows, figures = predict(view, 1, None)
+    assert rows["predicted_tokens"].tolist() == [10] and rows["predicted_drafted"].tolist() == [0]
+    assert rows["predicted_decode_s"].tolist() == pytest.approx([9 * 0.6])
+    assert figures["tokens_per_s"] == pytest.approx(9 / (9 * 0.6))
+    assert slot_context(view, None) == 64  # 11 + 10 + 2 tokens, rounded up
+
+
+def test_a_rounds_speedup_divides_its_speculative_burst_by_the_plain_one():
+    bursts = [{"policy": "llama-cpp", "batch": 1, "repeat": 0, "measured_tokens_per_s": 6.0, "predicted_tokens_per_s": 6.6},
+              {"policy": "ad", "batch": 1, "repeat": 0, "measured_tokens_per_s": 5.0, "predicted_tokens_per_s": 5.0},
+              {"policy": "llama-cpp", "batch": 2, "repeat": 0, "measured_tokens_per_s": 9.0, "predicted_tokens_per_s": 9.0}]
+    assert speedups(bursts) == [{"batch": 1, "repeat": 0, "measured_speedup": 1.2, "predicted_speedup": 1.32,
+                                 "error_speedup": 0.1}]  # B = 2 had no plain burst: no speedup
+
+
+def test_a_baseline_needs_latencies_with_the_plain_step(tmp_path, capsys):
+    from simlab.cli import main
+    from simlab.trace.io import write_trace
+
+    path = write_trace(_llama(hand_trace(["1" * 40])), tmp_path / "old")
+    with pytest.raises(SystemExit) as exit_:  # before anything is built
+        main(["llama-cpp", "serve", "--trace", str(path), "--batch", "1", "-n", "8", "--baseline"])
+    assert exit_.value.code == 2 and "no plain target step" in capsys.readouterr().err
 
 
 def _answer(i, received, predicted_ms, n=10, drafted=6, accepted=6, tokens=()):

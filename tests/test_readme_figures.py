@@ -353,11 +353,21 @@ def test_the_readme_goodput_sentence_matches_the_rate_sweeps():
 LLAMA_SERVER = ROOT / "results" / "llama-server"
 
 
+def llama_server_runs(name: str, policy: str = "llama-cpp") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Run ``name``'s bursts (its JSON) and requests (its CSV) of one server kind: the speculative
+    one (``llama-cpp``) or, in a run with ``--baseline``, the plain one (``ad``); runs made before
+    ``--baseline`` name no policy and are all speculative."""
+    bursts = pd.DataFrame(json.loads((LLAMA_SERVER / f"{name}.json").read_text())["bursts"])
+    requests = pd.read_csv(LLAMA_SERVER / f"{name}.csv")
+    if "policy" in bursts:
+        bursts, requests = bursts[bursts.policy == policy], requests[requests.policy == policy]
+    return bursts, requests
+
+
 def llama_server_rows(name: str) -> list[list[str]]:
     """The table rows results/llama-server/ and the README show for run ``name``, from its
     committed JSON (per burst) and CSV (per request)."""
-    bursts = pd.DataFrame(json.loads((LLAMA_SERVER / f"{name}.json").read_text())["bursts"])
-    requests = pd.read_csv(LLAMA_SERVER / f"{name}.csv")
+    bursts, requests = llama_server_runs(name)
     rows = []
     for b, g in bursts.groupby("batch"):
         r = requests[requests.batch == b]
@@ -368,7 +378,32 @@ def llama_server_rows(name: str) -> list[list[str]]:
     return rows
 
 
+def llama_server_speedup_rows(name: str) -> list[list[str]]:
+    """The speedup table of a ``--baseline`` run: per B, the measured speedup of each round, the
+    predicted one and their errors; the plain server's tokens/s likewise, and its requests whose
+    counts were exact."""
+    speedups = pd.DataFrame(json.loads((LLAMA_SERVER / f"{name}.json").read_text())["speedups"])
+    bursts, requests = llama_server_runs(name, "ad")
+    rows = []
+    for b, g in speedups.groupby("batch"):
+        plain, r = bursts[bursts.batch == b], requests[requests.batch == b]
+        exact = int(r[["match_tokens", "match_drafted", "match_accepted"]].all(axis=1).sum())
+        rows.append([str(b), ", ".join(f"{x:.3f}×" for x in g.measured_speedup), f"{g.predicted_speedup.iloc[0]:.3f}×",
+                     ", ".join(f"{100 * x:+.1f}%" for x in g.error_speedup),
+                     ", ".join(f"{x:.2f}" for x in plain.measured_tokens_per_s), f"{plain.predicted_tokens_per_s.iloc[0]:.2f}",
+                     ", ".join(f"{100 * x:+.1f}%" for x in plain.error_tokens_per_s), f"{exact}/{len(r)}"])
+    return rows
+
+
+@pytest.mark.parametrize("text, section", [("results", "## The speedup over plain decoding"),
+                                           ("readme", "**The speedup over llama.cpp's plain decoding**")])
+def test_llama_server_speedup_tables_match_the_committed_run(text, section):
+    source = (LLAMA_SERVER / "README.md").read_text() if text == "results" else README
+    assert table_cells(source.split(section)[1], "B") == llama_server_speedup_rows("qwen-d4-p0.0-baseline")
+
+
 @pytest.mark.parametrize("name, text, section", [
+    ("qwen-d4-p0.0-baseline", "results", "and the speculative bursts, as in the tables above:"),
     ("qwen-d4-p0.0", "results", "## The Qwen2.5-Coder pair"),
     ("qwen-d4-p0.0-first", "results", "The same command 26 minutes earlier"),
     ("smollm2-d4-p0.0", "results", "## SmolLM2-135M drafting for itself"),

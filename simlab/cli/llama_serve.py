@@ -4,6 +4,9 @@ Every prediction is made (and printed) before the first server starts; then, in 
 rounds over the batch sizes (B = 1, 2, 4, 8, 1, 2, ...: a slow minute of a shared machine falls
 on all of them alike), a fresh ``llama-server`` with ``-np B`` gets a warm-up burst and one
 counted burst of B requests from a load generator on loopback (:mod:`simlab.serve_llama`).
+With ``--baseline`` each speculative server is followed by one that runs the target alone
+(plain decoding, predicted by the ``ad`` policy), so the speedup is measured against predicted
+within each round.
 """
 
 from __future__ import annotations
@@ -44,6 +47,10 @@ def serve_command(
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
     server_logs: Path | None = typer.Option(None, "--server-logs", help="Keep each llama-server's log here "
                                             "(bB-rR.log, timestamped)."),
+    baseline: bool = typer.Option(False, "--baseline", help="After each speculative server, the same burst into a "
+                                  "llama-server with the target alone (plain decoding), predicted by `ad`: the "
+                                  "speedup, measured against predicted (needs a trace or --reprobe whose trace "
+                                  "tool timed the plain step)."),
     jobs: int = typer.Option(2, "--jobs", help="Parallel compile jobs, if llama.cpp must be built."),
     force: Force = False,
 ) -> None:
@@ -61,6 +68,9 @@ def serve_command(
     trace = read_trace(trace_path)
     drafting = Drafting(draft_max, draft_min, p_min)
     compare.server_view(trace, n_predict)  # a trace that cannot be served fails before anything is built
+    if baseline and not reprobe and not (trace.latency["op"] == "target_step").any():
+        raise SimlabError(f"--baseline: {trace_path}'s latencies have no plain target step (the trace tool times it "
+                          "since 2026-11-28): add --reprobe, or record the trace again")
     log = lambda line: typer.echo(line, err=True)  # noqa: E731
     m = trace.manifest
     pair = _pair(m.target_model, m.draft_model, int(m.extra.get("threads", 2)))
@@ -79,10 +89,11 @@ def serve_command(
         if out is not None:  # the prediction's latencies, kept beside its table
             latency.to_csv(out.with_suffix(".latency.csv"), index=False)
     view = compare.server_view(trace, n_predict)
+    servers = [drafting, *([None] if baseline else [])]  # None: the target alone
     # every prediction is made before anything is measured
-    predictions = {b: compare.predict(view, b, drafting) for b in sizes}
-    for b, (_, figures) in predictions.items():
-        log(f"B={b} predicted: {figures['tokens_per_s']:.2f} tokens/s")
+    predictions = {(d, b): compare.predict(view, b, d) for d in servers for b in sizes}
+    for (d, b), (_, figures) in predictions.items():
+        log(f"{compare.policy_of(d)[0]} B={b} predicted: {figures['tokens_per_s']:.2f} tokens/s")
     paths = compare.greedy_paths(view)
     if server_logs is not None:
         server_logs.mkdir(parents=True, exist_ok=True)
@@ -90,24 +101,29 @@ def serve_command(
     tables, bursts = [], []
     for rep in range(repeats):  # rounds over the batch sizes, so that a slow minute hits them alike
         for b in sizes:
-            rows, figures = predictions[b]
-            log_file = server_logs / f"b{b}-r{rep + 1}.log" if server_logs else None
-            answers, measured = compare.measure(server, pair, view, b, n_predict, drafting, log, log_file)
-            table = compare.compare(rows, answers, paths).assign(batch=b, repeat=rep)
-            tables.append(table)
-            matched = int(table[[f"match_{k}" for k in compare.COUNTERS]].all(axis=1).sum())
-            bursts.append({"batch": b, "repeat": rep, "measured_tokens_per_s": round(measured["tokens_per_s"], 3),
-                           "predicted_tokens_per_s": round(figures["tokens_per_s"], 3),
-                           "error_tokens_per_s": round(figures["tokens_per_s"] / measured["tokens_per_s"] - 1.0, 4),
-                           "other_cpu": measured["other_cpu"],
-                           "requests_matching_counts": f"{matched}/{b}",
-                           "requests_on_the_traces_path": f"{int((table['diverged_at'] == -1).sum())}/{b}"})
+            for d in servers:
+                policy = compare.policy_of(d)[0]
+                rows, figures = predictions[(d, b)]
+                name = f"b{b}-r{rep + 1}.log" if d is drafting else f"{policy}-b{b}-r{rep + 1}.log"
+                log_file = server_logs / name if server_logs else None
+                answers, measured = compare.measure(server, pair, view, b, n_predict, d, log, log_file)
+                table = compare.compare(rows, answers, paths).assign(policy=policy, batch=b, repeat=rep)
+                tables.append(table)
+                matched = int(table[[f"match_{k}" for k in compare.COUNTERS]].all(axis=1).sum())
+                bursts.append({"policy": policy, "batch": b, "repeat": rep,
+                               "measured_tokens_per_s": round(measured["tokens_per_s"], 3),
+                               "predicted_tokens_per_s": round(figures["tokens_per_s"], 3),
+                               "error_tokens_per_s": round(figures["tokens_per_s"] / measured["tokens_per_s"] - 1.0, 4),
+                               "other_cpu": measured["other_cpu"],
+                               "requests_matching_counts": f"{matched}/{b}",
+                               "requests_on_the_traces_path": f"{int((table['diverged_at'] == -1).sum())}/{b}"})
     frame = pd.concat(tables, ignore_index=True)
     if out is not None:
         frame.to_csv(out, index=False)
     summary = {"trace": portable_path(trace_path), "n_predict": n_predict, "draft_max": draft_max,
                "draft_min": draft_min, "p_min": p_min, "latency": "re-probed before the run" if reprobe else "the trace's",
-               "latency_rule": predictions[max(sizes)][1]["latency_rule"], "bursts": bursts,
+               "latency_rule": predictions[(drafting, max(sizes))][1]["latency_rule"], "bursts": bursts,
+               **({"speedups": compare.speedups(bursts)} if baseline else {}),
                "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
                "command": shlex.join(["simlab", *sys.argv[1:]]),
                "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
@@ -116,7 +132,10 @@ def serve_command(
         return
     typer.echo(f"latency: {summary['latency']}; {summary['latency_rule']}")
     for r in bursts:
-        typer.echo(f"B={r['batch']} burst {r['repeat'] + 1}: tokens/s {r['measured_tokens_per_s']:7.2f} measured / "
+        typer.echo(f"{r['policy']} B={r['batch']} burst {r['repeat'] + 1}: tokens/s {r['measured_tokens_per_s']:7.2f} measured / "
                    f"{r['predicted_tokens_per_s']:7.2f} predicted ({r['error_tokens_per_s']:+.1%}); requests with "
                    f"tokens, drafted and accepted exact: {r['requests_matching_counts']}, on the trace's greedy "
                    f"path: {r['requests_on_the_traces_path']}")
+    for r in summary.get("speedups", []):
+        typer.echo(f"B={r['batch']} round {r['repeat'] + 1}: speedup over plain decoding {r['measured_speedup']:.3f}x "
+                   f"measured / {r['predicted_speedup']:.3f}x predicted ({r['error_speedup']:+.1%})")

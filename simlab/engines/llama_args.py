@@ -27,6 +27,10 @@ class ModelPair:
         return ["-m", str(self.target), "-md", str(self.draft), "--spec-type", "draft-simple",
                 "-t", str(self.threads), "-td", str(self.threads)]
 
+    def target_only(self) -> list[str]:
+        """The target alone on ``threads`` threads: llama.cpp's plain decoding, the baseline."""
+        return ["-m", str(self.target), "-t", str(self.threads)]
+
     def args(self, prompt: str, n_predict: int) -> list[str]:
         """Greedy decoding (``--temp 0``) of ``prompt`` for ``n_predict`` tokens."""
         return [*self.models(), "-p", prompt, "-n", str(n_predict), "--temp", "0", "--seed", "0"]

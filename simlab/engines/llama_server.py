@@ -97,16 +97,18 @@ class Server:
 
 @contextmanager
 def running(binary: Path, pair: ModelPair, slots: int, ctx_per_slot: int,
-            drafting: Drafting, log_file: Path | None = None) -> Iterator[Server]:
+            drafting: Drafting | None, log_file: Path | None = None) -> Iterator[Server]:
     """A ``llama-server`` with ``slots`` slots of ``ctx_per_slot`` tokens each, greedy, on a free
-    loopback port; yields its URL and process id and stops it on exit. Its log (timestamped: a slot logs
+    loopback port; yields its URL and process id and stops it on exit. ``drafting`` None: the
+    target alone, no draft model (plain decoding). Its log (timestamped: a slot logs
     every verification, "accepted n/m draft tokens") goes to ``log_file``, or to a temporary
     file kept for errors.
 
     ``--cache-ram 0``: no prompt cache in host memory, so a new request never saves or restores a
     slot's state (work the trace does not price); each request also asks ``cache_prompt: false``."""
     port = _free_port()
-    models = [*pair.models(), *drafting_args(drafting.draft_max, drafting.draft_min, drafting.p_min)]
+    models = pair.target_only() if drafting is None else [
+        *pair.models(), *drafting_args(drafting.draft_max, drafting.draft_min, drafting.p_min)]
     cmd = [str(binary), *models, "-np", str(slots), "-c", str(slots * ctx_per_slot), "--cache-ram", "0",
            "--host", "127.0.0.1", "--port", str(port), "--no-webui", "--temp", "0", "--seed", "0", "--log-timestamps"]
     url = f"http://127.0.0.1:{port}"

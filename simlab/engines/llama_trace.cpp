@@ -243,13 +243,17 @@ int main(int argc, char ** argv) {
     //   position's logits, the target sampler run on each (common_sampler_sample_and_accept_n),
     //   and the draft's forward of the same batch that keeps its cache in step
     //   (common_speculative_process) -- speculative-simple runs all three for every verification.
+    // - target_step: the target's one-token forward and its sampler alone, the step of llama.cpp's
+    //   plain decoding (a llama-server slot without a draft model): the autoregressive baseline,
+    //   which target_forward of 1 token is not here, as it runs the draft too.
     // Each at the given context lengths, the caches filled with the prompt's tokens, repeated.
     // With BATCH = B > 1 each step is llama-server's for B slots (tools/server/server-context.cpp
     // update_slots): every sequence holds ctx_len tokens; a draft step is ONE draft decode of one
     // token per sequence, each sampled by its own sequence's top-k 10 sampler; a verification is
     // ONE target decode of k tokens per sequence (all logits), the target sampler on all B * k
     // outputs, and the draft's decode of that same batch (only its last token output, as
-    // common_speculative_process copies it).
+    // common_speculative_process copies it); a target_step is ONE target decode of one token per
+    // sequence, each sampled by its own sequence's target sampler.
     const int n_seq = n_batch_seq;
     std::vector<common_sampler_ptr> smpl_tgt;
     std::vector<common_sampler_ptr> smpl_dft;
@@ -299,7 +303,15 @@ int main(int argc, char ** argv) {
                 clear(ctx_dft);
                 fprintf(out, "L\ttarget_forward\t%d\t%d\t%d\t%.9g\t%d\n", k, ctx_len, rep, s, n_seq);
             }
-            const auto t0 = std::chrono::steady_clock::now();
+            auto t0 = std::chrono::steady_clock::now();
+            forward(ctx_tgt, {inp.back()}, ctx_len, true, 0, n_seq);
+            for (int i = 0; i < n_seq; ++i) {
+                common_sampler_sample(smpl_tgt[i].get(), ctx_tgt, i);
+            }
+            const double plain = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            clear(ctx_tgt);
+            fprintf(out, "L\ttarget_step\t1\t%d\t%d\t%.9g\t%d\n", ctx_len, rep, plain, n_seq);
+            t0 = std::chrono::steady_clock::now();
             forward(ctx_dft, {inp.back()}, ctx_len, true, 0, n_seq);
             for (int i = 0; i < n_seq; ++i) {
                 common_sampler_sample(smpl_dft[i].get(), ctx_dft, i, true);

@@ -102,6 +102,20 @@ class BatchLatency:
             return self._in_batch(len(ks), lambda g: g.target_forward(k, c))
         return self.grid.target_forward(sum(ks), _mean(ctxs))
 
+    def step(self, ctxs: Sequence[int]) -> float:
+        """One step of plain decoding (no draft runs): every sequence brings one token. The
+        target's ``target_step`` priced as :meth:`target` prices a one-token forward; by the
+        token-count rule, that forward scaled by the plain step's share of a one-token forward."""
+        if len(ctxs) == 1:
+            return self.grid.target_step(ctxs[0])
+        if self.roofline is not None:
+            return self.roofline.batch_forward([1] * len(ctxs), ctxs, draft=False)
+        if self.measured:
+            c = max(ctxs)
+            return self._in_batch(len(ctxs), lambda g: g.target_step(c))
+        c = _mean(ctxs)
+        return self.grid.target_forward(len(ctxs), c) * self.grid.target_step(c) / self.grid.target_forward(1, c)
+
     def draft(self, ks: Sequence[int], ctxs: Sequence[int], layer: int = NO_LAYER) -> float:
         """One draft forward (a draft step when every k is 1; a prefill otherwise)."""
         if len(ks) == 1 and ks[0] == 1:

@@ -11,7 +11,10 @@ Series (each solo and, where the trace has them, co-running):
   level's expansion), ``x`` = w — both where the trace was probed with a tree axis;
 - ``exit_head``: the target's final norm and LM head over k rows of hidden state (DEL's shadow
   tokens), ``x`` = k, where the trace was probed with an exit-head axis (one context: no
-  context term). Without it a shadow read has no price (:mod:`simlab.latency.model`).
+  context term). Without it a shadow read has no price (:mod:`simlab.latency.model`);
+- ``target_step``: the target's plain decoding step, ``x`` = 1, where the engine's one-token
+  target forward is not that step (a llama.cpp trace: its verification runs the draft too).
+  Without it the plain step is the one-token ``target`` forward.
 
 A tree verification is the ``target_tree`` surface where it was fitted, else the chain's
 ``target`` surface; a level of w nodes costs ``draft_tree(w) / draft step`` steps where that was
@@ -39,15 +42,15 @@ from simlab.latency.model import PROFILE_KINDS, TableLatency, chain_factor, chec
 from simlab.latency.surface import FORMS, Surface, available_forms, fit_best
 from simlab.trace.schema import NO_LAYER, with_defaults
 
-SERIES = ("draft", "exit", "target", "target_tree", "draft_tree", "exit_head")
+SERIES = ("draft", "exit", "target", "target_tree", "draft_tree", "exit_head", "target_step")
 
 
 def series_of(samples: pd.DataFrame) -> pd.Series:
     """The series name of each latency sample."""
     op = samples["op"].to_numpy()
     return pd.Series(np.select([op == "target_forward", op == "target_tree", op == "draft_tree", op == "exit_head",
-                                samples["layer"].to_numpy() == NO_LAYER],
-                               ["target", "target_tree", "draft_tree", "exit_head", "draft"], "exit"),
+                                op == "target_step", samples["layer"].to_numpy() == NO_LAYER],
+                               ["target", "target_tree", "draft_tree", "exit_head", "target_step", "draft"], "exit"),
                      index=samples.index)
 
 
@@ -99,6 +102,11 @@ class FittedLatency:
     def target_forward(self, k: int, context_len, corun: bool = False):
         check_k(k)
         return self._surface("target", corun)(k, context_len)
+
+    def target_step(self, context_len):
+        """The plain decoding step's surface where the trace timed one, else a one-token forward."""
+        surface = self.surfaces.get(("target_step", False))
+        return self.target_forward(1, context_len) if surface is None else surface(1, context_len)
 
     def target_tree(self, k: int, context_len, corun: bool = False):
         """The tree verification surface where the probe had a tree axis, else the chain's."""
@@ -208,6 +216,8 @@ def predict_samples(model, samples: pd.DataFrame) -> np.ndarray:
             out[i] = m.draft_tree_factor(k, ctx, corun) * m.draft_step(ctx, NO_LAYER, corun)
         elif row.op == "exit_head":
             out[i] = m.exit_head(k)
+        elif row.op == "target_step":
+            out[i] = m.target_step(ctx)
         else:
             out[i] = m.draft_step(ctx, int(row.layer), corun)
     return out

@@ -84,6 +84,11 @@ class LatencyGrid:
         """The rows tabulated so far, by k (filled by :meth:`target_row`); for hot loops."""
         return self._rows.setdefault(("target_forward", corun), {})
 
+    def target_step_row(self) -> list[float]:
+        """Seconds of the target's plain decoding step (the model's ``target_step``), by context:
+        what autoregressive decoding pays per token."""
+        return self._row("target_step", 1, False, self.model.target_step, "the target's plain decoding step")
+
     def target_tree_row(self, k: int, corun: bool = False) -> list[float]:
         """Seconds of a tree verification over k tokens (the model's ``target_tree``), by context."""
         return self._row("target_tree", k, corun, lambda c: self.model.target_tree(k, c, corun),
@@ -169,6 +174,11 @@ class LatencyGrid:
         if context_len > self.max_context:
             return self.model.target_forward(k, context_len, corun)
         return self.target_row(k, corun)[context_len]
+
+    def target_step(self, context_len: int) -> float:
+        if context_len > self.max_context:
+            return self.model.target_step(context_len)
+        return self.target_step_row()[context_len]
 
     def draft_step(self, context_len: int, layer: int = NO_LAYER, corun: bool = False) -> float:
         return self.draft_seconds(context_len, 1, layer, corun)

@@ -12,6 +12,11 @@ The simulator never hard-codes a duration; it asks a :class:`LatencyModel` for
   over ``w`` nodes under a tree mask, as a multiple of its one-token step at that context (a
   factor, because the simulator multiplies it into the step it already holds:
   :meth:`~simlab.latency.grid.LatencyGrid.tree_draft_seconds`);
+- ``target_step(context_len)``: the target's step in plain autoregressive decoding, the
+  baseline a speedup divides by: the one-token ``target_forward`` wherever that is the plain
+  step, and the step timed on its own where the engine's one-token forward does more (a
+  llama.cpp trace: its verification runs the draft over the same tokens, ``target_step``
+  samples);
 - ``exit_head(rows)``: the target's final norm and LM head over ``rows`` rows of hidden state,
   on the target's device (DEL's shadow tokens run one per exit layer after every verification:
   :meth:`~simlab.latency.grid.LatencyGrid.shadow_seconds`); None where the model has no such
@@ -69,6 +74,8 @@ class LatencyModel(Protocol):
     def draft_step(self, context_len: int, layer: int = NO_LAYER, corun: bool = False) -> float: ...
 
     def target_forward(self, k: int, context_len: int, corun: bool = False) -> float: ...
+
+    def target_step(self, context_len: int) -> float: ...
 
     def target_tree(self, k: int, context_len: int, corun: bool = False) -> float: ...
 
@@ -183,6 +190,9 @@ class TableLatency:
     # step with the target's): the draft then never lacks more than the round's last token, so
     # no round pays a catch-up (:meth:`~simlab.latency.grid.LatencyGrid.catch_up_seconds`).
     verify_feeds_draft: bool = False
+    # The target's plain decoding step where it was timed on its own (``target_step`` samples, the
+    # trace tool of a llama.cpp trace); None: it is the one-token target forward.
+    plain_step: Curve | None = None
 
     def __post_init__(self) -> None:
         if not self.draft:
@@ -223,6 +233,10 @@ class TableLatency:
         curves = self.target.get(corun) or self.target[False]
         ks = tuple(sorted(curves))
         return _interp_k(k, ks, [curves[x](context_len) for x in ks])
+
+    def target_step(self, context_len):
+        """Seconds of the target's plain decoding step (module docstring); ``context_len`` may be an array."""
+        return self.target_forward(1, context_len) if self.plain_step is None else self.plain_step(context_len)
 
     def target_tree(self, k: int, context_len, corun: bool = False):
         """Seconds of a tree verification over k tokens: the chain's, corrected by the probed
@@ -284,10 +298,11 @@ class TableLatency:
         draft: dict[tuple[int, bool], Curve] = {}
         for (layer, corun), g in med[med["op"] == "draft_step"].groupby(["layer", "corun"]):
             draft[(int(layer), bool(corun))] = Curve.from_points(g["context_len"], g["seconds"])
+        plain = _k_curves(med, "target_step").get(False, {}).get(1)
         return cls(name=name, draft=draft, target=_k_curves(med, "target_forward"), hardware=hardware,
                    source="trace samples (medians)", draft_layer=draft_layer,
                    target_trees=_k_curves(med, "target_tree"), draft_trees=_k_curves(med, "draft_tree"),
-                   exit_heads=_k_curves(med, "exit_head"))
+                   exit_heads=_k_curves(med, "exit_head"), plain_step=plain)
 
     def to_profile(self) -> dict:
         profile = self._curves()
@@ -302,7 +317,7 @@ class TableLatency:
         return {**profile_header("table", self), **profile}
 
     def _curves(self) -> dict:
-        return {
+        curves = {
             "draft_layer": self.draft_layer,
             "draft_step": [
                 {"layer": layer, "corun": corun, **curve.to_dict()}
@@ -310,12 +325,17 @@ class TableLatency:
             ],
             "target_forward": _k_list(self.target),
         }
+        if self.plain_step is not None:  # a profile without a plain step reads as before
+            curves["target_step"] = self.plain_step.to_dict()
+        return curves
 
     @classmethod
     def from_profile(cls, data: dict) -> "TableLatency":
         table = cls._from_curves(data)
         try:
-            table.batches = {int(d["batch"]): cls._from_curves({**data, **d}) for d in data.get("batches", [])}
+            # a batch table has its own plain step or none, never the single sequence's
+            table.batches = {int(d["batch"]): cls._from_curves({**data, **d, "target_step": d.get("target_step")})
+                             for d in data.get("batches", [])}
             # tree forwards are single-sequence: the batch tables have none
             table.target_trees = _read_k_list(data.get("target_tree", []))
             table.draft_trees = _read_k_list(data.get("draft_tree", []))
@@ -335,6 +355,8 @@ class TableLatency:
                 for d in data["draft_step"]
             }
             target = _read_k_list(data["target_forward"])
+            plain = data.get("target_step")
+            plain = None if plain is None else Curve.from_points(plain["context_len"], plain["seconds"])
         except (KeyError, TypeError, ValueError) as exc:
             raise SimlabError(f"latency profile {data.get('name', '?')!r} is malformed ({exc!r})") from exc
         return cls(
@@ -344,6 +366,7 @@ class TableLatency:
             hardware=str(data.get("hardware", "")),
             source=str(data.get("source", "")),
             draft_layer=int(data.get("draft_layer", NO_LAYER)),
+            plain_step=plain,
         )
 
 

@@ -254,6 +254,10 @@ class RooflineLatency:
         check_k(k)
         return self.forward(self.target, k, context_len)
 
+    def target_step(self, context_len):
+        """Plain decoding's step: a one-token forward of the target (a roofline runs no draft beside it)."""
+        return self.target_forward(1, context_len)
+
     def target_tree(self, k: int, context_len, corun: bool = False):
         """A tree verification over k tokens: the chain's forward plus the mask's reads
         (:func:`ideal_seconds`), and the framework's overhead as for any forward."""

@@ -237,6 +237,11 @@ class Policy(ABC):
     needs_future: ClassVar[bool] = False
     #: True if the policy may plan parallel rounds.
     parallel: ClassVar[bool] = False
+    #: False for a policy that never drafts (autoregressive decoding): no draft model runs, so its
+    #: target forwards are priced as plain decoding steps (``LatencyModel.target_step``), which on
+    #: an engine whose verification also feeds the draft (llama.cpp) cost less than a one-token
+    #: verification.
+    drafts: ClassVar[bool] = True
     #: True if the policy plans tree rounds (:class:`TreePlan`).
     drafts_trees: ClassVar[bool] = False
     #: True if the policy reads every exit layer's token after the prefill and each serial

@@ -20,6 +20,7 @@ class Autoregressive(Policy):
     paper = "SPIDE §4.1, baseline (i) (docs/policies/fixed.md)"
 
     PLAN = Serial(0, fixed=True)
+    drafts = False
 
     def plan(self, state: RoundState) -> Plan:
         return self.PLAN

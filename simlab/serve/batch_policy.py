@@ -59,6 +59,10 @@ class CappedPolicy(Policy):
     def needs_future(self) -> bool:  # type: ignore[override]
         return self.inner.needs_future
 
+    @property
+    def drafts(self) -> bool:  # type: ignore[override]
+        return self.inner.drafts
+
     def reset(self, prompt: PromptInfo) -> None:
         self.inner.reset(prompt)
 

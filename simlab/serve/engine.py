@@ -133,7 +133,10 @@ class Engine:
                                                   [r.feed for r in decoders])
         if steps:
             t = self._book(self.draft_dev, t, seconds, f"draft x{steps}", len(decoders), sum(drafted))
-        verify = self.latency.target([k + 1 for k in drafts], ctxs)
+        if any(r.policy.drafts for r in decoders):
+            verify = self.latency.target([k + 1 for k in drafts], ctxs)
+        else:  # autoregressive decoding: a plain step, with no draft beside it
+            verify = self.latency.step(ctxs)
         accepted = 0
         for r, (start, k, layer) in zip(decoders, rounds):
             accepted += r.verify(start, k, layer, self.positions)

@@ -79,8 +79,10 @@ VERIFY, DRAFT = Decision.VERIFY, Decision.DRAFT
 
 
 def ad_seconds(grid: LatencyGrid, prompt_len: int, n_tokens: int) -> float:
-    """Autoregressive decoding of the same tokens: one 1-token target forward per position."""
-    return sum(grid.target_row(1)[prompt_len + 1 : prompt_len + n_tokens])
+    """Autoregressive decoding of the same tokens: one plain target step per position (the
+    one-token target forward, except on an engine whose verification also runs the draft:
+    :meth:`~simlab.latency.grid.LatencyGrid.target_step_row`)."""
+    return sum(grid.target_step_row()[prompt_len + 1 : prompt_len + n_tokens])
 
 
 _warned: set[str] = set()  # the unpriced-shadow warnings this process has printed
@@ -162,7 +164,8 @@ class SimExecutor:
         unpaid_start, unpaid_layer = 0, NO_LAYER
         target_calls = accepted_total = drafted = verified = 0
         # hot-path locals: one target row per verify size, cumulative draft-step times, histograms
-        rows = grid.target_rows(corun=False)
+        # a policy that never drafts (AD) runs plain decoding steps, the baseline's own price
+        rows = grid.target_rows(corun=False) if policy.drafts else {1: grid.target_step_row()}
         cum = grid.draft_cumulative(NO_LAYER, False)
         last_ctx = len(cum) - 1
         pcum, prows, max_context = grid.draft_cumulative(NO_LAYER, corun), grid.target_rows(corun), grid.max_context

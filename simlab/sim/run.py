@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,12 +49,25 @@ class Reference:
     per_prompt_calls: dict[int, int]
 
 
+_warned: set[str] = set()  # the AD-pricing warnings this process has printed
+
+
 def latency_of(trace: Trace) -> TableLatency:
-    """The latency model of a trace's own measured samples."""
+    """The latency model of a trace's own measured samples. A llama.cpp trace whose trace tool
+    timed no plain decoding step (``target_step``: recorded before 2026-11-28) prices AD with
+    one-token verifications, which also run the draft: it says so on stderr, once per process
+    and trace."""
     name = f"{trace.path.name if trace.path else 'trace'} samples"
+    llama = trace.manifest.extra.get("engine") == "llama.cpp"
+    if llama and not (trace.latency["op"] == "target_step").any():
+        warning = (f"simlab: warning: {name}: this llama.cpp trace has no plain decoding steps (target_step), so "
+                   "its AD baseline is priced as one-token verifications, which also run the draft: speedups come "
+                   "out high. Time its steps again (simlab llama-cpp run/serve --reprobe) or record it again")
+        if warning not in _warned:
+            _warned.add(warning)
+            print(warning, file=sys.stderr)
     return TableLatency.from_samples(trace.latency, name=name, hardware=trace.manifest.hardware,
-                                     draft_layer=trace.manifest.draft_layer,
-                                     verify_feeds_draft=trace.manifest.extra.get("engine") == "llama.cpp")
+                                     draft_layer=trace.manifest.draft_layer, verify_feeds_draft=llama)
 
 
 class Simulator:

@@ -137,9 +137,11 @@ OPTIONAL_TABLES = frozenset({"layers", "topk", "tree"})
 # attention mask: the target's verification of a tree (k tokens: the last committed one and
 # k - 1 nodes) and the draft's expansion of one level (k nodes); from the probe's exit-head axis
 # the target's final norm and LM head over k rows of hidden state (DEL's shadow tokens read one
-# per exit layer; context_len 0: it reads no KV cache). simlab.record.latency says how.
+# per exit layer; context_len 0: it reads no KV cache). simlab.record.latency says how. An engine
+# whose one-token target forward is not its plain decoding step (llama.cpp's verification also
+# runs the draft) times that step on its own as target_step (k = 1): the autoregressive baseline.
 REQUIRED_LATENCY_OPS = ("draft_step", "target_forward")
-LATENCY_OPS = (*REQUIRED_LATENCY_OPS, "target_tree", "draft_tree", "exit_head")
+LATENCY_OPS = (*REQUIRED_LATENCY_OPS, "target_tree", "draft_tree", "exit_head", "target_step")
 NOT_IN_TOPK = -1  # a target token's rank when it is not among the draft's recorded top-K
 # No forward of any model on any hardware simlab targets takes an hour: a latency sample (or a
 # latency model's answer) above this is a unit mistake or corruption, not a measurement.

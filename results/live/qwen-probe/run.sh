@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# every policy that decodes live but layerskip and del (self-speculative), in the README's row order
+all="sd hf-heuristic hf-confidence svip adaedl dv specdecpp ags pacer pearl spide spide-no-dyna-draft
+     spide-no-para-verify llama-cpp"
 # The Qwen pair of ../qwen-all (the first 8 HumanEval prompts x 128 tokens, greedy, each policy at
 # its defaults, predicted from traces/qwen-coder-tree), with each policy's forwards timed again in
 # its own decoding process just before its decodes (simlab live --probe): the k values it verifies
@@ -14,5 +17,5 @@ probe_for() {
 }
 export -f probe_for
 OUT="$here" TRACE=../../../traces/qwen-coder-tree TOKENS=128 PROMPTS=humaneval:8 \
-    POLICIES=${POLICIES:-"sd adaedl"} \
+    POLICIES=${POLICIES:-$all} \
     MODELS="--draft qwen2.5-coder-0.5b --target qwen2.5-coder-1.5b" exec "$here/../smollm2-all/run.sh"

@@ -209,6 +209,28 @@ def test_probe_times_the_runs_forwards_with_the_decoding_models_and_prices_the_p
     assert s.prediction.simulator.trace.latency is after  # the prediction is priced from them
 
 
+def test_probe_auto_times_every_size_the_prediction_verifies(trace_dir):
+    """--probe 'k=auto': the k values are the target forwards the simulated run makes (AdaEDL's
+    entropy stop verifies runs of many lengths) and 1, the baseline's step; a policy that sizes
+    nothing from latencies then verifies only probed sizes, so its prediction is priced wholly
+    from this process's samples."""
+    s = LiveSession(LiveConfig(policy="adaedl", params={}, target="smollm2", draft_layer=LAYER, prompts=PROMPTS,
+                               max_new_tokens=TOKENS, trace=trace_dir, probe="k=auto;ctx=40;repeats=1",
+                               progress=False), log=lambda _: None)
+    try:
+        s.load_trace()
+        sim = s.prediction.simulator
+        slices = [x for p in s.prompts for x in sim.run("adaedl", {}, timeline_prompt=s.prediction.prompt_id(p.source),
+                                                         with_cost=False).timeline if x.name.startswith("verify")]
+        samples, _ = s.probe_here()
+    finally:
+        s.close()
+    sizes = sorted({1} | {x.args["tokens"] for x in slices})
+    assert len(sizes) > 2 and list(s.probe_plan().ks) == sizes
+    assert sorted(set(samples.loc[samples["op"] == "target_forward", "k"])) == sizes
+    assert list(s.prediction.verified_sizes()) == sizes  # after the probe: nothing left unprobed
+
+
 def test_live_cli_compares_measured_with_predicted(trace_dir, tmp_path):
     out = tmp_path / "live.csv"
     proc = subprocess.run(simlab("live", "--target", "smollm2", "--draft-layer", LAYER, "--prompts", PROMPTS,
@@ -228,6 +250,7 @@ def test_live_cli_compares_measured_with_predicted(trace_dir, tmp_path):
     probed = pd.read_csv(out.with_suffix(".latency.csv"))
     assert sorted(set(probed["k"])) == [1, 2, 3, 4] and set(probed["context_len"]) == {64}
     assert summary["probe"] == "k=1-4;ctx=64;repeats=1"
+    assert summary["probe_ks"] == [1, 2, 3, 4] and summary["unprobed_ks"] == []  # sd γ=3 verifies 4 tokens or fewer
     said = proc.stderr.index("predicted from them, before decoding: speedup")
     assert said < proc.stderr.index("[1/2]")
     assert summary["target_calls_equal"] == 2

@@ -115,3 +115,17 @@ def test_each_prompt_is_explained_by_its_forwards_against_their_price():
     assert set(comparison.forwards[0]) == {"draft", "verify"}
     # the verifications are 0.3 s over their price, the drafts 0.2 s: the row names the former
     assert comparison.table.loc[0, "forward_gap"] == "verify 3.30 s vs 3.00 s priced (+10%)"
+
+
+def test_the_sizes_a_probe_times_under_k_auto_are_every_verification_and_the_baselines_step():
+    # sd γ=2 over 12 positions, every draft accepted: verifications of 3 tokens from 1, 4 and 7,
+    # then 2 from 10 (one position left to draft); the autoregressive baseline steps one token
+    setup = fake_setup()
+    setup.prompts = [SimpleNamespace(source="hand/0"), SimpleNamespace(source="elsewhere/9")]  # not in the trace
+    prediction = Prediction(setup, hand_trace(["1" * 12]), None)
+    assert prediction.verified_sizes() == (1, 2, 3)
+    # a parallel policy's verifications are sized so too
+    setup.cfg.policy, setup.cfg.params = "pearl", {}
+    pearl = Prediction(setup, hand_trace(["1" * 12], latency=latency_table(draft=0.25, corun=(2.0, 1.5))), None)
+    parallel = {s.args["tokens"] for s in pearl.timeline("hand/0") if s.name.startswith("verify (parallel)")}
+    assert parallel and parallel <= set(pearl.verified_sizes())

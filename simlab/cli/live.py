@@ -33,7 +33,7 @@ def live(
     compare: Annotated[bool, typer.Option("--compare/--no-compare", help="Simulate the policy on a trace of the same prompts and compare.")] = True,
     trace: Annotated[Optional[Path], typer.Option("--trace", help="Comparison trace.", show_default="a matching shipped or cached one, else recorded")] = None,
     reprobe: Annotated[bool, typer.Option("--reprobe", help="Measure the trace's latencies again now (a cached copy).")] = False,
-    probe: Annotated[Optional[str], typer.Option("--probe", help="Time the run's forwards again in this process, with the decoding models, just before decoding, and predict from them (SPEC as record's --latency-probe: k values, contexts, repeats, e.g. 'k=1-6;ctx=128,256;repeats=5'); with --out, kept in OUT.latency.csv.")] = None,
+    probe: Annotated[Optional[str], typer.Option("--probe", help="Time the run's forwards again in this process, with the decoding models, just before decoding, and predict from them (SPEC as record's --latency-probe: k values, contexts, repeats, e.g. 'k=1-6;ctx=128,256;repeats=5'; k=auto: every size the prediction verifies); with --out, kept in OUT.latency.csv.")] = None,
     spread_trace: Annotated[Optional[list[Path]], typer.Option("--spread-trace", help="At temperature > 0: another trace of the same prompts recorded with another record --seed (repeatable); the predicted interval then covers the sampled continuation.")] = None,
     spread_seeds: Annotated[int, typer.Option("--spread-seeds", help="At temperature > 0: replay seeds per trace for the predicted interval.")] = 20,
     repeats: Annotated[int, typer.Option("--repeats", help="Decode each prompt's policy N times between N + 1 autoregressive baselines (A B A B ... A); report the median.")] = 1,

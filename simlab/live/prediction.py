@@ -149,6 +149,15 @@ class Prediction:
         res = self.simulator.run(cfg.policy, cfg.params, timeline_prompt=self.prompt_id(source), with_cost=False)
         return res.timeline
 
+    def verified_sizes(self) -> tuple[int, ...]:
+        """Every token count of a target forward the simulated run makes on the run's prompts
+        (its verifications, serial and parallel), and 1 (the autoregressive baseline's step): the
+        k a probe times for a prediction priced from its own samples only (``--probe 'k=auto'``)."""
+        sizes = {1}
+        for p in self.setup.prompts:  # a prompt the trace lacks has an empty timeline
+            sizes |= {s.args["tokens"] for s in self.timeline(p.source) if kind_of(s.name).startswith("verify")}
+        return tuple(sorted(sizes))
+
     def priced_by_kind(self, source: str) -> dict[str, float]:
         """The device time the simulator prices for one prompt, per kind of forward: its
         timeline's slices (cached, as each timeline is a simulation of its own)."""

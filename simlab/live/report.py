@@ -38,6 +38,7 @@ class LiveReport:
         self.hf_rows: list[dict[str, Any]] = []
         self.comparison: Comparison | None = None
         self.interrupted = False
+        self.unprobed: list[int] = []  # sizes the prediction verifies that --probe did not time
 
     # -- running ----------------------------------------------------------------------------
 
@@ -74,7 +75,10 @@ class LiveReport:
         """``--probe``: time the run's forwards again here, keep the samples beside ``--out``
         (``OUT.latency.csv``), and state the prediction made from them before the first decode."""
         s = self.session
-        self.say(f"timing the run's forwards again in this process ({s.cfg.probe})...")
+        ks = s.probe_plan().ks
+        self.say(f"timing the run's forwards again in this process ({s.cfg.probe}"
+                 + (f": k = {','.join(map(str, ks))}, what the prediction verifies" if s.setup.probe_auto else "")
+                 + ")...")
         samples, other = s.probe_here()
         self.say(f"re-probed {len(samples)} forwards; other processes took "
                  f"{'?' if other is None else f'{other:.0%}'} of the CPU meanwhile")
@@ -84,6 +88,10 @@ class LiveReport:
         ours = sim.per_prompt[sim.per_prompt["prompt_id"].isin([s.prediction.prompt_id(p.source) for p in s.prompts])]
         self.say(f"predicted from them, before decoding: speedup {ours['ad_wall_time_s'].sum() / ours['wall_time_s'].sum():.3f}x, "
                  f"{ours['tokens'].sum() / ours['wall_time_s'].sum():.2f} tok/s over {len(ours)} prompts")
+        self.unprobed = [k for k in s.prediction.verified_sizes() if k not in ks]
+        if self.unprobed:
+            self.say(f"the prediction verifies k = {','.join(map(str, self.unprobed))}, which the probe did not time: "
+                     "priced from the trace's own samples and interpolation (--probe 'k=auto' times them all)")
 
     def _hf(self, outcome: PromptOutcome) -> None:
         from simlab.live.hf import assisted_generate
@@ -144,7 +152,9 @@ class LiveReport:
         df = self.table()
         out: dict[str, Any] = {"policy": s.cfg.policy, "params": s.cfg.params, "draft": s.setup.draft_name(),
                                "target": s.cfg.target, "hardware": s.setup.hardware, "prompts": len(self.outcomes),
-                               "interrupted": self.interrupted, **({"probe": s.cfg.probe} if s.cfg.probe else {})}
+                               "interrupted": self.interrupted}
+        if s.cfg.probe:
+            out.update(probe=s.cfg.probe, probe_ks=list(s.probe_plan().ks), unprobed_ks=self.unprobed)
         if df.empty:
             return out
         wall, ad = df["measured_wall_time_s"].sum(), df["measured_ad_wall_time_s"].sum()

@@ -37,6 +37,7 @@ class LiveSession:
         self.executor = None
         self.eos: list[int] = []
         self._prediction: Prediction | None = None
+        self._probe_plan = None
 
     def load_trace(self) -> Trace:
         from simlab.live.comparison_trace import comparison_trace
@@ -59,10 +60,18 @@ class LiveSession:
 
         if self.executor is None:
             self.load_models()
-        samples, other = probe_here(self.trace, self.executor, self.setup.probe_plan, self.log)
+        samples, other = probe_here(self.trace, self.executor, self.probe_plan(), self.log)
         self.trace = replace(self.trace, latency=with_points(self.trace.latency, samples))
         self._prediction = None
         return samples, other
+
+    def probe_plan(self):
+        """``--probe``'s plan, its k values the prediction's verification sizes under ``k=auto``
+        (fixed at the first call: the probe that follows changes the prediction)."""
+        if self._probe_plan is None:
+            plan = self.setup.probe_plan
+            self._probe_plan = replace(plan, ks=self.prediction.verified_sizes()) if self.setup.probe_auto else plan
+        return self._probe_plan
 
     @property
     def prediction(self) -> Prediction:

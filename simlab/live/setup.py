@@ -74,6 +74,7 @@ class LiveSetup:
         if REGISTRY[cfg.policy].needs_shadows and cfg.draft_layer is None:
             raise SimlabError(f"policy {cfg.policy!r} drafts with the target's own exit layers: pass --draft-layer "
                               "instead of --draft")
+        self.probe_auto = False  # --probe 'k=auto': the k values are the prediction's verification sizes
         self.probe_plan = self._probe_plan() if cfg.probe is not None else None
         self.prompts = load_prompts(cfg.prompts)
         self.target_ref = resolve(cfg.target)
@@ -103,7 +104,9 @@ class LiveSetup:
     def _probe_plan(self):
         """``--probe``'s plan: one sequence (a live run decodes one), no trees or exit heads (their
         samples stay the trace's), and co-running forwards only for a policy that runs parallel
-        rounds (serial rounds never co-run)."""
+        rounds (serial rounds never co-run). ``k=auto`` leaves the k values to the session: every
+        size the prediction verifies (:meth:`~simlab.live.prediction.Prediction.verified_sizes`),
+        since a CPU forward's cost is not linear between probed k (``probe_auto``)."""
         from simlab.policies import REGISTRY
         from simlab.record.latency import ProbePlan
 
@@ -113,7 +116,9 @@ class LiveSetup:
         if cfg.reprobe or cfg.latency is not None:
             raise SimlabError("--probe times the run's forwards in this process and predicts from them; "
                               "drop --reprobe and --latency")
-        plan = ProbePlan.parse(cfg.probe)
+        items = [item.strip() for item in cfg.probe.split(";") if item.strip()]
+        self.probe_auto = any(item.replace(" ", "") == "k=auto" for item in items)
+        plan = ProbePlan.parse(";".join(item for item in items if item.replace(" ", "") != "k=auto"))
         return replace(plan, batches=(1,), batch_ks=(), trees=(), exit_heads=(),
                        corun=plan.corun and REGISTRY[cfg.policy].parallel)
 

@@ -111,7 +111,7 @@ def test_serve_runs_ad_as_plain_steps_and_speculation_as_verifications():
 
 
 def test_a_llama_cpp_trace_without_plain_steps_says_how_its_ad_is_priced(capsys, monkeypatch):
-    monkeypatch.setattr("simlab.sim.run._warned", set())  # as in a fresh process
+    monkeypatch.setattr("simlab.sim.executor._warned", set())  # as in a fresh process
     Simulator(llama_trace(plain=None))
     assert "no plain decoding steps" in capsys.readouterr().err
     Simulator(llama_trace(plain=None))  # once per process and trace

@@ -85,7 +85,14 @@ def ad_seconds(grid: LatencyGrid, prompt_len: int, n_tokens: int) -> float:
     return sum(grid.target_step_row()[prompt_len + 1 : prompt_len + n_tokens])
 
 
-_warned: set[str] = set()  # the unpriced-shadow warnings this process has printed
+_warned: set[str] = set()  # the pricing warnings this process has printed
+
+
+def warn_once(warning: str) -> None:
+    """Print ``warning`` on stderr unless this process has printed it already."""
+    if warning not in _warned:
+        _warned.add(warning)
+        print(warning, file=sys.stderr)
 
 
 def shadow_heads(grid: LatencyGrid, manifest: Manifest, policy: Policy) -> int:
@@ -102,9 +109,7 @@ def shadow_heads(grid: LatencyGrid, manifest: Manifest, policy: Policy) -> int:
     warning = (f"simlab: warning: {policy.name}'s shadow tokens are unpriced (latency model {grid.name!r} has no "
                f"exit-head samples); re-probe the trace (a copy, if it is a shipped one) to add them: {command} "
                "--resume --reprobe")
-    if warning not in _warned:
-        _warned.add(warning)
-        print(warning, file=sys.stderr)
+    warn_once(warning)
     return 0
 
 

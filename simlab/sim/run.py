@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +15,7 @@ from simlab.policies.base import AcceptancePredictor
 from simlab.policies.fixed import VanillaSD
 from simlab.sim.context import policy_context, tabulated, typical_context_len
 from simlab.sim.devices import Slice, Topology
-from simlab.sim.executor import SimExecutor
+from simlab.sim.executor import SimExecutor, warn_once
 from simlab.sim.trees import TreeRounds
 from simlab.sim.vanilla import FixedGammaSD
 from simlab.trace.io import Trace
@@ -49,9 +48,6 @@ class Reference:
     per_prompt_calls: dict[int, int]
 
 
-_warned: set[str] = set()  # the AD-pricing warnings this process has printed
-
-
 def latency_of(trace: Trace) -> TableLatency:
     """The latency model of a trace's own measured samples. A llama.cpp trace whose trace tool
     timed no plain decoding step (``target_step``: recorded before 2026-11-28) prices AD with
@@ -60,12 +56,9 @@ def latency_of(trace: Trace) -> TableLatency:
     name = f"{trace.path.name if trace.path else 'trace'} samples"
     llama = trace.manifest.extra.get("engine") == "llama.cpp"
     if llama and not (trace.latency["op"] == "target_step").any():
-        warning = (f"simlab: warning: {name}: this llama.cpp trace has no plain decoding steps (target_step), so "
-                   "its AD baseline is priced as one-token verifications, which also run the draft: speedups come "
-                   "out high. Time its steps again (simlab llama-cpp run/serve --reprobe) or record it again")
-        if warning not in _warned:
-            _warned.add(warning)
-            print(warning, file=sys.stderr)
+        warn_once(f"simlab: warning: {name}: this llama.cpp trace has no plain decoding steps (target_step), so "
+                  "its AD baseline is priced as one-token verifications, which also run the draft: speedups come "
+                  "out high. Time its steps again (simlab llama-cpp run/serve --reprobe) or record it again")
     return TableLatency.from_samples(trace.latency, name=name, hardware=trace.manifest.hardware,
                                      draft_layer=trace.manifest.draft_layer, verify_feeds_draft=llama)
 

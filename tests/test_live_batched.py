@@ -74,6 +74,24 @@ def test_each_request_of_a_batch_decodes_its_single_request_generate(executor, t
             assert request.counts.target_calls < TOKENS  # drafts were accepted: this was speculation
 
 
+def test_plain_decoding_of_a_batch_runs_no_draft_forward_not_even_a_prefill(executor, trace):
+    """``ad`` draws no draft: the serving simulator prices its prefill as the target's alone."""
+    prompts = [(int(p.prompt_id), list(p.prompt_token_ids)) for p in trace.prompts.head(2).itertuples()]
+    drafts = []
+    hook = executor.draft_model.register_forward_hook(lambda *_: drafts.append(1))
+    try:
+        run = BatchedDecoder(executor).run([make_policy("ad", Simulator(trace).context()) for _ in prompts],
+                                           prompts, TOKENS)
+    finally:
+        hook.remove()
+    assert drafts == []
+    assert [r.counts.target_calls for r in run.requests] == [TOKENS - 1] * 2
+    with torch.inference_mode():
+        for (_, ids), request in zip(prompts, run.requests):
+            want = executor.target_model.generate(torch.tensor([ids]), max_new_tokens=TOKENS, do_sample=False)
+            assert request.tokens == want[0, len(ids):].tolist()
+
+
 def test_target_calls_per_request_equal_the_serving_simulators(executor, trace):
     """...after an uncounted warm-up decode of the batch: the log's first line, with forwards of the
     target before it; the frame holds the measured decodes only."""

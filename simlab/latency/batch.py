@@ -163,15 +163,16 @@ class BatchLatency:
             seconds += price
         return seconds, longest
 
-    def prefill(self, prompt_lens: Sequence[int], layer: int = NO_LAYER) -> float:
+    def prefill(self, prompt_lens: Sequence[int], layer: int = NO_LAYER, drafts: bool = True) -> float:
         """The prompts' prefill: one target forward over every prompt, then one draft forward
-        (the draft needs its own KV cache of the prompt)."""
+        (the draft needs its own KV cache of the prompt) unless no request ``drafts`` (a plain
+        server, like llama-server without a draft model, prefills the target alone)."""
         zeros = [0] * len(prompt_lens)
         if self.roofline is None:  # the grid tabulates k up to a few hundred; prompts go to the model
             model, k, c = self.grid.model, sum(prompt_lens), 0
             target = model.target_forward(k, c)
-            return target + model.draft_step(c, layer) * target / model.target_forward(1, c)
-        return self.target(prompt_lens, zeros) + self.draft(prompt_lens, zeros, layer)
+            return target + (model.draft_step(c, layer) * target / model.target_forward(1, c) if drafts else 0.0)
+        return self.target(prompt_lens, zeros) + (self.draft(prompt_lens, zeros, layer) if drafts else 0.0)
 
 
 def _mean(values: Sequence[int]) -> int:

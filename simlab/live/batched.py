@@ -150,7 +150,9 @@ class BatchedDecoder:
         started = time.perf_counter()
         with torch.inference_mode():
             target, first = PaddedCache.prefill(x.target_model, [ids for _, ids in prompts])
-            draft, _ = PaddedCache.prefill(x.draft_model, [ids for _, ids in prompts])
+            # plain decoding (``ad``) runs no draft, so it keeps no draft cache either
+            draft = PaddedCache.prefill(x.draft_model, [ids for _, ids in prompts])[0] \
+                if any(p.drafts for p in policies) else None
         requests = [BatchedRequest(pid, list(ids), [x._pick(x._dist(lg))]) for (pid, ids), lg in zip(prompts, first)]
         rows = [_Row(r, p, budget, eos) for r, p in zip(requests, policies)]
         self._origin = time.perf_counter()
@@ -217,7 +219,7 @@ class BatchedDecoder:
                         signals, r.signals = r.signals, None
                         r.advance(signals)
 
-    def _verify(self, rows: list[_Row], target: PaddedCache, draft: PaddedCache) -> None:
+    def _verify(self, rows: list[_Row], target: PaddedCache, draft: PaddedCache | None) -> None:
         """One batched target forward over every row's last committed token and drafts; settle
         each row's acceptance."""
         x = self.x
@@ -245,14 +247,17 @@ class BatchedDecoder:
             if committed >= r.info.n_tokens:
                 request.finish = time.perf_counter() - self._origin
         target.keep(keep)
-        draft.keep([min(n, k) for n, k in zip(draft.n, keep)])
+        if draft is not None:
+            draft.keep([min(n, k) for n, k in zip(draft.n, keep)])
 
-    def _retire(self, rows: list[_Row], going: list[bool], target: PaddedCache, draft: PaddedCache) -> list[_Row]:
+    def _retire(self, rows: list[_Row], going: list[bool], target: PaddedCache,
+                draft: PaddedCache | None) -> list[_Row]:
         """Rows whose protocol ended leave the batch (and both caches)."""
         if all(going):
             return rows
         stay = [i for i, g in enumerate(going) if g]
         if stay:
             target.select(stay)
-            draft.select(stay)
+            if draft is not None:
+                draft.select(stay)
         return [rows[i] for i in stay]

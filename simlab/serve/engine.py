@@ -3,8 +3,8 @@
 An engine step, in model time (docs/serving.md):
 
 1. the scheduler admits waiting requests; their prompts are prefilled in one batched target
-   forward and one batched draft forward — each admitted request's first token is out when
-   the prefill ends;
+   forward and one batched draft forward (none when no admitted request drafts: ``ad``) —
+   each admitted request's first token is out when the prefill ends;
 2. every request that was already running plans its round (its own policy, under the step's
    batch-level cap) and drafts: draft step j is one batched draft forward over the requests
    that draft at least j tokens, so ragged draft lengths cost as many steps as the longest
@@ -108,7 +108,7 @@ class Engine:
     def _prefill(self, admitted: list[ServedRequest], t: float) -> float:
         self.stats.prefill_steps += 1
         lens = [r.prompt_len for r in admitted]
-        seconds = self.latency.prefill(lens)
+        seconds = self.latency.prefill(lens, drafts=any(r.policy.drafts for r in admitted))
         end = self._book(self.target_dev, t, seconds, "prefill", len(admitted), sum(lens))
         for r in admitted:
             r.admitted, r.first_token = t, end

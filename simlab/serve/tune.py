@@ -5,7 +5,8 @@ this finds it by serving. For each batch size B and each draft length γ in 0..`
 the serving engine (:func:`simlab.serve.run.serve_once`, the one ``simlab serve`` runs) serves
 a *saturated* batch: ``requests_per_slot`` · B requests arriving together, at most B decoding
 at once, under vanilla SD with every draft capped at γ — exactly ``serve --policy sd --gamma
-MAX --gamma-by-batch 1:γ`` — γ = 0 being plain target steps, no speculation. The best γ for B
+MAX --gamma-by-batch 1:γ`` — γ = 0 being plain target steps, no speculation (the draft, which
+the server keeps for the batch sizes that draft, still prefills each prompt). The best γ for B
 is the one with the highest throughput (generated tokens per second of makespan, prefills
 included), the smaller γ on a tie. The batch stays at B while the queue lasts (the queue's
 prefills interleave with decode steps as they would in a full server) and drains at the end.

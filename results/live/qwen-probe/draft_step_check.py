@@ -9,16 +9,11 @@ dearer than the rest, and the spread over repeats how many samples a stable pric
 Usage: python results/live/qwen-probe/draft_step_check.py  (output: draft_step_check.txt beside it)
 """
 
-import os
-import statistics
-import time
+import statistics  # noqa: I001  (long_verify_check sets OMP_WAIT_POLICY before torch is imported)
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+from long_verify_check import qwen_steppers, timed  # this folder: the script's own directory is on sys.path
 
-import torch  # noqa: E402
-
-from simlab.models.load import load_model, resolve  # noqa: E402
-from simlab.record.latency import _Stepper  # noqa: E402
+import torch
 
 CONTEXT = 128
 K = 17
@@ -26,18 +21,9 @@ RUN = 8
 REPEATS = 10
 
 
-def timed(step: _Stepper, k: int) -> float:
-    start = time.perf_counter()
-    step(k)
-    return (time.perf_counter() - start) * 1000
-
-
 def main() -> None:
-    torch.set_num_threads(2)
-    gen = torch.Generator().manual_seed(0)
     with torch.inference_mode():
-        target, draft = (_Stepper(load_model(resolve(name), "cpu", "float32").eval(), CONTEXT, 150000, gen)
-                         for name in ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"))
+        target, draft = qwen_steppers(CONTEXT)
         timed(target, K)  # warm-up
         timed(draft, 1)
         by_position: list[list[float]] = [[] for _ in range(RUN)]

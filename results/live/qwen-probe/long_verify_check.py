@@ -34,12 +34,19 @@ def timed(step: _Stepper, k: int) -> float:
     return (time.perf_counter() - start) * 1000
 
 
-def main() -> None:
+def qwen_steppers(context: int) -> tuple[_Stepper, _Stepper]:
+    """The Qwen target and draft, each with a KV cache of ``context`` random tokens, on 2 threads
+    (call under torch.inference_mode(); draft_step_check.py uses it too)."""
     torch.set_num_threads(2)
     gen = torch.Generator().manual_seed(0)
+    target, draft = (_Stepper(load_model(resolve(name), "cpu", "float32").eval(), context, 150000, gen)
+                     for name in ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"))
+    return target, draft
+
+
+def main() -> None:
     with torch.inference_mode():
-        target, draft = (_Stepper(load_model(resolve(name), "cpu", "float32").eval(), CONTEXT, 150000, gen)
-                         for name in ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"))
+        target, draft = qwen_steppers(CONTEXT)
         for k in (1, K, 64):  # warm-up
             timed(target, k)
         timed(draft, 1)

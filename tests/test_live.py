@@ -231,6 +231,42 @@ def test_probe_auto_times_every_size_the_prediction_verifies(trace_dir):
     assert list(s.prediction.verified_sizes()) == sizes  # after the probe: nothing left unprobed
 
 
+def test_probe_auto_also_times_the_sizes_its_own_prediction_adds(trace_dir, monkeypatch):
+    """spide-no-dyna-draft drafts vanilla SD's best γ, which the latencies decide: priced from the
+    probe's samples (here a target forward as dear at every k, a draft step nearly free: long
+    drafts pay), the prediction verifies sizes the first probe, sized from the trace's latencies,
+    did not time. Those are timed by a further probe, and the prediction is left with none
+    unprobed. (The samples are made up, so that the sizes move for sure; the probe's timing on
+    the real model is the test above.)"""
+    import pandas as pd
+
+    from simlab.record import reprobe
+
+    asked = []
+
+    def probe(trace, executor, plan, log):
+        asked.append(plan.ks)
+        rows = [("target_forward", k, ctx, -1, corun, 1.0) for k in plan.ks for ctx in plan.contexts
+                for corun in (False, True)]
+        rows += [("draft_step", 1, ctx, LAYER, corun, 0.001) for ctx in plan.contexts for corun in (False, True)]
+        samples = pd.DataFrame(rows, columns=["op", "k", "context_len", "layer", "corun", "seconds"])
+        return samples.assign(repeat=0, batch=1), 0.0
+
+    monkeypatch.setattr(reprobe, "probe_here", probe)
+    s = LiveSession(LiveConfig(policy="spide-no-dyna-draft", params={}, target="smollm2", draft_layer=LAYER,
+                               prompts=PROMPTS, max_new_tokens=TOKENS, trace=trace_dir,
+                               probe="k=auto;ctx=64;repeats=1", progress=False), log=lambda _: None)
+    try:
+        s.load_trace()
+        first = s.prediction.verified_sizes()
+        s.probe_here()
+    finally:
+        s.close()
+    assert asked[0] == first and len(asked) >= 2
+    assert not set(asked[1]) & set(first)  # only the sizes the first probe lacked
+    assert set(s.prediction.verified_sizes()) <= set(s.probe_plan().ks) == set().union(*asked)
+
+
 def test_live_cli_compares_measured_with_predicted(trace_dir, tmp_path):
     out = tmp_path / "live.csv"
     proc = subprocess.run(simlab("live", "--target", "smollm2", "--draft-layer", LAYER, "--prompts", PROMPTS,

@@ -15,7 +15,7 @@ from rich.table import Table
 from simlab.atomic import replace_file
 from simlab.live.decoding import DISTURBED, PromptOutcome
 from simlab.live.prediction import DRIFTED, Comparison, describe_gap
-from simlab.live.session import LiveSession
+from simlab.live.session import EXTRA_PROBES, LiveSession
 from simlab.metrics import PositionStats, Summary, total
 from simlab.paths import portable_path
 from simlab.sim.devices import Slice
@@ -88,10 +88,12 @@ class LiveReport:
         ours = sim.per_prompt[sim.per_prompt["prompt_id"].isin([s.prediction.prompt_id(p.source) for p in s.prompts])]
         self.say(f"predicted from them, before decoding: speedup {ours['ad_wall_time_s'].sum() / ours['wall_time_s'].sum():.3f}x, "
                  f"{ours['tokens'].sum() / ours['wall_time_s'].sum():.2f} tok/s over {len(ours)} prompts")
-        self.unprobed = [k for k in s.prediction.verified_sizes() if k not in ks]
+        self.unprobed = [k for k in s.prediction.verified_sizes() if k not in s.probe_plan().ks]
         if self.unprobed:
             self.say(f"the prediction verifies k = {','.join(map(str, self.unprobed))}, which the probe did not time: "
-                     "priced from the trace's own samples and interpolation (--probe 'k=auto' times them all)")
+                     "priced from the trace's own samples and interpolation "
+                     + (f"({EXTRA_PROBES} further probes did not settle the sizes)" if s.setup.probe_auto
+                        else "(--probe 'k=auto' times them all)"))
 
     def _hf(self, outcome: PromptOutcome) -> None:
         from simlab.live.hf import assisted_generate

@@ -25,6 +25,8 @@ from simlab.live.prediction import Comparison, Prediction
 from simlab.live.setup import LiveConfig, LiveSetup
 from simlab.trace.io import Trace
 
+EXTRA_PROBES = 2  # k=auto: probes of sizes a prediction priced from the first probe adds
+
 
 class LiveSession:
     """Everything ``simlab live`` does; the CLI only parses options and prints."""
@@ -55,19 +57,38 @@ class LiveSession:
         """``--probe``: the run's forwards timed again with the decoding models, in this process
         (:mod:`simlab.record.reprobe`); the comparison trace's latencies take them, so the
         prediction made next is priced from them. Returns the samples and the share of the CPU
-        other processes took meanwhile."""
+        other processes took meanwhile (the most of any probe).
+
+        Under ``k=auto`` the sizes come from a prediction priced from the trace's latencies, and a
+        policy that sizes its drafts from latencies (vanilla SD's best γ in ``spide-no-dyna-draft``,
+        eq. 6's window in PEARL and SPIDE) may verify other sizes once priced from the probe's: those
+        are timed too, up to :data:`EXTRA_PROBES` times, until the prediction verifies only probed
+        sizes (a run left a size unprobed before: results/live/qwen-probe/spide-no-dyna-draft-unprobed-k5)."""
         from simlab.record.reprobe import probe_here, with_points
 
         if self.executor is None:
             self.load_models()
-        samples, other = probe_here(self.trace, self.executor, self.probe_plan(), self.log)
-        self.trace = replace(self.trace, latency=with_points(self.trace.latency, samples))
-        self._prediction = None
+        plan, latency = self.probe_plan(), self.trace.latency
+        samples, other = probe_here(self.trace, self.executor, plan, self.log)
+        for extra in range(EXTRA_PROBES + 1):
+            self.trace = replace(self.trace, latency=with_points(latency, samples))
+            self._prediction = None
+            if not self.setup.probe_auto or extra == EXTRA_PROBES:
+                break
+            missing = tuple(k for k in self.prediction.verified_sizes() if k not in plan.ks)
+            if not missing:
+                break
+            self.log(f"priced from them, the prediction verifies k = {','.join(map(str, missing))} too: timing those")
+            more, more_other = probe_here(self.trace, self.executor, replace(plan, ks=missing), self.log)
+            samples = with_points(samples, more)
+            other = max((x for x in (other, more_other) if x is not None), default=None)
+            plan = self._probe_plan = replace(plan, ks=tuple(sorted(plan.ks + missing)))
         return samples, other
 
     def probe_plan(self):
         """``--probe``'s plan, its k values the prediction's verification sizes under ``k=auto``
-        (fixed at the first call: the probe that follows changes the prediction)."""
+        (fixed at the first call, then widened by :meth:`probe_here` to the sizes the prediction
+        priced from the probe verifies)."""
         if self._probe_plan is None:
             plan = self.setup.probe_plan
             self._probe_plan = replace(plan, ks=self.prediction.verified_sizes()) if self.setup.probe_auto else plan

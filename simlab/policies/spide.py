@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from functools import partial
-from itertools import islice
 from operator import attrgetter
 from typing import Any, ClassVar, Iterable
 
@@ -93,14 +92,15 @@ class MappingTable:
         """Record a verification's checked tokens: the first ``accepted`` were accepted, the
         others not (one call a verification: SPIDE records after every one, Alg. 1 line 29)."""
         total, hits, rate = self.total, self.accepted, self.rate
-        bins = map(confidence_bin, confidences)
-        for b in islice(bins, accepted):
+        for confidence in confidences:
+            b = confidence_bin(confidence)
             t = total[b] = total[b] + 1
-            h = hits[b] = hits[b] + 1
-            rate[b] = h / t
-        for b in bins:  # the rejected ones (at most one, the last)
-            t = total[b] = total[b] + 1
-            rate[b] = hits[b] / t
+            if accepted:
+                accepted -= 1
+                h = hits[b] = hits[b] + 1
+                rate[b] = h / t
+            else:  # the rejected ones (at most one, the last)
+                rate[b] = hits[b] / t
 
 
 class Spide(Policy):

@@ -267,6 +267,63 @@ def test_probe_auto_also_times_the_sizes_its_own_prediction_adds(trace_dir, monk
     assert set(s.prediction.verified_sizes()) <= set(s.probe_plan().ks) == set().union(*asked)
 
 
+def test_reprobe_drift_prices_later_prompts_from_a_new_probe_and_keeps_the_policys_decisions(
+        trace_dir, monkeypatch, tmp_path):
+    """--reprobe-drift: after a prompt whose baselines drifted from their price, the forwards are
+    timed again and the next prompt is priced from them. Here the re-probe is made to report a
+    machine where the target costs 1 s a forward and a draft step next to nothing, on which
+    spide-no-dyna-draft's γ (vanilla SD's best) would be longer: the prediction re-priced from it
+    must keep the γ the live policy was built with, so target calls still match, while its prices
+    are the new ones."""
+    import numpy as np
+    import pandas as pd
+
+    from simlab.live.report import LiveReport
+    from simlab.record import reprobe
+
+    real, asked = reprobe.probe_here, []
+
+    def probe(trace, executor, plan, log):
+        samples, other = real(trace, executor, plan, log)
+        asked.append(plan.ks)
+        if len(asked) > 1:
+            samples = samples.assign(seconds=np.where(samples["op"] == "draft_step", 0.001, 1.0))
+        return samples, other
+
+    monkeypatch.setattr(reprobe, "probe_here", probe)
+    out, said = tmp_path / "live.csv", []
+    s = LiveSession(LiveConfig(policy="spide-no-dyna-draft", params={}, target="smollm2", draft_layer=LAYER,
+                               prompts=PROMPTS, max_new_tokens=TOKENS, trace=trace_dir, probe="k=1-4;ctx=64;repeats=1",
+                               reprobe_drift=1e-9, progress=False), log=said.append)
+    report = LiveReport(s, out=out, say=said.append)
+    try:
+        report.run()
+        summary = report.summary()
+        first, again = (s.prediction_for(o).simulated().per_prompt for o in report.outcomes)
+    finally:
+        s.close()
+    assert asked == [(1, 2, 3, 4)] * 2 and summary["reprobes"] == 1
+    assert any("timing the run's forwards again (probe 2)" in line for line in said)
+    table = pd.read_csv(out)
+    assert list(table["probe"]) == [1, 2]
+    assert summary["target_calls_equal"] == 2
+    # the live policy's decisions (γ 1, where the re-probe's prices alone would give 2), priced anew
+    assert list(again["target_calls"]) == list(first["target_calls"])
+    assert list(again["wall_time_s"]) != list(first["wall_time_s"])
+    first, second = table["predicted_ad_wall_time_s"] / table["predicted_tokens"]  # ~ a target step's price
+    assert 0.9 < second < 1.1 and first < 0.5  # the re-probe's 1 s, then the probe's own
+    probes = pd.read_csv(out.with_suffix(".latency.csv"))
+    assert sorted(set(probes["probe"])) == [1, 2]
+
+
+def test_reprobe_drift_needs_probe():
+    from simlab.errors import SimlabError
+
+    with pytest.raises(SimlabError, match="--reprobe-drift"):
+        LiveSession(LiveConfig(policy="sd", params={}, target="smollm2", draft_layer=LAYER, prompts=PROMPTS,
+                               max_new_tokens=TOKENS, reprobe_drift=0.03, progress=False))
+
+
 def test_live_cli_compares_measured_with_predicted(trace_dir, tmp_path):
     out = tmp_path / "live.csv"
     proc = subprocess.run(simlab("live", "--target", "smollm2", "--draft-layer", LAYER, "--prompts", PROMPTS,

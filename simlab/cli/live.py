@@ -34,6 +34,7 @@ def live(
     trace: Annotated[Optional[Path], typer.Option("--trace", help="Comparison trace.", show_default="a matching shipped or cached one, else recorded")] = None,
     reprobe: Annotated[bool, typer.Option("--reprobe", help="Measure the trace's latencies again now (a cached copy).")] = False,
     probe: Annotated[Optional[str], typer.Option("--probe", help="Time the run's forwards again in this process, with the decoding models, just before decoding, and predict from them (SPEC as record's --latency-probe: k values, contexts, repeats, e.g. 'k=1-6;ctx=128,256;repeats=5'; k=auto: every size the prediction verifies, that prediction priced from the probe's samples included); with --out, kept in OUT.latency.csv.")] = None,
+    reprobe_drift: Annotated[Optional[float], typer.Option("--reprobe-drift", help="With --probe: after a prompt whose autoregressive baselines ran more than this fraction off their price (e.g. 0.03), time the same forwards again before the next prompt and price the prompts that follow from them (the policy keeps its decisions); each row's probe is in --out.")] = None,
     spread_trace: Annotated[Optional[list[Path]], typer.Option("--spread-trace", help="At temperature > 0: another trace of the same prompts recorded with another record --seed (repeatable); the predicted interval then covers the sampled continuation.")] = None,
     spread_seeds: Annotated[int, typer.Option("--spread-seeds", help="At temperature > 0: replay seeds per trace for the predicted interval.")] = 20,
     repeats: Annotated[int, typer.Option("--repeats", help="Decode each prompt's policy N times between N + 1 autoregressive baselines (A B A B ... A); report the median.")] = 1,
@@ -63,7 +64,7 @@ def live(
     cfg = LiveConfig(policy=policy, params=params, target=target, draft=draft, draft_layer=draft_layer,
                      prompts=prompts, max_new_tokens=max_new_tokens, device=device, draft_device=draft_device,
                      target_device=target_device, dtype=dtype, temperature=temperature, seed=seed, compare=compare,
-                     trace=trace, reprobe=reprobe, probe=probe, spread_traces=list(spread_trace or []), spread_seeds=spread_seeds,
+                     trace=trace, reprobe=reprobe, probe=probe, reprobe_drift=reprobe_drift, spread_traces=list(spread_trace or []), spread_seeds=spread_seeds,
                      repeats=repeats, latency=latency, chat_template=chat_template, progress=not quiet)
     session = LiveSession(cfg, log=say)
     report = LiveReport(session, out=out, log_dir=log, against_hf=against_hf, say=say)

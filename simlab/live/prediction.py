@@ -95,8 +95,11 @@ def relative_error(predicted: float, measured: float) -> float:
 class Prediction:
     """The simulator's side of a live session (module docstring)."""
 
-    def __init__(self, setup: LiveSetup, trace: Trace | None, latency: LatencyModel | None):
-        self.setup, self.trace, self.latency = setup, trace, latency
+    def __init__(self, setup: LiveSetup, trace: Trace | None, latency: LatencyModel | None,
+                 context: PolicyContext | None = None):
+        """``context``: what the simulated policy is built with instead of the simulator's own (a
+        re-priced prediction keeps the live policy's decisions: :meth:`LiveSession.reprobe`)."""
+        self.setup, self.trace, self.latency, self._context = setup, trace, latency, context
         cfg = setup.cfg
         self.simulator = Simulator(trace, latency, seed=cfg.seed, topology=setup.topology) if trace is not None \
             else None
@@ -107,6 +110,8 @@ class Prediction:
 
     def context(self) -> PolicyContext:
         """The context every policy of the session is built with, live or simulated."""
+        if self._context is not None:
+            return self._context
         if self.simulator is not None:
             return self.simulator.context()
         lens = [len(ids) for ids in self.setup.ids.values()]
@@ -120,7 +125,7 @@ class Prediction:
         """The session's policy simulated on the comparison trace (once)."""
         if self.simulator is not None and self._simulated is None:
             cfg = self.setup.cfg
-            self._simulated = self.simulator.run(cfg.policy, cfg.params, with_cost=False)
+            self._simulated = self.simulator.run(cfg.policy, cfg.params, with_cost=False, context=self._context)
         return self._simulated
 
     def spread(self) -> SamplingSpread | None:
@@ -146,8 +151,19 @@ class Prediction:
     def timeline(self, source: str) -> list[Slice]:
         """The simulated per-device timeline of one prompt of the run."""
         cfg = self.setup.cfg
-        res = self.simulator.run(cfg.policy, cfg.params, timeline_prompt=self.prompt_id(source), with_cost=False)
+        res = self.simulator.run(cfg.policy, cfg.params, timeline_prompt=self.prompt_id(source), with_cost=False,
+                                 context=self._context)
         return res.timeline
+
+    def ad_drift(self, outcome: PromptOutcome) -> float | None:
+        """How far one prompt's autoregressive baselines ran from their price (None: the prompt is
+        not in the comparison trace): the machine's drift since the probe (:data:`DRIFTED`)."""
+        pid = self.prompt_id(outcome.source)
+        if pid is None or self.simulated() is None:
+            return None
+        per_prompt = self.simulated().per_prompt
+        price = per_prompt.loc[per_prompt["prompt_id"] == pid, "ad_wall_time_s"].iloc[0]
+        return relative_error(outcome.policy.counts.ad_wall_time_s, price)
 
     def verified_sizes(self) -> tuple[int, ...]:
         """Every token count of a target forward the simulated run makes on the run's prompts

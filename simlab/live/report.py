@@ -39,6 +39,7 @@ class LiveReport:
         self.comparison: Comparison | None = None
         self.interrupted = False
         self.unprobed: list[int] = []  # sizes the prediction verifies that --probe did not time
+        self.probe_samples: list[pd.DataFrame] = []  # each probe's samples, with its CPU share of others
 
     # -- running ----------------------------------------------------------------------------
 
@@ -55,6 +56,7 @@ class LiveReport:
         try:
             for i, outcome in enumerate(s.decode(), 1):
                 self.outcomes.append(outcome)
+                drift = s.decoded(outcome) if s.trace is not None else None
                 if self.against_hf:
                     self._hf(outcome)
                 self._write(outcome)
@@ -63,6 +65,9 @@ class LiveReport:
                          f"{c.tokens / c.wall_time_s:.2f} tok/s, speedup {c.ad_wall_time_s / c.wall_time_s:.3f}x, "
                          f"{c.target_calls} target calls{', NOT lossless' if outcome.lossless is False else ''} "
                          f"({time.perf_counter() - started:.0f}s elapsed)")
+                limit = s.cfg.reprobe_drift
+                if limit is not None and drift is not None and abs(drift) > limit and i < len(s.prompts):
+                    self._reprobe(outcome, drift)
         except KeyboardInterrupt:
             self.interrupted = True
             self.say(f"interrupted: keeping the {len(self.outcomes)} finished prompts")
@@ -80,10 +85,7 @@ class LiveReport:
                  + (f": k = {','.join(map(str, ks))}, what the prediction verifies" if s.setup.probe_auto else "")
                  + ")...")
         samples, other = s.probe_here()
-        self.say(f"re-probed {len(samples)} forwards; other processes took "
-                 f"{'?' if other is None else f'{other:.0%}'} of the CPU meanwhile")
-        if self.out is not None:
-            samples.assign(other_cpu=other).to_csv(self.out.with_suffix(".latency.csv"), index=False)
+        self._keep_samples(samples, other)
         sim = s.prediction.simulated()
         ours = sim.per_prompt[sim.per_prompt["prompt_id"].isin([s.prediction.prompt_id(p.source) for p in s.prompts])]
         self.say(f"predicted from them, before decoding: speedup {ours['ad_wall_time_s'].sum() / ours['wall_time_s'].sum():.3f}x, "
@@ -94,6 +96,22 @@ class LiveReport:
                      "priced from the trace's own samples and interpolation "
                      + (f"({EXTRA_PROBES} further probes did not settle the sizes)" if s.setup.probe_auto
                         else "(--probe 'k=auto' times them all)"))
+
+    def _keep_samples(self, samples: pd.DataFrame, other: float | None) -> None:
+        """Say how many forwards a probe timed, and keep its samples in ``OUT.latency.csv``
+        (``probe``: 1 for ``--probe``'s, then each re-probe's number)."""
+        self.say(f"re-probed {len(samples)} forwards; other processes took "
+                 f"{'?' if other is None else f'{other:.0%}'} of the CPU meanwhile")
+        self.probe_samples.append(samples.assign(other_cpu=other, probe=self.session.probes))
+        if self.out is not None:
+            pd.concat(self.probe_samples).to_csv(self.out.with_suffix(".latency.csv"), index=False)
+
+    def _reprobe(self, outcome: PromptOutcome, drift: float) -> None:
+        """``--reprobe-drift``: the machine has moved since the last probe; time the forwards again."""
+        s = self.session
+        self.say(f"{outcome.source}'s autoregressive baselines ran {drift:+.1%} against their price: timing the "
+                 f"run's forwards again (probe {s.probes + 1}) to price the prompts that follow")
+        self._keep_samples(*s.reprobe())
 
     def _hf(self, outcome: PromptOutcome) -> None:
         from simlab.live.hf import assisted_generate
@@ -131,7 +149,8 @@ class LiveReport:
             return
         s = self.session
         for outcome in self.outcomes:
-            write_chrome_trace(s.prediction.timeline(outcome.source), self.log_dir / f"sim-{outcome.prompt_id}.json",
+            write_chrome_trace(s.prediction_for(outcome).timeline(outcome.source),
+                               self.log_dir / f"sim-{outcome.prompt_id}.json",
                                title=f"simulated {s.cfg.policy}, prompt {outcome.prompt_id}, {s.topology.value}")
 
     def table(self) -> pd.DataFrame:
@@ -156,7 +175,8 @@ class LiveReport:
                                "target": s.cfg.target, "hardware": s.setup.hardware, "prompts": len(self.outcomes),
                                "interrupted": self.interrupted}
         if s.cfg.probe:
-            out.update(probe=s.cfg.probe, probe_ks=list(s.probe_plan().ks), unprobed_ks=self.unprobed)
+            out.update(probe=s.cfg.probe, probe_ks=list(s.probe_plan().ks), unprobed_ks=self.unprobed,
+                       reprobe_drift=s.cfg.reprobe_drift, reprobes=s.probes - 1)
         if df.empty:
             return out
         wall, ad = df["measured_wall_time_s"].sum(), df["measured_ad_wall_time_s"].sum()

@@ -40,6 +40,9 @@ class LiveSession:
         self.eos: list[int] = []
         self._prediction: Prediction | None = None
         self._probe_plan = None
+        self.probes = 0  # latency probes made in this process (--probe, then --reprobe-drift's)
+        self._context = None  # after a re-probe: the context the live policy was built with
+        self._priced_by: dict[int, tuple[int, Prediction]] = {}  # prompt_id -> (probes before it, its prediction)
 
     def load_trace(self) -> Trace:
         from simlab.live.comparison_trace import comparison_trace
@@ -70,6 +73,7 @@ class LiveSession:
             self.load_models()
         plan, latency = self.probe_plan(), self.trace.latency
         samples, other = probe_here(self.trace, self.executor, plan, self.log)
+        self.probes += 1
         for extra in range(EXTRA_PROBES + 1):
             self.trace = replace(self.trace, latency=with_points(latency, samples))
             self._prediction = None
@@ -84,6 +88,26 @@ class LiveSession:
             other = max((x for x in (other, more_other) if x is not None), default=None)
             plan = self._probe_plan = replace(plan, ks=tuple(sorted(plan.ks + missing)))
         return samples, other
+
+    def reprobe(self) -> tuple[pd.DataFrame, float | None]:
+        """``--reprobe-drift``: the forwards of :meth:`probe_plan` timed again between two prompts,
+        in place of the last probe's. The prompts decoded next are priced from them, while the
+        simulated policy keeps the context the live one was built with (its γ, window and
+        latency-driven decisions), so counts stay those of the decodes and only prices move."""
+        from simlab.record.reprobe import probe_here, with_points
+
+        context = self.prediction.context()
+        samples, other = probe_here(self.trace, self.executor, self.probe_plan(), self.log)
+        self.probes += 1
+        self.trace = replace(self.trace, latency=with_points(self.trace.latency, samples))
+        self._context, self._prediction = context, None
+        return samples, other
+
+    def decoded(self, outcome: PromptOutcome) -> float | None:
+        """Note that ``outcome``'s prompt was decoded under the prediction in force now (it is
+        compared with that one), and return its baselines' drift from their price."""
+        self._priced_by[outcome.prompt_id] = (self.probes, self.prediction)
+        return self.prediction.ad_drift(outcome)
 
     def probe_plan(self):
         """``--probe``'s plan, its k values the prediction's verification sizes under ``k=auto``
@@ -101,8 +125,12 @@ class LiveSession:
             from simlab.latency.model import load_profile
 
             latency = load_profile(self.cfg.latency) if self.cfg.latency is not None else None
-            self._prediction = Prediction(self.setup, self.trace, latency)
+            self._prediction = Prediction(self.setup, self.trace, latency, self._context)
         return self._prediction
+
+    def prediction_for(self, outcome: PromptOutcome) -> Prediction:
+        """The prediction ``outcome``'s prompt is compared with: the one in force when it was decoded."""
+        return self._priced_by.get(outcome.prompt_id, (0, self.prediction))[1]
 
     def make_policy(self, name: str, params: dict[str, Any]):
         from simlab.policies import make_policy
@@ -117,7 +145,20 @@ class LiveSession:
                               self.make_policy("ad", {}))
 
     def compare(self, outcomes: list[PromptOutcome]) -> Comparison:
-        return self.prediction.compare(outcomes)
+        """Each prompt against the prediction it was decoded under; after re-probes, the
+        table's ``probe`` column numbers the probe that priced each row (1: ``--probe``'s)."""
+        if self._context is None:  # never re-probed: one prediction for every prompt
+            return self.prediction.compare(outcomes)
+        priced_by = {o.prompt_id: self._priced_by.get(o.prompt_id, (self.probes, self.prediction)) for o in outcomes}
+        parts, order = [], {o.prompt_id: i for i, o in enumerate(outcomes)}
+        for probe in sorted({probe for probe, _ in priced_by.values()}):
+            group = [o for o in outcomes if priced_by[o.prompt_id][0] == probe]
+            parts.append((probe, priced_by[group[0].prompt_id][1].compare(group)))
+        table = pd.concat([c.table.assign(probe=probe) for probe, c in parts], ignore_index=True)
+        table = table.sort_values("prompt_id", key=lambda ids: ids.map(order), kind="stable", ignore_index=True)
+        first = parts[0][1]
+        return Comparison(table, first.trace_path, first.simulated,
+                          forwards={pid: times for _, c in parts for pid, times in c.forwards.items()})
 
     def close(self) -> None:
         if self.executor is not None:

@@ -32,6 +32,7 @@ class LiveConfig:
     trace: Path | None = None
     reprobe: bool = False
     probe: str | None = None  # a --latency-probe plan timed again in this process before decoding
+    reprobe_drift: float | None = None  # with probe: re-probe after a prompt whose baselines drifted this far
     spread_traces: list[Path] = field(default_factory=list)  # other record --seed traces (T > 0)
     spread_seeds: int = 20
     repeats: int = 1
@@ -59,6 +60,9 @@ class LiveSetup:
             raise SimlabError("pass either --draft, or --draft-layer to draft with the target's first layers")
         if cfg.repeats < 1:
             raise SimlabError(f"--repeats must be at least 1, got {cfg.repeats}")
+        if cfg.reprobe_drift is not None and (cfg.probe is None or not 0 < cfg.reprobe_drift < 1):
+            raise SimlabError("--reprobe-drift times the forwards of --probe again: pass --probe, and a fraction "
+                              f"in (0, 1) such as 0.03 (got {cfg.reprobe_drift})")
         if cfg.spread_seeds < 1:
             raise SimlabError(f"--spread-seeds must be at least 1, got {cfg.spread_seeds}")
         if cfg.temperature < 0:

@@ -18,6 +18,6 @@ probe_for() {
     esac
 }
 export -f probe_for
-OUT="$here" TRACE=../../../traces/qwen-coder-tree TOKENS=128 PROMPTS=humaneval:8 \
+OUT="${OUT:-$here}" TRACE=../../../traces/qwen-coder-tree TOKENS=128 PROMPTS=humaneval:8 \
     POLICIES=${POLICIES:-$all} \
     MODELS="--draft qwen2.5-coder-0.5b --target qwen2.5-coder-1.5b" exec "$here/../smollm2-all/run.sh"

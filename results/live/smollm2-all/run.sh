@@ -7,7 +7,8 @@
 # PROBE (a --latency-probe spec, or a function probe_for POLICY that prints one) times each
 # policy's forwards again in its own decoding process, just before its decodes (live --probe).
 # Other runs of the same kind call this script with OUT (their directory), TRACE, TOKENS,
-# POLICIES and, for other models, MODELS and PROMPTS set (../smollm2-tree/run.sh, ../qwen-tree/run.sh).
+# POLICIES and, for other models, MODELS and PROMPTS set (../smollm2-tree/run.sh, ../qwen-tree/run.sh);
+# EXTRA holds further options of simlab live (../qwen-reprobe/run.sh).
 set -euo pipefail
 cd "${OUT:-$(dirname "$0")}"
 SIMLAB=${SIMLAB:-simlab}
@@ -24,10 +25,10 @@ for policy in $POLICIES; do
     probe=()
     if declare -F probe_for > /dev/null; then probe=(--probe "$(probe_for "$policy")")
     elif [ -n "${PROBE:-}" ]; then probe=(--probe "$PROBE"); fi
-    # shellcheck disable=SC2086  # MODELS is several options
+    # shellcheck disable=SC2086  # MODELS and EXTRA are several options
     "$SIMLAB" live $MODELS --prompts "$PROMPTS" --max-new-tokens "$TOKENS" \
         --policy "$policy" --trace "$TRACE" --out "$policy.csv" --log "$policy.log" \
-        "${reprobe[@]}" "${probe[@]}" --json > "$policy.json.part"
+        "${reprobe[@]}" "${probe[@]}" ${EXTRA:-} --json > "$policy.json.part"
     mv "$policy.json.part" "$policy.json"
     reprobe=()
 done

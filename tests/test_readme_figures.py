@@ -137,12 +137,20 @@ def test_the_readme_tails_table_is_the_replay_of_the_committed_decodes():
 def test_every_live_run_has_equal_target_calls_in_simulation_and_live():
     for csv in sorted([*LIVE.glob("*.csv"), *LIVE.glob("smollm2-all/*.csv"), *LIVE.glob("smollm2-tree/*.csv"),
                               *LIVE.glob("qwen-tree/*.csv"), *LIVE.glob("qwen-all/*.csv"),
-                              *LIVE.glob("qwen-tails/*.csv"), *LIVE.glob("qwen-probe/*.csv")]):
+                              *LIVE.glob("qwen-tails/*.csv"), *LIVE.glob("qwen-probe/*.csv"),
+                              *LIVE.glob("qwen-reprobe/*.csv")]):
         if csv.name.endswith(".latency.csv"):  # live --probe's samples, not a results table
             continue
         table = pd.read_csv(csv)
         assert (table["measured_target_calls"] == table["predicted_target_calls"]).all(), csv.name
         assert table["lossless"].all(), csv.name
+
+
+def test_reprobe_run_figures_match_its_files():
+    run = json.loads((LIVE / "qwen-reprobe" / "sd.json").read_text())
+    stated = f"overall {run['error_speedup']:+.1%}, median per prompt {run['median_abs_error_speedup']:.1%}"
+    assert stated.replace("-", "−") in README
+    assert run["reprobes"] == 3 and "timed three more times" in README.replace("\n", " ")
 
 
 @pytest.mark.slow

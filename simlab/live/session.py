@@ -71,19 +71,17 @@ class LiveSession:
 
         if self.executor is None:
             self.load_models()
-        plan, latency = self.probe_plan(), self.trace.latency
+        plan = self.probe_plan()
         samples, other = probe_here(self.trace, self.executor, plan, self.log)
         self.probes += 1
-        for extra in range(EXTRA_PROBES + 1):
-            self.trace = replace(self.trace, latency=with_points(latency, samples))
-            self._prediction = None
-            if not self.setup.probe_auto or extra == EXTRA_PROBES:
-                break
+        self._take(samples)
+        for _ in range(EXTRA_PROBES if self.setup.probe_auto else 0):
             missing = tuple(k for k in self.prediction.verified_sizes() if k not in plan.ks)
             if not missing:
                 break
             self.log(f"priced from them, the prediction verifies k = {','.join(map(str, missing))} too: timing those")
             more, more_other = probe_here(self.trace, self.executor, replace(plan, ks=missing), self.log)
+            self._take(more)
             samples = with_points(samples, more)
             other = max((x for x in (other, more_other) if x is not None), default=None)
             plan = self._probe_plan = replace(plan, ks=tuple(sorted(plan.ks + missing)))
@@ -94,14 +92,22 @@ class LiveSession:
         in place of the last probe's. The prompts decoded next are priced from them, while the
         simulated policy keeps the context the live one was built with (its γ, window and
         latency-driven decisions), so counts stay those of the decodes and only prices move."""
-        from simlab.record.reprobe import probe_here, with_points
+        from simlab.record.reprobe import probe_here
 
         context = self.prediction.context()
         samples, other = probe_here(self.trace, self.executor, self.probe_plan(), self.log)
         self.probes += 1
-        self.trace = replace(self.trace, latency=with_points(self.trace.latency, samples))
-        self._context, self._prediction = context, None
+        self._take(samples)
+        self._context = context
         return samples, other
+
+    def _take(self, samples: pd.DataFrame) -> None:
+        """The comparison trace's latencies with ``samples`` in place of its own at their points;
+        the next prediction is made from them."""
+        from simlab.record.reprobe import with_points
+
+        self.trace = replace(self.trace, latency=with_points(self.trace.latency, samples))
+        self._prediction = None
 
     def decoded(self, outcome: PromptOutcome) -> float | None:
         """Note that ``outcome``'s prompt was decoded under the prediction in force now (it is
@@ -128,9 +134,13 @@ class LiveSession:
             self._prediction = Prediction(self.setup, self.trace, latency, self._context)
         return self._prediction
 
+    def priced_by(self, outcome: PromptOutcome) -> tuple[int, Prediction]:
+        """The prediction ``outcome``'s prompt is compared with (the one in force when it was
+        decoded, else the current one) and the number of probes it was priced after."""
+        return self._priced_by.get(outcome.prompt_id, (self.probes, self.prediction))
+
     def prediction_for(self, outcome: PromptOutcome) -> Prediction:
-        """The prediction ``outcome``'s prompt is compared with: the one in force when it was decoded."""
-        return self._priced_by.get(outcome.prompt_id, (0, self.prediction))[1]
+        return self.priced_by(outcome)[1]
 
     def make_policy(self, name: str, params: dict[str, Any]):
         from simlab.policies import make_policy
@@ -149,7 +159,7 @@ class LiveSession:
         table's ``probe`` column numbers the probe that priced each row (1: ``--probe``'s)."""
         if self._context is None:  # never re-probed: one prediction for every prompt
             return self.prediction.compare(outcomes)
-        priced_by = {o.prompt_id: self._priced_by.get(o.prompt_id, (self.probes, self.prediction)) for o in outcomes}
+        priced_by = {o.prompt_id: self.priced_by(o) for o in outcomes}
         parts, order = [], {o.prompt_id: i for i, o in enumerate(outcomes)}
         for probe in sorted({probe for probe, _ in priced_by.values()}):
             group = [o for o in outcomes if priced_by[o.prompt_id][0] == probe]

@@ -112,7 +112,7 @@ class Simulator:
         re-priced from forwards timed again keeps the decisions of the context its policy was
         built with, :mod:`simlab.live.session`)."""
         params = dict(params or {})
-        pol = make_policy(policy, context or self.context(), **params)
+        pol = make_policy(policy, self.context() if context is None else context, **params)
         sim = None  # the same numbers without the round-by-round replay, where a closed form has them
         if type(pol) is VanillaSD and not keep_tokens and timeline_prompt is None:
             sim = self._fixed_gamma().simulate(pol.gamma)

@@ -45,7 +45,8 @@ class OtherLoad:
 
 def other_share(busy: float, own: float, seconds: float, cpus: int) -> float:
     """The share of ``cpus`` cores over ``seconds`` that others used: every process's busy CPU
-    seconds (``/proc/stat``) less this process's own (all its threads), clipped to [0, 1]
+    seconds (``/proc/stat``) less this process's own (all its threads, and its finished
+    children), clipped to [0, 1]
     because the two counters tick at different moments."""
     return round(min(1.0, max(0.0, busy - own) / (seconds * cpus)), 3)
 
@@ -73,5 +74,7 @@ def _process_cpu_seconds(pid: int) -> float:
 
 
 def _own_cpu_seconds() -> float:
+    """This process's CPU seconds and those of its children it has waited for (a llama.cpp
+    tool it ran to the end is ours, not the others')."""
     t = os.times()
-    return t.user + t.system
+    return t.user + t.system + t.children_user + t.children_system

@@ -195,5 +195,51 @@ def test_serve_tells_a_llama_cpp_trace_without_batches_to_record_them_with_its_o
 
     from simlab.cli.serve import batch_probe_hint
 
-    assert "simlab llama-cpp record ... --batch" in batch_probe_hint(SimpleNamespace(extra={"engine": "llama.cpp"}))
+    assert "simlab llama-cpp record --out TRACE --reprobe --batch" in batch_probe_hint(SimpleNamespace(extra={"engine": "llama.cpp"}))
     assert "--keep-rollouts" in batch_probe_hint(SimpleNamespace(extra={}))
+
+
+def test_a_reprobe_keeps_the_traces_tokens_and_replaces_its_steps(tmp_path, monkeypatch, capsys):
+    """``llama-cpp record --out T --reprobe``: T's steps timed again (here by a stand-in tool) and
+    kept in T, its prompts and positions unchanged, the manifest saying where the tokens were
+    recorded and how the steps were probed; without ``--batch`` the batch sizes T already has."""
+    from dataclasses import replace
+
+    from simlab.cli import llama_cpp as cli
+    from simlab.cli import main
+    from simlab.record.machine import hardware_name
+    from simlab.trace.io import read_trace, write_trace
+    from tests.helpers import hand_trace
+
+    calls: list[list[str]] = []
+    monkeypatch.setattr(llama_record.subprocess, "run", _fake_tool(calls))
+    monkeypatch.setattr(cli, "_tools", lambda jobs: (Path("speculative-simple"), Path("tool")))
+    monkeypatch.setattr(cli, "_pair", lambda target, draft, threads: ModelPair("t.gguf", "d.gguf", threads))
+    old = hand_trace(["1101111111", "1111111111"])
+    old = replace(old, manifest=replace(old.manifest, hardware="elsewhere", extra={"engine": "llama.cpp"}))
+    path = write_trace(old, tmp_path / "trace")
+
+    args = ["llama-cpp", "record", "--out", str(path), "--reprobe", "--batch", "1,2"]
+    monkeypatch.setattr("sys.argv", ["simlab", *args])  # the command the manifest keeps
+    main(args)
+    new = read_trace(path)
+    for name in ("prompts", "positions"):
+        pd.testing.assert_frame_equal(new.table(name), old.table(name), check_dtype=False)
+    assert sorted(set(zip(new.latency["batch"], new.latency["op"]))) == [
+        (1, "draft_step"), (1, "target_forward"), (2, "draft_step"), (2, "target_forward")]
+    assert (new.latency["seconds"] == 0.5).sum() == 2 * 9 * 2  # the tool's rows: 9 ks x 2 contexts, twice
+    m = new.manifest
+    assert m.hardware == hardware_name("cpu") and m.extra["tokens_recorded_on"] == "elsewhere"
+    assert m.extra["reprobe"]["probe"]["batches"] == [1, 2] and m.extra["resumed"] == [f"simlab llama-cpp record --out {path} --reprobe --batch 1,2"]
+    assert [cmd[6] for cmd in calls] == ["1", "2"]  # BATCH, as asked
+    assert "its prompts and tokens unchanged" in capsys.readouterr().out
+
+    calls.clear()
+    main(["llama-cpp", "record", "--out", str(path), "--reprobe"])
+    assert [cmd[6] for cmd in calls] == ["1", "2"]  # the trace's own batch sizes
+    assert read_trace(path).manifest.extra["tokens_recorded_on"] == "elsewhere"  # not this machine, twice re-probed
+
+    plain = write_trace(hand_trace(["1111"]), tmp_path / "hf")
+    with pytest.raises(SystemExit) as exit_:
+        main(["llama-cpp", "record", "--out", str(plain), "--reprobe"])
+    assert exit_.value.code == 2 and "not recorded with llama.cpp" in capsys.readouterr().err

@@ -75,6 +75,32 @@ def test_the_batch_probe_times_two_sequences_decoded_together():
     assert (lat["seconds"] > 0).all()
 
 
+def test_a_reprobe_gives_a_trace_from_before_the_plain_step_its_steps(trace, tmp_path, capsys):
+    """A trace whose latencies lack llama.cpp's plain decoding step (recorded before the tool
+    timed it) warns that its speedups come out high; ``record --out T --reprobe`` times T's steps
+    with the real tool, the step among them, and keeps its tokens."""
+    import shutil
+    from dataclasses import replace
+
+    from simlab.trace.io import write_trace
+
+    old = read_trace(trace)
+    path = tmp_path / "before-target-step"  # the warning is printed once per process and trace name
+    shutil.copytree(trace, path)
+    write_trace(replace(old, latency=old.latency[old.latency["op"] != "target_step"]), path)
+    simulate = ["simulate", "--trace", str(path), "--policy", "llama-cpp"]
+    main(simulate)
+    assert "no plain decoding steps" in capsys.readouterr().err
+    main(["llama-cpp", "record", "--out", str(path), "--reprobe"])
+    new = read_trace(path)
+    pd.testing.assert_frame_equal(new.positions, old.positions)
+    assert set(new.latency["op"]) == {"draft_step", "target_forward", "target_step"}
+    assert (new.latency["seconds"] > 0).all() and new.manifest.extra["reprobe"]["probe_seconds"] > 0
+    capsys.readouterr()
+    main(simulate)
+    assert "no plain decoding steps" not in capsys.readouterr().err
+
+
 def test_llama_server_slots_make_the_predicted_counts(trace, tmp_path):
     """A real llama-server with two slots, one burst of the trace's two prompts decoded together
     (SmolLM2 drafting for itself, p-min 0.7 so the two slots' drafts end at different lengths):

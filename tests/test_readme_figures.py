@@ -146,11 +146,18 @@ def test_every_live_run_has_equal_target_calls_in_simulation_and_live():
         assert table["lossless"].all(), csv.name
 
 
-def test_reprobe_run_figures_match_its_files():
-    run = json.loads((LIVE / "qwen-reprobe" / "sd.json").read_text())
-    stated = f"overall {run['error_speedup']:+.1%}, median per prompt {run['median_abs_error_speedup']:.1%}"
-    assert stated.replace("-", "−") in README
-    assert run["reprobes"] == 3 and "timed three more times" in README.replace("\n", " ")
+def test_the_readme_reprobe_table_is_the_committed_runs():
+    """README's table of results/live/qwen-reprobe/, re-priced and priced from the first probe
+    alone, computed from each run's files (first_probe_only.py); one row per run there."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("first_probe_only", LIVE / "qwen-reprobe" / "first_probe_only.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    section = README.split("| policy | re-probes |")[1].split("\n\n")[0]
+    shown = [line for line in section.splitlines()[2:]]
+    runs = sorted(p.stem for p in (LIVE / "qwen-reprobe").glob("*.json"))
+    assert sorted(shown) == sorted(module.markdown_row(policy, module.compared(policy)[1]) for policy in runs)
 
 
 @pytest.mark.slow
@@ -403,15 +410,19 @@ def llama_server_speedup_rows(name: str) -> list[list[str]]:
     return rows
 
 
-@pytest.mark.parametrize("text, section", [("results", "## The speedup over plain decoding"),
-                                           ("readme", "**The speedup over llama.cpp's plain decoding**")])
-def test_llama_server_speedup_tables_match_the_committed_run(text, section):
+@pytest.mark.parametrize("name, text, section", [
+    ("qwen-d4-p0.0-baseline", "results", "## The speedup over plain decoding"),
+    ("qwen-d4-p0.0-baseline", "readme", "**The speedup over llama.cpp's plain decoding**"),
+    ("qwen-d4-p0.0-kept", "results", "## Priced from the latencies kept in the trace"),
+])
+def test_llama_server_speedup_tables_match_the_committed_run(name, text, section):
     source = (LLAMA_SERVER / "README.md").read_text() if text == "results" else README
-    assert table_cells(source.split(section)[1], "B") == llama_server_speedup_rows("qwen-d4-p0.0-baseline")
+    assert table_cells(source.split(section)[1], "B") == llama_server_speedup_rows(name)
 
 
 @pytest.mark.parametrize("name, text, section", [
     ("qwen-d4-p0.0-baseline", "results", "and the speculative bursts, as in the tables above:"),
+    ("qwen-d4-p0.0-kept", "results", "and the speculative bursts:"),
     ("qwen-d4-p0.0", "results", "## The Qwen2.5-Coder pair"),
     ("qwen-d4-p0.0-first", "results", "The same command 26 minutes earlier"),
     ("smollm2-d4-p0.0", "results", "## SmolLM2-135M drafting for itself"),

@@ -81,7 +81,10 @@ def record_command(
     threads: int = typer.Option(2, "--threads", help=THREADS_HELP),
     chat_template: bool = typer.Option(True, "--chat-template/--no-chat-template",
                                        help="Wrap prompts in the target's chat template (needs it installed)."),
-    batch: str = typer.Option("1", "--batch", help=BATCH_HELP),
+    batch: str | None = typer.Option(None, "--batch", help=f"{BATCH_HELP} Default 1; with --reprobe, the trace's."),
+    reprobe: bool = typer.Option(False, "--reprobe", help="Time the steps of the llama.cpp trace at --out again on "
+                                 "this machine and keep them in it (its prompts, tokens and rollouts unchanged; "
+                                 "--target, --draft, --prompts, --max-new-tokens, --rollout are the trace's)."),
     jobs: int = typer.Option(2, "--jobs", help="Parallel compile jobs, if llama.cpp must be built."),
     force: Force = False,
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
@@ -96,10 +99,13 @@ def record_command(
     from simlab.record.machine import hardware_name
     from simlab.trace.schema import MANIFEST, Manifest, Topology
 
+    if reprobe:
+        _reprobe(out, batch, jobs)
+        return
     check_output(out, "--out", directory=True, force=force, owned=MANIFEST)
     if rollout < 0:
         raise SimlabError(f"--rollout must be >= 0, got {rollout}")
-    probe = Probe(batches=_batches(batch))
+    probe = Probe(batches=_batches(batch or "1"))
     pair = _pair(target, draft, threads)
     texts = _prompt_texts(prompts, target, pair.target, chat_template)
     _, tool = _tools(jobs)
@@ -118,6 +124,29 @@ def record_command(
     agree = (trace.positions["draft_token"] == trace.positions["target_token"]).mean()
     typer.echo(f"wrote {out}: {len(trace.prompts)} prompts, {len(trace.positions)} positions, "
                f"draft agrees with target on {agree:.1%}")
+
+
+def _reprobe(out: Path, batch: str | None, jobs: int) -> None:
+    """``record --reprobe``: the trace at ``out`` with its steps timed again here."""
+    from simlab.engines.llama_record import Probe, reprobe_trace
+    from simlab.record.machine import hardware_name
+    from simlab.trace.io import read_trace, write_trace
+
+    trace = read_trace(out)
+    m = trace.manifest
+    if m.extra.get("engine") != "llama.cpp":
+        raise SimlabError(f"{out} was not recorded with llama.cpp; re-probe it with `simlab record --resume --reprobe`")
+    probe = Probe(batches=_batches(batch) if batch else tuple(sorted({1, *trace.latency["batch"].astype(int)})))
+    pair = _pair(m.target_model, m.draft_model, int(m.extra.get("threads", 2)))
+    _, tool = _tools(jobs)
+    typer.echo(f"timing the steps of {m.target_model} and {m.draft_model} again (batch sizes "
+               f"{','.join(map(str, probe.batches))})...", err=True)
+    trace = reprobe_trace(tool, pair, trace, probe, hardware_name("cpu"), shlex.join(["simlab", *sys.argv[1:]]))
+    write_trace(trace, out)
+    figures = trace.manifest.extra["reprobe"]
+    other = figures["probe_other_cpu"]
+    typer.echo(f"wrote {out}: {len(trace.latency)} latency samples in {figures['probe_seconds']} s (other processes "
+               f"{'?' if other is None else f'{other:.0%}'} of the CPU); its prompts and tokens unchanged")
 
 
 def _prompt_texts(spec: str, target: str, gguf: Path, chat: bool):

@@ -70,7 +70,7 @@ def serve_command(
     compare.server_view(trace, n_predict)  # a trace that cannot be served fails before anything is built
     if baseline and not reprobe and not (trace.latency["op"] == "target_step").any():
         raise SimlabError(f"--baseline: {trace_path}'s latencies have no plain target step (the trace tool times it "
-                          "since 2026-11-28): add --reprobe, or record the trace again")
+                          "since 2026-11-28): add --reprobe, or keep new ones in it (simlab llama-cpp record --out TRACE --reprobe)")
     log = lambda line: typer.echo(line, err=True)  # noqa: E731
     m = trace.manifest
     pair = _pair(m.target_model, m.draft_model, int(m.extra.get("threads", 2)))

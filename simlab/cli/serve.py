@@ -264,8 +264,8 @@ def show_rates(frame, tr, latency_name: str, requests: int, seed: int, max_batch
 def batch_probe_hint(manifest) -> str:
     """How a trace without a batch axis gets one (a llama.cpp trace has its own recorder)."""
     if manifest.extra.get("engine") == "llama.cpp":
-        return ("record the trace again with a batch axis (simlab llama-cpp record ... --batch 1,2,4,8) or pass a "
-                "roofline profile with --latency")
+        return ("time its steps again with a batch axis (simlab llama-cpp record --out TRACE --reprobe --batch 1,2,4,8) "
+                "or pass a roofline profile with --latency")
     return ("probe the trace's batch axis on a copy of it (simlab record ... --resume --reprobe --keep-rollouts "
             "--latency-probe 'batch=2,4,8', or 'batch=1,2,4,8' on other hardware than the trace's) or pass a "
             "roofline profile with --latency")

@@ -31,12 +31,15 @@ from __future__ import annotations
 
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
 
+from simlab.cpu_load import OtherLoad
 from simlab.errors import SimlabError
 from simlab.trace.io import Trace, write_trace
 from simlab.trace.schema import NO_LAYER, TABLES, Manifest
@@ -99,6 +102,25 @@ def reprobe(tool: Path, pair: ModelPair, prompt: EnginePrompt, probe: Probe = Pr
     were timed when it was recorded, and a shared machine drifts between then and a run."""
     single = _one_prompt(tool, pair, prompt, 2, 0, probe)["latency"]
     return pd.concat([single, *_batched(tool, pair, prompt, probe)], ignore_index=True)
+
+
+def reprobe_trace(tool: Path, pair: ModelPair, trace: Trace, probe: Probe, hardware: str, command: str) -> Trace:
+    """``trace`` with its step latencies timed again on this machine (``hardware``), on its first
+    prompt: its path, confidences and rollouts are kept, so only prices move. For a trace recorded
+    elsewhere, or before the tool timed llama.cpp's plain decoding step (``target_step``,
+    2026-11-28), without decoding its prompts again. The manifest keeps where the tokens were
+    recorded (``tokens_recorded_on``), the command, and the probe with its time and the CPU share
+    other processes took meanwhile (``reprobe``)."""
+    first = trace.prompts.iloc[0]
+    started, load = time.perf_counter(), OtherLoad()
+    latency = reprobe(tool, pair, EnginePrompt(int(first.prompt_id), first.source, first.prompt_text), probe)
+    old = trace.manifest
+    extra = {**old.extra, "resumed": [*old.extra.get("resumed", []), command],
+             "reprobe": {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "probe": asdict(probe),
+                         "probe_seconds": round(time.perf_counter() - started, 1), "probe_other_cpu": load.share()}}
+    if old.hardware != hardware:
+        extra["tokens_recorded_on"] = extra.get("tokens_recorded_on", old.hardware)
+    return replace(trace, manifest=replace(old, hardware=hardware, extra=extra), latency=latency)
 
 
 def _one_prompt(tool: Path, pair: ModelPair, prompt: EnginePrompt, positions: int, rollout_len: int,

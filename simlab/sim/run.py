@@ -58,7 +58,7 @@ def latency_of(trace: Trace) -> TableLatency:
     if llama and not (trace.latency["op"] == "target_step").any():
         warn_once(f"simlab: warning: {name}: this llama.cpp trace has no plain decoding steps (target_step), so "
                   "its AD baseline is priced as one-token verifications, which also run the draft: speedups come "
-                  "out high. Time its steps again (simlab llama-cpp run/serve --reprobe) or record it again")
+                  "out high. Time its steps again: simlab llama-cpp record --out TRACE --reprobe")
     return TableLatency.from_samples(trace.latency, name=name, hardware=trace.manifest.hardware,
                                      draft_layer=trace.manifest.draft_layer, verify_feeds_draft=llama)
 

@@ -75,7 +75,7 @@ def test_the_batch_probe_times_two_sequences_decoded_together():
     assert (lat["seconds"] > 0).all()
 
 
-def test_a_reprobe_gives_a_trace_from_before_the_plain_step_its_steps(trace, tmp_path, capsys):
+def test_a_reprobe_gives_a_trace_from_before_the_plain_step_its_steps(trace, tmp_path, capsys, monkeypatch):
     """A trace whose latencies lack llama.cpp's plain decoding step (recorded before the tool
     timed it) warns that its speedups come out high; ``record --out T --reprobe`` times T's steps
     with the real tool, the step among them, and keeps its tokens."""
@@ -85,7 +85,8 @@ def test_a_reprobe_gives_a_trace_from_before_the_plain_step_its_steps(trace, tmp
     from simlab.trace.io import write_trace
 
     old = read_trace(trace)
-    path = tmp_path / "before-target-step"  # the warning is printed once per process and trace name
+    monkeypatch.setattr("simlab.sim.executor._warned", set())  # the warning is printed once per process
+    path = tmp_path / "before-target-step"
     shutil.copytree(trace, path)
     write_trace(replace(old, latency=old.latency[old.latency["op"] != "target_step"]), path)
     simulate = ["simulate", "--trace", str(path), "--policy", "llama-cpp"]

@@ -46,8 +46,7 @@ class OtherLoad:
 def other_share(busy: float, own: float, seconds: float, cpus: int) -> float:
     """The share of ``cpus`` cores over ``seconds`` that others used: every process's busy CPU
     seconds (``/proc/stat``) less this process's own (all its threads, and its finished
-    children), clipped to [0, 1]
-    because the two counters tick at different moments."""
+    children), clipped to [0, 1] because the two counters tick at different moments."""
     return round(min(1.0, max(0.0, busy - own) / (seconds * cpus)), 3)
 
 

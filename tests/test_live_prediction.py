@@ -74,6 +74,20 @@ def test_other_processes_cpu_share_is_busy_time_less_our_own():
     assert other_share(busy=9.0, own=0.5, seconds=2.0, cpus=2) == 1.0
 
 
+def test_a_child_process_waited_for_is_our_cpu_time_not_the_others():
+    """The llama.cpp tools simlab runs to the end (a re-probe) are ours: their CPU seconds count
+    in our own once waited for, so a probe alone reads as alone."""
+    import subprocess
+    import sys
+
+    from simlab.cpu_load import _own_cpu_seconds
+
+    before = _own_cpu_seconds()
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5:\n    pass"
+    subprocess.run([sys.executable, "-c", burn], check=True)
+    assert _own_cpu_seconds() - before >= 0.45
+
+
 def test_a_prompt_is_disturbed_when_others_took_more_than_the_threshold_in_any_decode():
     from simlab.live.decoding import DISTURBED, PromptOutcome
 

@@ -138,12 +138,21 @@ def test_every_live_run_has_equal_target_calls_in_simulation_and_live():
     for csv in sorted([*LIVE.glob("*.csv"), *LIVE.glob("smollm2-all/*.csv"), *LIVE.glob("smollm2-tree/*.csv"),
                               *LIVE.glob("qwen-tree/*.csv"), *LIVE.glob("qwen-all/*.csv"),
                               *LIVE.glob("qwen-tails/*.csv"), *LIVE.glob("qwen-probe/*.csv"),
-                              *LIVE.glob("qwen-reprobe/*.csv")]):
+                              *LIVE.glob("qwen-reprobe/*.csv"), *LIVE.glob("qwen-probe-repeat/*.csv")]):
         if csv.name.endswith(".latency.csv"):  # live --probe's samples, not a results table
             continue
         table = pd.read_csv(csv)
         assert (table["measured_target_calls"] == table["predicted_target_calls"]).all(), csv.name
         assert table["lossless"].all(), csv.name
+
+
+def test_the_repeated_spide_run_is_stated_as_measured():
+    """The second quiet `spide` run (results/live/qwen-probe-repeat/) beside the first, in the README."""
+    run = json.loads((LIVE / "qwen-probe-repeat" / "spide.json").read_text())
+    stated = (f"{run['measured_speedup']:.3f}× measured, {run['predicted_speedup']:.3f}× predicted: "
+              f"{run['error_speedup']:+.1%} overall, median per prompt {run['median_abs_error_speedup']:.1%} (speedup) / "
+              f"{run['median_abs_error_tokens_per_s']:.1%} (tok/s)")
+    assert stated.replace("-", "−") in " ".join(README.split())
 
 
 def test_the_readme_reprobe_table_is_the_committed_runs():

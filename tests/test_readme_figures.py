@@ -164,7 +164,7 @@ def test_the_readme_reprobe_table_is_the_committed_runs():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     section = README.split("| policy | re-probes |")[1].split("\n\n")[0]
-    shown = [line for line in section.splitlines()[2:]]
+    shown = section.splitlines()[2:]
     runs = sorted(p.stem for p in (LIVE / "qwen-reprobe").glob("*.json"))
     assert sorted(shown) == sorted(module.markdown_row(policy, module.compared(policy)[1]) for policy in runs)
 

@@ -116,7 +116,7 @@ def reprobe_trace(tool: Path, pair: ModelPair, trace: Trace, probe: Probe, hardw
     latency = reprobe(tool, pair, EnginePrompt(int(first.prompt_id), first.source, first.prompt_text), probe)
     old = trace.manifest
     extra = {**old.extra, "resumed": [*old.extra.get("resumed", []), command],
-             "reprobe": {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "probe": asdict(probe),
+             "reprobe": {"finished": datetime.now(timezone.utc).isoformat(timespec="seconds"), "probe": asdict(probe),
                          "probe_seconds": round(time.perf_counter() - started, 1), "probe_other_cpu": load.share()}}
     if old.hardware != hardware:
         extra["tokens_recorded_on"] = extra.get("tokens_recorded_on", old.hardware)

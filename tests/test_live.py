@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch", reason="live decoding needs the models extr
 pytest.importorskip("transformers", reason="live decoding needs the models extra (transformers)")
 
 from simlab.live.executor import LiveExecutor  # noqa: E402
-from simlab.live.session import LiveSession  # noqa: E402
+from simlab.live.session import REPROBE_SHARE, LiveSession, sizes_carrying  # noqa: E402
 from simlab.live.setup import LiveConfig  # noqa: E402
 from simlab.models import install  # noqa: E402
 from simlab.models.early_exit import early_exit_draft  # noqa: E402
@@ -302,7 +302,13 @@ def test_reprobe_drift_prices_later_prompts_from_a_new_probe_and_keeps_the_polic
         first, again = (s.prediction_for(o).simulated().per_prompt for o in report.outcomes)
     finally:
         s.close()
-    assert asked == [(1, 2, 3, 4)] * 2 and summary["reprobes"] == 1
+    assert asked[0] == (1, 2, 3, 4) and summary["reprobes"] == 1
+    # the re-probe times k = 1 and the sizes that carry the second prompt's predicted verifications
+    # (γ = 1 verifies 2 tokens a round): fewer than the plan's, and what it leaves out carries
+    # under 1 - REPROBE_SHARE of that time
+    seconds = s.prediction_for(report.outcomes[0]).verification_seconds([report.outcomes[1].source])
+    assert 1 in asked[1] and set(asked[1]) < set(asked[0])
+    assert sum(t for k, t in seconds.items() if k not in asked[1]) < (1 - REPROBE_SHARE) * sum(seconds.values())
     assert any("timing the run's forwards again (probe 2)" in line for line in said)
     table = pd.read_csv(out)
     assert list(table["probe"]) == [1, 2]
@@ -314,6 +320,15 @@ def test_reprobe_drift_prices_later_prompts_from_a_new_probe_and_keeps_the_polic
     assert 0.9 < second < 1.1 and first < 0.5  # the re-probe's 1 s, then the probe's own
     probes = pd.read_csv(out.with_suffix(".latency.csv"))
     assert sorted(set(probes["probe"])) == [1, 2]
+
+
+def test_a_reprobe_takes_the_fewest_sizes_that_carry_the_share_dearest_first():
+    seconds = {5: 50.0, 45: 30.0, 3: 10.0, 63: 6.0, 2: 4.0}
+    assert sizes_carrying(seconds, 0.95) == {5, 45, 3, 63}  # 96% (without 63: 90%)
+    assert sizes_carrying(seconds, 0.90) == {5, 45, 3}  # exactly the share is enough
+    assert sizes_carrying(seconds, 0.5) == {5}
+    assert sizes_carrying({4: 1.0, 2: 1.0, 3: 1.0}, 0.5) == {2, 3}  # ties: the smaller size first
+    assert sizes_carrying({}, 0.95) == set()
 
 
 def test_reprobe_drift_needs_probe():
@@ -352,6 +367,7 @@ def test_live_cli_compares_measured_with_predicted(trace_dir, tmp_path):
     assert summary["topology"] == "one-device"  # draft and target share the CPU: so does the prediction
     df = pd.read_csv(out)
     assert {"measured_speedup", "predicted_speedup", "error_speedup"} <= set(df.columns)
+    assert list(df["probe"]) == [1, 1]  # no re-probe: --probe's samples priced every row
     # the baseline is the mean of autoregressive decodes before and after the policy's
     assert df["measured_ad_spread"].between(0, 2).all() and summary["median_ad_spread"] >= 0
     assert (tmp_path / "log" / "live-0.json").exists() and (tmp_path / "log" / "sim-0.json").exists()

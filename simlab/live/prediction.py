@@ -30,6 +30,7 @@ policy.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -169,10 +170,18 @@ class Prediction:
         """Every token count of a target forward the simulated run makes on the run's prompts
         (its verifications, serial and parallel), and 1 (the autoregressive baseline's step): the
         k a probe times for a prediction priced from its own samples only (``--probe 'k=auto'``)."""
-        sizes = {1}
-        for p in self.setup.prompts:  # a prompt the trace lacks has an empty timeline
-            sizes |= {s.args["tokens"] for s in self.timeline(p.source) if kind_of(s.name).startswith("verify")}
-        return tuple(sorted(sizes))
+        return tuple(sorted({1, *self.verification_seconds(p.source for p in self.setup.prompts)}))
+
+    def verification_seconds(self, sources: Iterable[str]) -> dict[int, float]:
+        """Per token count k, the device seconds the simulated run spends verifying k tokens
+        (serial and parallel) on these prompts; a prompt the trace lacks has an empty timeline."""
+        seconds: dict[int, float] = {}
+        for source in sources:
+            for s in self.timeline(source):
+                if kind_of(s.name).startswith("verify"):
+                    k = s.args["tokens"]
+                    seconds[k] = seconds.get(k, 0.0) + (s.end - s.start)
+        return seconds
 
     def priced_by_kind(self, source: str) -> dict[str, float]:
         """The device time the simulator prices for one prompt, per kind of forward: its

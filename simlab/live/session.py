@@ -26,6 +26,24 @@ from simlab.live.setup import LiveConfig, LiveSetup
 from simlab.trace.io import Trace
 
 EXTRA_PROBES = 2  # k=auto: probes of sizes a prediction priced from the first probe adds
+# --reprobe-drift times again only the sizes k that carry this share of the prompts left's
+# predicted verification time (and k = 1, the baseline's step); the others keep the last probe's
+# prices. A drift d of theirs then moves a prediction by under (1 - share)·d of its verification
+# time. Why not every size: a wide probe (spide's, 28 sizes up to k = 125, co-running too) took
+# about 11 minutes, where these sizes took about 2 (results/live/qwen-reprobe).
+REPROBE_SHARE = 0.95
+
+
+def sizes_carrying(seconds: dict[int, float], share: float) -> set[int]:
+    """The fewest sizes whose seconds reach ``share`` of the total, the dearest first (the
+    smaller size first on ties)."""
+    total, acc, chosen = sum(seconds.values()), 0.0, set()
+    for k, t in sorted(seconds.items(), key=lambda item: (-item[1], item[0])):
+        if acc >= share * total:
+            break
+        acc += t
+        chosen.add(k)
+    return chosen
 
 
 class LiveSession:
@@ -89,13 +107,21 @@ class LiveSession:
 
     def reprobe(self) -> tuple[pd.DataFrame, float | None]:
         """``--reprobe-drift``: the forwards of :meth:`probe_plan` timed again between two prompts,
-        in place of the last probe's. The prompts decoded next are priced from them, while the
-        simulated policy keeps the context the live one was built with (its γ, window and
-        latency-driven decisions), so counts stay those of the decodes and only prices move."""
+        in place of the last probe's, at the sizes that carry :data:`REPROBE_SHARE` of the
+        verification time predicted for the prompts not yet decoded (and k = 1). The prompts
+        decoded next are priced from them, while the simulated policy keeps the context the live
+        one was built with (its γ, window and latency-driven decisions), so counts stay those of
+        the decodes and only prices move."""
         from simlab.record.reprobe import probe_here
 
         context = self.prediction.context()
-        samples, other = probe_here(self.trace, self.executor, self.probe_plan(), self.log)
+        plan = self.probe_plan()
+        left = [p.source for p in self.setup.prompts if p.prompt_id not in self._priced_by]
+        carrying = sizes_carrying(self.prediction.verification_seconds(left), REPROBE_SHARE) | {1}
+        plan = replace(plan, ks=tuple(k for k in plan.ks if k in carrying) or plan.ks)
+        self.log(f"k = {','.join(map(str, plan.ks))}: the sizes that carry {REPROBE_SHARE:.0%} of the verification "
+                 f"time predicted for the {len(left)} prompts left")
+        samples, other = probe_here(self.trace, self.executor, plan, self.log)
         self.probes += 1
         self._take(samples)
         self._context = context
@@ -155,10 +181,14 @@ class LiveSession:
                               self.make_policy("ad", {}))
 
     def compare(self, outcomes: list[PromptOutcome]) -> Comparison:
-        """Each prompt against the prediction it was decoded under; after re-probes, the
-        table's ``probe`` column numbers the probe that priced each row (1: ``--probe``'s)."""
+        """Each prompt against the prediction it was decoded under; with ``--probe``, the
+        table's ``probe`` column numbers the probe that priced each row (1: ``--probe``'s, then
+        the re-probes')."""
         if self._context is None:  # never re-probed: one prediction for every prompt
-            return self.prediction.compare(outcomes)
+            comparison = self.prediction.compare(outcomes)
+            if self.probes:  # priced by --probe's samples
+                comparison.table = comparison.table.assign(probe=self.probes)
+            return comparison
         priced_by = {o.prompt_id: self.priced_by(o) for o in outcomes}
         parts, order = [], {o.prompt_id: i for i, o in enumerate(outcomes)}
         for probe in sorted({probe for probe, _ in priced_by.values()}):

@@ -22,7 +22,7 @@ def compared(policy: str) -> tuple[pd.DataFrame, dict]:
     """Per prompt: the run's rows with the first probe's prediction (``first_*``) beside them;
     and the run's figures, re-priced (as reported) and from the first probe alone."""
     table = pd.read_csv(here / f"{policy}.csv")
-    if "probe" not in table:  # a run that never re-probed: its first probe priced every prompt
+    if "probe" not in table:  # a run that never re-probed, from before the column was always written
         table["probe"] = 1
     samples = pd.read_csv(here / f"{policy}.latency.csv")
     trace = read_trace(here / "../../../traces/qwen-coder-tree")

@@ -303,6 +303,7 @@ def test_reprobe_drift_prices_later_prompts_from_a_new_probe_and_keeps_the_polic
     finally:
         s.close()
     assert asked[0] == (1, 2, 3, 4) and summary["reprobes"] == 1
+    assert len(summary["probe_seconds"]) == 2 and all(t > 0 for t in summary["probe_seconds"])  # what each probe cost
     # the re-probe times k = 1 and the sizes that carry the second prompt's predicted verifications
     # (γ = 1 verifies 2 tokens a round): fewer than the plan's, and what it leaves out carries
     # under 1 - REPROBE_SHARE of that time

@@ -40,6 +40,7 @@ class LiveReport:
         self.interrupted = False
         self.unprobed: list[int] = []  # sizes the prediction verifies that --probe did not time
         self.probe_samples: list[pd.DataFrame] = []  # each probe's samples, with its CPU share of others
+        self.probe_seconds: list[float] = []  # what each probe took, wall-clock: the protocol's cost
 
     # -- running ----------------------------------------------------------------------------
 
@@ -84,8 +85,9 @@ class LiveReport:
         self.say(f"timing the run's forwards again in this process ({s.cfg.probe}"
                  + (f": k = {','.join(map(str, ks))}, what the prediction verifies" if s.setup.probe_auto else "")
                  + ")...")
+        started = time.perf_counter()
         samples, other = s.probe_here()
-        self._keep_samples(samples, other)
+        self._keep_samples(samples, other, time.perf_counter() - started)
         sim = s.prediction.simulated()
         ours = sim.per_prompt[sim.per_prompt["prompt_id"].isin([s.prediction.prompt_id(p.source) for p in s.prompts])]
         self.say(f"predicted from them, before decoding: speedup {ours['ad_wall_time_s'].sum() / ours['wall_time_s'].sum():.3f}x, "
@@ -97,10 +99,11 @@ class LiveReport:
                      + (f"({EXTRA_PROBES} further probes did not settle the sizes)" if s.setup.probe_auto
                         else "(--probe 'k=auto' times them all)"))
 
-    def _keep_samples(self, samples: pd.DataFrame, other: float | None) -> None:
-        """Say how many forwards a probe timed, and keep its samples in ``OUT.latency.csv``
-        (``probe``: 1 for ``--probe``'s, then each re-probe's number)."""
-        self.say(f"re-probed {len(samples)} forwards; other processes took "
+    def _keep_samples(self, samples: pd.DataFrame, other: float | None, seconds: float) -> None:
+        """Say how many forwards a probe timed and how long it took, and keep its samples in
+        ``OUT.latency.csv`` (``probe``: 1 for ``--probe``'s, then each re-probe's number)."""
+        self.probe_seconds.append(seconds)
+        self.say(f"re-probed {len(samples)} forwards in {seconds:.0f} s; other processes took "
                  f"{'?' if other is None else f'{other:.0%}'} of the CPU meanwhile")
         self.probe_samples.append(samples.assign(other_cpu=other, probe=self.session.probes))
         if self.out is not None:
@@ -111,7 +114,9 @@ class LiveReport:
         s = self.session
         self.say(f"{outcome.source}'s autoregressive baselines ran {drift:+.1%} against their price: timing the "
                  f"run's forwards again (probe {s.probes + 1}) to price the prompts that follow")
-        self._keep_samples(*s.reprobe())
+        started = time.perf_counter()
+        samples, other = s.reprobe()
+        self._keep_samples(samples, other, time.perf_counter() - started)
 
     def _hf(self, outcome: PromptOutcome) -> None:
         from simlab.live.hf import assisted_generate
@@ -176,7 +181,8 @@ class LiveReport:
                                "interrupted": self.interrupted}
         if s.cfg.probe:
             out.update(probe=s.cfg.probe, probe_ks=list(s.probe_plan().ks), unprobed_ks=self.unprobed,
-                       reprobe_drift=s.cfg.reprobe_drift, reprobes=s.probes - 1)
+                       reprobe_drift=s.cfg.reprobe_drift, reprobes=s.probes - 1,
+                       probe_seconds=[round(x, 1) for x in self.probe_seconds])
         if df.empty:
             return out
         wall, ad = df["measured_wall_time_s"].sum(), df["measured_ad_wall_time_s"].sum()

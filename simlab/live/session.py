@@ -29,8 +29,8 @@ EXTRA_PROBES = 2  # k=auto: probes of sizes a prediction priced from the first p
 # --reprobe-drift times again only the sizes k that carry this share of the prompts left's
 # predicted verification time (and k = 1, the baseline's step); the others keep the last probe's
 # prices. A drift d of theirs then moves a prediction by under (1 - share)·d of its verification
-# time. Why not every size: a wide probe (spide's, 28 sizes up to k = 125, co-running too) took
-# about 11 minutes, where these sizes took about 2 (results/live/qwen-reprobe).
+# time. Why not every size: re-timing a wide probe (spide's on the Qwen pair, 28 sizes up to
+# k = 125, co-running too) took about 11 minutes, these sizes 77-200 s (results/live/qwen-reprobe).
 REPROBE_SHARE = 0.95
 
 
@@ -120,7 +120,7 @@ class LiveSession:
         carrying = sizes_carrying(self.prediction.verification_seconds(left), REPROBE_SHARE) | {1}
         plan = replace(plan, ks=tuple(k for k in plan.ks if k in carrying) or plan.ks)
         self.log(f"k = {','.join(map(str, plan.ks))}: the sizes that carry {REPROBE_SHARE:.0%} of the verification "
-                 f"time predicted for the {len(left)} prompts left")
+                 f"time predicted for the {len(left)} prompt{'' if len(left) == 1 else 's'} left")
         samples, other = probe_here(self.trace, self.executor, plan, self.log)
         self.probes += 1
         self._take(samples)

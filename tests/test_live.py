@@ -330,6 +330,12 @@ def test_a_reprobe_takes_the_fewest_sizes_that_carry_the_share_dearest_first():
     assert sizes_carrying(seconds, 0.5) == {5}
     assert sizes_carrying({4: 1.0, 2: 1.0, 3: 1.0}, 0.5) == {2, 3}  # ties: the smaller size first
     assert sizes_carrying({}, 0.95) == set()
+    import inspect
+
+    from simlab.cli.live import live  # its help states the share
+
+    option = inspect.signature(live).parameters["reprobe_drift"].annotation.__metadata__[0]
+    assert f"carry {REPROBE_SHARE:.0%} of" in option.help
 
 
 def test_reprobe_drift_needs_probe():

@@ -85,9 +85,7 @@ class LiveReport:
         self.say(f"timing the run's forwards again in this process ({s.cfg.probe}"
                  + (f": k = {','.join(map(str, ks))}, what the prediction verifies" if s.setup.probe_auto else "")
                  + ")...")
-        started = time.perf_counter()
-        samples, other = s.probe_here()
-        self._keep_samples(samples, other, time.perf_counter() - started)
+        self._timed(s.probe_here)
         sim = s.prediction.simulated()
         ours = sim.per_prompt[sim.per_prompt["prompt_id"].isin([s.prediction.prompt_id(p.source) for p in s.prompts])]
         self.say(f"predicted from them, before decoding: speedup {ours['ad_wall_time_s'].sum() / ours['wall_time_s'].sum():.3f}x, "
@@ -99,9 +97,13 @@ class LiveReport:
                      + (f"({EXTRA_PROBES} further probes did not settle the sizes)" if s.setup.probe_auto
                         else "(--probe 'k=auto' times them all)"))
 
-    def _keep_samples(self, samples: pd.DataFrame, other: float | None, seconds: float) -> None:
-        """Say how many forwards a probe timed and how long it took, and keep its samples in
-        ``OUT.latency.csv`` (``probe``: 1 for ``--probe``'s, then each re-probe's number)."""
+    def _timed(self, probe: Callable[[], tuple[pd.DataFrame, float | None]]) -> None:
+        """Run ``probe`` (the session's probe or re-probe); say how many forwards it timed and how
+        long it took, and keep its samples in ``OUT.latency.csv`` (``probe``: 1 for ``--probe``'s,
+        then each re-probe's number)."""
+        started = time.perf_counter()
+        samples, other = probe()
+        seconds = time.perf_counter() - started
         self.probe_seconds.append(seconds)
         self.say(f"re-probed {len(samples)} forwards in {seconds:.0f} s; other processes took "
                  f"{'?' if other is None else f'{other:.0%}'} of the CPU meanwhile")
@@ -114,9 +116,7 @@ class LiveReport:
         s = self.session
         self.say(f"{outcome.source}'s autoregressive baselines ran {drift:+.1%} against their price: timing the "
                  f"run's forwards again (probe {s.probes + 1}) to price the prompts that follow")
-        started = time.perf_counter()
-        samples, other = s.reprobe()
-        self._keep_samples(samples, other, time.perf_counter() - started)
+        self._timed(s.reprobe)
 
     def _hf(self, outcome: PromptOutcome) -> None:
         from simlab.live.hf import assisted_generate

@@ -8,6 +8,13 @@ prefilled in the first step. Then a real ``llama-server`` with ``-np B`` gets th
 at once from :func:`simlab.engines.llama_server.send`, after a short uncounted warm-up burst
 (``simlab llama-cpp serve`` runs rounds over the batch sizes, a fresh server each).
 
+Spread arrivals (``arrivals``: request i, the trace's prompt i mod N, arrives at ``arrivals[i]``
+seconds) put the same B slots under a load generator's schedule instead: a request that arrives
+while others decode joins their next step, its prompt in the same target forward as their
+verification, as ``llama-server`` batches it; ``serve`` predicts that with its mixed scheduler
+(:mod:`simlab.serve.scheduler`), at most :data:`N_BATCH` tokens a step. Per request, the time to
+its first token (TTFT) and to its answer (end to end) are compared beside the counts.
+
 Two conventions differ from ``llama-speculative-simple`` (:func:`server_view`): the server
 prefills the whole prompt and samples its first token from that prefill, so the trace is read
 with the prompt one token longer and position 0 the first generated token; and its end of
@@ -28,7 +35,7 @@ what ``serve`` prices.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -55,6 +62,7 @@ CONTEXT_ROUND = 64  # slot contexts are rounded up to this many tokens
 # step reach the client up to ~15 ms apart at B = 8 (measured: 9 and 15 ms, Qwen pair).
 SAME_STEP_S = 0.05
 BURST_TRIES = 5
+N_BATCH = 2048  # llama-server's default -b: the most tokens one step's batch takes
 
 
 def server_view(trace: Trace, n_predict: int) -> Trace:
@@ -96,22 +104,34 @@ def policy_of(drafting: Drafting | None) -> tuple[str, dict]:
     return POLICY, {"draft_max": drafting.draft_max, "draft_min": drafting.draft_min, "p_min": drafting.p_min}
 
 
-def predict(view: Trace, batch: int, drafting: Drafting | None) -> tuple[pd.DataFrame, dict]:
-    """``serve``'s prediction for a burst of ``batch`` requests into ``batch`` slots: one row per
-    request, and the burst's figures (tokens/s, and the rule that priced the batched steps).
-    ``drafting`` None: the server runs the target alone (:func:`policy_of`)."""
+def predict(view: Trace, batch: int, drafting: Drafting | None,
+            arrivals: Sequence[float] | None = None) -> tuple[pd.DataFrame, dict]:
+    """``serve``'s prediction for a burst of ``batch`` requests into ``batch`` slots (or, with
+    ``arrivals``, for requests arriving then into ``batch`` slots): one row per request, and the
+    run's figures (tokens/s, and the rule that priced the batched steps). ``drafting`` None: the
+    server runs the target alone (:func:`policy_of`)."""
     sim = Simulator(view)
     policy, params = policy_of(drafting)
-    lens = [p.prompt_len for p in (sim.replay.prompts * batch)[:batch]]
-    config = ServeConfig(policy, params, Scheduler(batch, sum(lens) + batch))
+    config = ServeConfig(policy, params, Scheduler(batch, N_BATCH, mixed=True))
     latency = BatchLatency(sim.latency)
-    run = serve_once(sim, [0.0] * batch, config, policy, params, latency=latency)
+    run = serve_once(sim, [0.0] * batch if arrivals is None else arrivals, config, policy, params, latency=latency)
     rows = pd.DataFrame([{"request": r.request_id, "prompt_id": r.replay.prompt_id, "predicted_tokens": r.replay.n_tokens,
                           "predicted_drafted": r.counts.verified, "predicted_accepted": r.counts.accepted,
-                          "predicted_decode_s": r.finish - r.first_token} for r in run.requests])
+                          "predicted_decode_s": r.finish - r.first_token, "predicted_ttft_s": r.first_token - r.arrival,
+                          "predicted_e2e_s": r.finish - r.arrival} for r in run.requests])
     start = min(r.first_token for r in run.requests)
     tokens = sum(r.replay.n_tokens - 1 for r in run.requests)
     return rows, {"tokens_per_s": tokens / (max(r.finish for r in run.requests) - start), "latency_rule": latency.rule}
+
+
+def prefill_ks(view: Trace) -> tuple[int, ...]:
+    """Forward sizes to time for prefills: powers of two from 16 to the first that covers the
+    longest prompt. A prompt is priced between the two that bracket it, as the latency model
+    interpolates in k; a probe of k ≤ 9 alone would extrapolate a prompt of hundreds of tokens."""
+    longest, ks = int(view.prompts["prompt_len"].max()), [16]
+    while ks[-1] < longest:
+        ks.append(2 * ks[-1])
+    return tuple(ks)
 
 
 def slot_context(view: Trace, drafting: Drafting | None) -> int:
@@ -135,10 +155,13 @@ def _percent(share: float | None) -> str:
 
 
 def measure(binary: Path, pair: ModelPair, view: Trace, batch: int, n_predict: int, drafting: Drafting | None,
-            log: Callable[[str], None] = lambda _: None, log_file: Path | None = None) -> tuple[list[Answer], dict]:
+            log: Callable[[str], None] = lambda _: None, log_file: Path | None = None,
+            arrivals: Sequence[float] | None = None) -> tuple[list[Answer], dict]:
     """One burst of ``batch`` requests of ``n_predict`` tokens on a fresh ``llama-server`` with
     ``batch`` slots, after an uncounted warm-up burst (a fresh process's first forwards touch
-    the weights' pages); ``drafting`` None: the target alone.
+    the weights' pages); ``drafting`` None: the target alone. With ``arrivals``, after the same
+    warm-up, request i (the trace's prompt i mod N) is sent at ``arrivals[i]`` seconds instead,
+    once: spread arrivals need no step to themselves.
 
     The burst counts only when the server prefilled every prompt in one step, as predicted. The
     requests leave together behind a one-token gate request (:func:`send`), since the server's
@@ -152,6 +175,13 @@ def measure(binary: Path, pair: ModelPair, view: Trace, batch: int, n_predict: i
     prompts = [texts[i % len(texts)] for i in range(batch)]
     with running(binary, pair, batch, slot_context(view, drafting), drafting, log_file) as server:
         send(server.url, prompts, WARMUP_TOKENS)
+        if arrivals is not None:
+            load = OtherLoad(pids=[server.pid])
+            answers = send(server.url, [texts[i % len(texts)] for i in range(len(arrivals))], n_predict, at=arrivals)
+            figures = {**burst_figures(answers), "other_cpu": load.share()}
+            log(f"{policy_of(drafting)[0]} B={batch}, {len(arrivals)} arrivals: {figures['tokens_per_s']:.2f} tokens/s "
+                f"(other processes {_percent(figures['other_cpu'])} of the CPU)")
+            return answers, figures
         for attempt in range(1, BURST_TRIES + 1):
             load = OtherLoad(pids=[server.pid])
             answers = send(server.url, prompts, n_predict, gate=prompts[0])
@@ -202,12 +232,27 @@ def first_divergence(tokens: tuple[int, ...], path: list[int]) -> int:
 def compare(predicted: pd.DataFrame, answers: list[Answer], paths: dict[int, list[int]]) -> pd.DataFrame:
     """Measured beside predicted, one row per request, with ``match_*`` and where the request's
     tokens first left the trace's greedy path (``diverged_at``, -1: never): a count that does
-    not match with ``diverged_at`` -1 is a draft that decided otherwise on the same path."""
+    not match with ``diverged_at`` -1 is a draft that decided otherwise on the same path.
+    ``measured_ttft_s`` and ``measured_e2e_s`` run from when the client sent the request (in a
+    burst, that includes the gate request's step, which the prediction does not have)."""
     measured = pd.DataFrame([{"request": a.index, **{f"measured_{k}": getattr(a, field) for k, field in COUNTERS.items()},
-                              "measured_decode_s": a.predicted_ms / 1e3, "stop_type": a.stop_type} for a in answers])
+                              "measured_decode_s": a.predicted_ms / 1e3, "measured_ttft_s": a.first_token - a.sent,
+                              "measured_e2e_s": a.received - a.sent, "measured_prompt_n": a.prompt_n,
+                              "stop_type": a.stop_type} for a in answers])
     table = predicted.merge(measured, on="request", how="left")
     tokens = {a.index: a.tokens for a in answers}
     table["diverged_at"] = [first_divergence(tokens[r], paths[p]) for r, p in zip(table["request"], table["prompt_id"])]
     for k in COUNTERS:
         table[f"match_{k}"] = table[f"measured_{k}"] == table[f"predicted_{k}"]
     return table
+
+
+def latency_figures(table: pd.DataFrame) -> dict:
+    """A run's mean TTFT and end-to-end latency, measured and predicted, and the prediction's
+    error on each (predicted / measured - 1), from :func:`compare`'s table."""
+    out = {}
+    for what in ("ttft", "e2e"):
+        measured, predicted = table[f"measured_{what}_s"].mean(), table[f"predicted_{what}_s"].mean()
+        out.update({f"measured_{what}_mean_s": round(float(measured), 4), f"predicted_{what}_mean_s": round(float(predicted), 4),
+                    f"error_{what}_mean": round(float(predicted / measured - 1.0), 4)})
+    return out

@@ -19,7 +19,7 @@ def latency_table(draft: float = 0.1, verify: dict[int, float] | None = None, ct
                   layers: dict[int, float] | None = None, corun: tuple[float, float] | None = None,
                   slope: float = 0.0, tree: dict[int, float] | None = None,
                   expand: dict[int, float] | None = None, heads: dict[int, float] | None = None,
-                  plain: float | None = None) -> pd.DataFrame:
+                  plain: float | None = None, prefill: dict[int, tuple[float, float]] | None = None) -> pd.DataFrame:
     """Latency samples: draft step ``draft`` s, k-token verify ``verify[k]`` s, each plus
     ``slope`` s per token of context (a forward at context c takes ``x + slope * c``; the
     default 0 is flat in context); ``layers`` adds early-exit draft steps (exit layer -> s);
@@ -27,7 +27,8 @@ def latency_table(draft: float = 0.1, verify: dict[int, float] | None = None, ct
     its factor; ``tree`` and ``expand`` add the probe's tree axis (solo): a k-token tree
     verification ``tree[k]`` s, the draft's expansion of w nodes ``expand[w]`` s; ``heads`` the
     probe's exit-head axis: the exit head over n rows ``heads[n]`` s (context 0); ``plain`` the
-    target's plain decoding step timed on its own (``target_step``, as llama.cpp's trace tool does)."""
+    target's plain decoding step timed on its own (``target_step``, as llama.cpp's trace tool does);
+    ``prefill`` the prefills of k prompt tokens timed as a server runs them, k -> (target's s, draft's s)."""
     verify = verify or {k: 1.0 for k in range(1, 40)}
     rows = [("draft_step", 1, c, NO_LAYER, False, 0, draft + slope * c) for c in ctx]
     rows += [("target_forward", k, c, NO_LAYER, False, 0, s + slope * c) for k, s in verify.items() for c in ctx]
@@ -38,6 +39,8 @@ def latency_table(draft: float = 0.1, verify: dict[int, float] | None = None, ct
              for k, s in (series or {}).items() for c in ctx]
     rows += [("exit_head", n, 0, NO_LAYER, False, 0, s) for n, s in (heads or {}).items()]
     rows += [("target_step", 1, c, NO_LAYER, False, 0, plain + slope * c) for c in ctx] if plain is not None else []
+    rows += [(f"{model}_prefill", k, c, NO_LAYER, False, 0, s + slope * c) for k, pair in (prefill or {}).items()
+             for model, s in zip(("target", "draft"), pair) for c in ctx]
     return pd.DataFrame(rows, columns=["op", "k", "context_len", "layer", "corun", "repeat", "seconds"])
 
 

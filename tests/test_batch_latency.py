@@ -215,3 +215,44 @@ def test_serve_prices_its_verifications_from_the_measured_batches():
     for s in verify:  # contexts stay below 50 tokens: within 0.005 s of context 0
         b, k = s.args["batch"], s.args["tokens"] // s.args["batch"]
         assert s.end - s.start == pytest.approx(lat.target([k] * b, [0] * b), abs=0.005)
+
+
+def _prefill_model(prefill=None, fitted=False):
+    # a k-token forward 0.1 s per token (all logits, and the draft beside it, as llama.cpp's
+    # verification is timed); prefills timed as a server runs them cheaper: the target's 0.05 s
+    # and the draft's 0.01 s per token
+    samples = latency_table(draft=0.1, verify={k: 0.1 * k for k in range(1, 40)}, ctx=(0, 1000), prefill=prefill)
+    if fitted:
+        from simlab.latency.fitted import fit_latency
+        return fit_latency(samples, form="affine")
+    return TableLatency.from_samples(samples)
+
+
+PREFILLS = {k: (0.05 * k, 0.01 * k) for k in (1, 2, 4, 8, 16, 32, 64)}
+
+
+@pytest.mark.parametrize("fitted", [False, True])
+def test_timed_prefills_price_a_prompt_where_the_probe_has_them(fitted):
+    lat = BatchLatency(LatencyGrid(_prefill_model(PREFILLS, fitted), 600))
+    # 40 + 8 prompt tokens: the target's timed prefill, between k = 32 and 64, and the draft's
+    close = {"rel": 1e-5}  # a least-squares fit of exact lines is exact to rounding
+    assert lat.prefill([40, 8]) == pytest.approx(0.05 * 48 + 0.01 * 48, **close)
+    assert lat.prefill([40, 8], drafts=False) == pytest.approx(0.05 * 48, **close)
+    # untimed, a prefill is the 48-token forward and the draft's step scaled by its growth
+    plain = BatchLatency(LatencyGrid(_prefill_model(None, fitted), 600))
+    assert plain.prefill([40, 8]) == pytest.approx(0.1 * 48 * (1 + 0.1 / 0.1), **close)
+
+
+def test_timed_prefills_survive_a_profile_round_trip(tmp_path):
+    model = _prefill_model(PREFILLS)
+    again = load_profile(save_profile(model, tmp_path / "p.json"))
+    assert again.prefill(48, 0) == model.prefill(48, 0) == pytest.approx(2.4)
+    assert again.prefill(48, 0, draft=True) == pytest.approx(0.48)
+    assert _prefill_model().prefill(48, 0) is None
+
+
+def test_prompts_beside_a_verification_add_what_they_add_to_its_forward():
+    # mixed scheduling: 20 prompt tokens beside 4 verified ones cost prefill(24) - prefill(4)
+    lat = BatchLatency(LatencyGrid(_prefill_model(PREFILLS), 600))
+    assert lat.beside([12, 8], 4) == pytest.approx(lat.prefill([24]) - lat.prefill([4]))
+    assert lat.beside([12, 8], 4, drafts=False) == pytest.approx(0.05 * 20)

@@ -172,3 +172,26 @@ def test_calibrate_fits_the_tree_series_and_its_profile_prices_trees(trace, tmp_
     model = load_profile(tmp_path / "p.json")
     assert model.target_tree(16, 300) == pytest.approx(1.15 * model.target_forward(16, 300), rel=0.03)
     assert model.draft_tree_factor(4, 300) == pytest.approx(2.8, rel=0.05)
+
+
+def test_calibrate_fits_a_llama_cpp_traces_plain_step_and_prefills(trace, tmp_path):
+    # a llama.cpp trace's extra series (its plain step, its prefills as a server runs them) are
+    # fitted, tabulated and drawn, and the saved fit prices a prefill from them
+    tr = read_trace(trace)
+    contexts = (128, 428)
+    tr.latency = pd.concat([
+        tr.latency,
+        noisy_latency(lambda k, c: 0.02, (1,), contexts, op="target_step", seed=2),
+        noisy_latency(lambda k, c: 0.002 * k, (16, 32, 64, 128), contexts, op="target_prefill", seed=3),
+        noisy_latency(lambda k, c: 0.0004 * k, (16, 32, 64, 128), contexts, op="draft_prefill", seed=4),
+    ], ignore_index=True)
+    if "batch" in tr.latency:  # the new rows are single-sequence forwards
+        tr.latency["batch"] = tr.latency["batch"].fillna(1).astype("int32")
+    path = write_trace(tr, tmp_path / "llama")
+    simlab("calibrate", "fit", path, "--out", tmp_path / "p.json", "--plot", tmp_path / "fit.png")
+    data = json.loads((tmp_path / "p.json").read_text())
+    assert {s["series"] for s in data["surfaces"]} == {"draft", "target", "target_step", "target_prefill", "draft_prefill"}
+    fit = load_profile(tmp_path / "p.json")
+    assert fit.prefill(100, 128) == pytest.approx(0.2, rel=0.05)
+    assert fit.prefill(100, 128, draft=True) == pytest.approx(0.04, rel=0.05)
+    assert (tmp_path / "fit.png").stat().st_size > 0

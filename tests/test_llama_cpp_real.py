@@ -54,6 +54,27 @@ def test_llama_cpp_counts_equal_the_prediction(trace, tmp_path, p_min, draft_min
         assert (measured != without["predicted_n_drafted"].sort_index()).any()
 
 
+def test_llama_server_under_spread_arrivals_makes_the_predicted_counts(trace, tmp_path, capsys):
+    """The same server under a Poisson schedule (4 requests a second, 3 requests into 2 slots:
+    the later ones arrive while others decode and are prefilled beside them, or wait for a slot):
+    every request's counts are the prediction's, each request's TTFT and end-to-end latency are
+    measured and predicted, and the run's means are compared (``--json``)."""
+    import json
+
+    out = tmp_path / "arrivals.csv"
+    main(["llama-cpp", "serve", "--trace", str(trace), "--batch", "2", "-n", "24", "--draft-max", str(DRAFT_MAX),
+          "--p-min", "0.7", "--repeats", "1", "--rate", "4", "--requests", "3", "--out", str(out), "--json"])
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["arrivals"] == {"poisson_rate": 4.0, "requests": 3, "seed": 0}
+    [run] = summary["bursts"]
+    assert run["requests_matching_counts"] == "3/3" and run["requests_on_the_traces_path"] == "3/3"
+    assert run["measured_ttft_mean_s"] > 0 and run["predicted_ttft_mean_s"] > 0
+    table = pd.read_csv(out)
+    assert table["prompt_id"].tolist() == [0, 1, 0]  # request i replays prompt i mod N
+    assert (table["measured_e2e_s"] > table["measured_ttft_s"]).all()
+    assert (table["predicted_e2e_s"] > table["predicted_ttft_s"]).all()
+
+
 def test_the_batch_probe_times_two_sequences_decoded_together():
     """The trace tool's batch axis on SmolLM2 (tiny: one context, k = 1, 2, one repeat): the
     forwards of two sequences at once get rows of batch 2, each a positive time, and every batch

@@ -6,16 +6,19 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pandas as pd
 import pytest
 
-from simlab.engines.llama_server import Answer, Drafting
+from simlab.engines.llama_server import Answer, Drafting, send
 from simlab.errors import SimlabError
 from simlab.serve_llama import (
     burst_figures,
     compare,
     first_divergence,
     greedy_paths,
+    latency_figures,
     predict,
+    prefill_ks,
     server_view,
     slot_context,
     speedups,
@@ -116,3 +119,81 @@ def test_a_path_cut_short_or_run_long_diverges_where_one_ends():
     assert first_divergence((1, 2), [1, 2, 3]) == 2
     assert first_divergence((1, 2, 3, 4), [1, 2, 3]) == 3
     assert first_divergence((9, 2, 3), [1, 2, 3]) == 0
+
+
+def test_a_request_arriving_while_another_decodes_is_prefilled_in_its_verification_by_hand():
+    # server view: 11-token prompts, 10 tokens each, every draft accepted; draft step 0.25 s, a
+    # k-token forward 1.0 + 0.5 (k - 1) s, a prefill that forward times 1.25 (the draft's too).
+    # Request 0 (t = 0) is prefilled alone: first token at 6.0 * 1.25 = 7.5 s. Request 1 (t = 1)
+    # joins the next step, where request 0 drafts 3 (0.75 s) and verifies 4 tokens (2.5 s), and
+    # its prompt rides in that forward: prefill(11 + 4) - prefill(4) = (8.0 - 2.5) * 1.25 =
+    # 6.875 s, so its first token comes at 7.5 + 0.75 + 2.5 + 6.875 = 17.625 s, 16.625 s after it arrived
+    view = server_view(_llama(hand_trace(["1" * 11, "1" * 11], latency=latency_table(draft=0.25, verify={
+        1: 1.0, 2: 1.5, 3: 2.0, 4: 2.5}))), 10)
+    rows, _ = predict(view, 2, Drafting(3), arrivals=[0.0, 1.0])
+    assert rows["predicted_ttft_s"].tolist() == [7.5, 16.625]
+    assert rows["predicted_tokens"].tolist() == [10, 10]
+    assert (rows["predicted_e2e_s"] > rows["predicted_ttft_s"]).all()
+    # a burst is prefilled in its first step, before anyone decodes: the same for both schedulers
+    burst, _ = predict(view, 2, Drafting(3))
+    assert burst["predicted_ttft_s"].tolist() == [(1.0 + 0.5 * 21) * 1.25] * 2
+
+
+def test_prefills_are_timed_at_powers_of_two_up_to_the_longest_prompt():
+    view = server_view(_llama(hand_trace(["1" * 11])), 6)  # an 11-token prompt
+    assert prefill_ks(view) == (16,)
+    longer = replace(view, prompts=view.prompts.assign(prompt_len=[129]))
+    assert prefill_ks(longer) == (16, 32, 64, 128, 256)
+
+
+def test_a_runs_mean_latencies_and_their_errors():
+    table = pd.DataFrame({"measured_ttft_s": [1.0, 3.0], "predicted_ttft_s": [1.5, 2.5],
+                          "measured_e2e_s": [4.0, 6.0], "predicted_e2e_s": [5.0, 5.0]})
+    assert latency_figures(table) == {"measured_ttft_mean_s": 2.0, "predicted_ttft_mean_s": 2.0, "error_ttft_mean": 0.0,
+                                      "measured_e2e_mean_s": 5.0, "predicted_e2e_mean_s": 5.0, "error_e2e_mean": 0.0}
+    table["predicted_ttft_s"] = [2.0, 3.0]
+    assert latency_figures(table)["error_ttft_mean"] == 0.25
+
+
+def test_the_load_generator_posts_each_request_at_its_arrival_time():
+    # a stand-in server on loopback that notes when each request came and answers at once
+    import json
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    came = {}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            came[body["prompt"]] = time.perf_counter()
+            answer = json.dumps({"timings": {"predicted_n": 1, "predicted_ms": 0.0, "prompt_n": 1, "prompt_ms": 0.0},
+                                 "tokens": [1]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+        def log_message(self, *args):
+            pass
+
+    with ThreadingHTTPServer(("127.0.0.1", 0), Handler) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        answers = send(f"http://127.0.0.1:{server.server_address[1]}", ["a", "b", "c"], 1, at=[0.3, 0.0, 0.6])
+        server.shutdown()
+    assert [a.index for a in answers] == [0, 1, 2]
+    assert sorted(came, key=came.get) == ["b", "a", "c"]
+    assert came["a"] - came["b"] >= 0.29 and came["c"] - came["a"] >= 0.29  # none early (timer slack: 10 ms)
+    with pytest.raises(SimlabError, match="2 arrival times for 3 requests"):
+        send("http://127.0.0.1:9", ["a", "b", "c"], 1, at=[0.0, 1.0])
+
+
+def test_arrival_options_without_a_rate_are_refused(tmp_path, capsys):
+    from simlab.cli import main
+    from simlab.trace.io import write_trace
+
+    path = write_trace(_llama(hand_trace(["1" * 40])), tmp_path / "t")
+    with pytest.raises(SystemExit) as exit_:
+        main(["llama-cpp", "serve", "--trace", str(path), "--batch", "1", "-n", "8", "--requests", "4"])
+    assert exit_.value.code == 2 and "add --rate" in capsys.readouterr().err

@@ -85,14 +85,14 @@ arrivals = st.lists(st.floats(0, 30, allow_nan=False), min_size=1, max_size=12).
 
 @settings(derandomize=True, max_examples=60, deadline=None)
 @given(patterns=patterns, times=arrivals, max_batch=st.integers(1, 4), gamma=st.integers(1, 6),
-       budget=st.integers(0, 40), eos=st.booleans())
+       budget=st.integers(0, 40), eos=st.booleans(), mixed=st.booleans())
 def test_batching_conserves_requests_and_tokens_and_never_overlaps_forwards(patterns, times, max_batch, gamma, budget,
-                                                                           eos):
+                                                                           eos, mixed):
     # with eos, the last position is the end token and drafts may run past it (budget 40)
     trace = hand_trace(["1" + p for p in patterns], stop="eos" if eos else "length", max_new_tokens=40,
                        latency=latency_table(draft=0.1, verify={k: 1 + 0.1 * k for k in range(1, 41)}))
     sim = Simulator(trace)
-    scheduler = Scheduler(max_batch, 10 + max_batch + budget)
+    scheduler = Scheduler(max_batch, 10 + max_batch + budget, mixed)
     run = serve_once(sim, times, ServeConfig(scheduler=scheduler), "sd", {"gamma": gamma}, record=True)
     single = sim.run("sd", {"gamma": gamma}, with_cost=False).per_prompt.set_index("prompt_id")
     # every request finishes exactly once, after it arrived, first token before its last
@@ -111,6 +111,40 @@ def test_batching_conserves_requests_and_tokens_and_never_overlaps_forwards(patt
     assert all(a.end <= b.start + 1e-12 for a, b in zip(slices, slices[1:]))
     assert all(s.args["batch"] <= max_batch for s in slices)
     assert sum(s.args.get("accepted", 0) for s in slices) == sum(r.counts.accepted for r in run.requests)
+    # mixed, a prompt rides in a verification whenever one runs in its step: a prefill of its own
+    # only where nobody decoded (its step starts no draft or verification)
+    decoding = {s.args["step"] for s in slices if s.name.startswith(("draft", "verify"))}
+    prefills = {s.args["step"] for s in slices if s.name == "prefill"}
+    assert not mixed or not prefills & decoding
+    assert mixed or not any(s.name == "verify+prefill" for s in slices)
+
+
+def test_mixed_prefill_puts_an_arriving_prompt_in_the_running_requests_verification_by_hand():
+    # as test_one_request_under_a_cap_by_hand: 10-token prompts, all accepted, draft step 0.25 s,
+    # a k-token forward 1.0 + 0.5 (k - 1) s, a prefill of P tokens that forward at k = P times
+    # 1.25 (the draft's forward over the prompt). Request 0 arrives at 0 and is prefilled alone:
+    # first token at 5.5 * 1.25 = 6.875 s. Request 1 arrives at 1 s and joins the next step,
+    # where request 0 drafts 2 tokens (0.5 s) and verifies 3 (2.0 s). Mixed, request 1's prompt
+    # rides in that verification: it adds prefill(10 + 3) - prefill(3) = (7.0 - 2.0) * 1.25 =
+    # 6.25 s, and request 1's first token comes when it ends, at 6.875 + 0.5 + 2.0 + 6.25 =
+    # 15.625 s. Prefill-first, request 1 is prefilled (6.875 s) before request 0's round:
+    # first token at 13.75 s, and request 0's round ends at 16.25 s.
+    trace = hand_trace(["1" * 10] * 2, latency=latency_table(draft=0.25, verify={1: 1.0, 2: 1.5, 3: 2.0, 4: 2.5}))
+    runs = {mixed: serve_once(Simulator(trace), [0.0, 1.0], ServeConfig(scheduler=Scheduler(2, 64, mixed)), "sd",
+                              {"gamma": 2}, record=True) for mixed in (False, True)}
+    for mixed, (first, round_end) in {False: (13.75, 16.25), True: (15.625, 15.625)}.items():
+        run = runs[mixed]
+        r0, r1 = run.requests
+        assert (r0.first_token, r1.admitted, r1.first_token) == (6.875, 6.875, first)
+        second = [s for s in run.slices if s.args["step"] == 2 and s.device == "target"]
+        assert max(s.end for s in second) == round_end
+        assert run.stats.prefill_steps == 2
+    [carried] = [s for s in runs[True].slices if s.name == "verify+prefill"]
+    assert (carried.start, carried.end, carried.args["batch"], carried.args["tokens"]) == (7.375, 15.625, 2, 13)
+    # what each request decodes does not depend on where its prefill ran
+    decoded = {mixed: [(c.tokens, c.target_calls, c.drafted, c.accepted) for c in (r.counts for r in run.requests)]
+               for mixed, run in runs.items()}
+    assert decoded[True] == decoded[False] == [(9, 3, 6, 6)] * 2
 
 
 def heavy_load_run(batch: BatchSpec, policy="sd", params=None):

@@ -24,7 +24,8 @@ REPORT_CONTEXT = 512  # context length of the roofline summary table
 REPORT_KS = (1, 2, 4, 8, 16, 32)
 REPORT_TREE_NODES = (4, 16, 64)  # tree sizes of the summary: a tree of n nodes is verified over k = n + 1 tokens
 # the size each fitted series is measured in (the draft-model step has none)
-SIZE_NAMES = {"exit": "layer", "target": "k", "target_tree": "k", "draft_tree": "nodes", "exit_head": "rows"}
+SIZE_NAMES = {"exit": "layer", "target": "k", "target_tree": "k", "draft_tree": "nodes", "exit_head": "rows",
+              "target_step": "k", "target_prefill": "k", "draft_prefill": "k"}
 
 
 class _DefaultToFit(TyperGroup):

@@ -3,7 +3,8 @@
 Every prediction is made (and printed) before the first server starts; then, in ``--repeats``
 rounds over the batch sizes (B = 1, 2, 4, 8, 1, 2, ...: a slow minute of a shared machine falls
 on all of them alike), a fresh ``llama-server`` with ``-np B`` gets a warm-up burst and one
-counted burst of B requests from a load generator on loopback (:mod:`simlab.serve_llama`).
+counted burst of B requests from a load generator on loopback (:mod:`simlab.serve_llama`), or,
+with ``--rate``, the requests of a Poisson schedule (the same for every B and round).
 With ``--baseline`` each speculative server is followed by one that runs the target alone
 (plain decoding, predicted by the ``ad`` policy), so the speedup is measured against predicted
 within each round.
@@ -51,10 +52,16 @@ def serve_command(
                                   "llama-server with the target alone (plain decoding), predicted by `ad`: the "
                                   "speedup, measured against predicted (needs a trace or --reprobe whose trace "
                                   "tool timed the plain step)."),
+    rate: float | None = typer.Option(None, "--rate", help="Spread arrivals instead of bursts: a Poisson process of this "
+                                      "many requests per second (request i: the trace's prompt i mod N) into each "
+                                      "server's B slots; TTFT and end-to-end latency compared per request."),
+    requests: int = typer.Option(8, "--requests", help="With --rate: requests per run."),
+    seed: int = typer.Option(0, "--seed", help="With --rate: seed of the Poisson arrivals."),
     jobs: int = typer.Option(2, "--jobs", help="Parallel compile jobs, if llama.cpp must be built."),
     force: Force = False,
 ) -> None:
-    """Predict llama-server under bursts of B requests in B slots, then run it and compare."""
+    """Predict llama-server under bursts of B requests in B slots (or under Poisson arrivals,
+    --rate), then run it and compare."""
     from simlab import serve_llama as compare
     from simlab.engines import llama_cpp
     from simlab.engines.llama_server import Drafting
@@ -65,6 +72,13 @@ def serve_command(
     sizes = _batches(batch)
     if n_predict < 2 or draft_max < 1 or draft_min < 0 or not 0.0 <= p_min <= 1.0 or repeats < 1:
         raise SimlabError("-n must be >= 2, --draft-max and --repeats >= 1, --draft-min >= 0 and --p-min within [0, 1]")
+    arrivals = None
+    if rate is not None:
+        from simlab.serve.workload import poisson_arrivals
+
+        arrivals = poisson_arrivals(rate, requests, seed)
+    elif (requests, seed) != (8, 0):
+        raise SimlabError("--requests and --seed set the arrivals of --rate; add --rate R")
     trace = read_trace(trace_path)
     drafting = Drafting(draft_max, draft_min, p_min)
     compare.server_view(trace, n_predict)  # a trace that cannot be served fails before anything is built
@@ -82,18 +96,21 @@ def serve_command(
 
         tool = llama_cpp.build_trace_tool(jobs=jobs).binary
         first = trace.prompts.iloc[0]
-        log(f"re-probing the steps (batch sizes {','.join(map(str, sizes))})...")
-        latency = time_steps(tool, pair, EnginePrompt(int(first.prompt_id), first.source, first.prompt_text),
-                             Probe(batches=tuple(sorted({1, *sizes}))))
+        probe = Probe(batches=tuple(sorted({1, *sizes})))
+        if arrivals is not None:  # prompts are prefilled beside running slots: time prompt-sized forwards too
+            probe = replace(probe, ks=probe.ks + compare.prefill_ks(compare.server_view(trace, n_predict)))
+        log(f"re-probing the steps (batch sizes {','.join(map(str, sizes))}; k = {','.join(map(str, probe.ks))})...")
+        latency = time_steps(tool, pair, EnginePrompt(int(first.prompt_id), first.source, first.prompt_text), probe)
         trace = replace(trace, latency=latency)
         if out is not None:  # the prediction's latencies, kept beside its table
             latency.to_csv(out.with_suffix(".latency.csv"), index=False)
     view = compare.server_view(trace, n_predict)
     servers = [drafting, *([None] if baseline else [])]  # None: the target alone
     # every prediction is made before anything is measured
-    predictions = {(d, b): compare.predict(view, b, d) for d in servers for b in sizes}
-    for (d, b), (_, figures) in predictions.items():
-        log(f"{compare.policy_of(d)[0]} B={b} predicted: {figures['tokens_per_s']:.2f} tokens/s")
+    predictions = {(d, b): compare.predict(view, b, d, arrivals) for d in servers for b in sizes}
+    for (d, b), (rows, figures) in predictions.items():
+        log(f"{compare.policy_of(d)[0]} B={b} predicted: {figures['tokens_per_s']:.2f} tokens/s"
+            + (f", mean TTFT {rows['predicted_ttft_s'].mean():.2f} s" if arrivals else ""))
     paths = compare.greedy_paths(view)
     if server_logs is not None:
         server_logs.mkdir(parents=True, exist_ok=True)
@@ -106,7 +123,7 @@ def serve_command(
                 rows, figures = predictions[(d, b)]
                 name = f"b{b}-r{rep + 1}.log" if d is drafting else f"{policy}-b{b}-r{rep + 1}.log"
                 log_file = server_logs / name if server_logs else None
-                answers, measured = compare.measure(server, pair, view, b, n_predict, d, log, log_file)
+                answers, measured = compare.measure(server, pair, view, b, n_predict, d, log, log_file, arrivals)
                 table = compare.compare(rows, answers, paths).assign(policy=policy, batch=b, repeat=rep)
                 tables.append(table)
                 matched = int(table[[f"match_{k}" for k in compare.COUNTERS]].all(axis=1).sum())
@@ -114,15 +131,18 @@ def serve_command(
                                "measured_tokens_per_s": round(measured["tokens_per_s"], 3),
                                "predicted_tokens_per_s": round(figures["tokens_per_s"], 3),
                                "error_tokens_per_s": round(figures["tokens_per_s"] / measured["tokens_per_s"] - 1.0, 4),
+                               **(compare.latency_figures(table) if arrivals else {}),
                                "other_cpu": measured["other_cpu"],
-                               "requests_matching_counts": f"{matched}/{b}",
-                               "requests_on_the_traces_path": f"{int((table['diverged_at'] == -1).sum())}/{b}"})
+                               "requests_matching_counts": f"{matched}/{len(table)}",
+                               "requests_on_the_traces_path": f"{int((table['diverged_at'] == -1).sum())}/{len(table)}"})
     frame = pd.concat(tables, ignore_index=True)
     if out is not None:
         frame.to_csv(out, index=False)
     summary = {"trace": portable_path(trace_path), "n_predict": n_predict, "draft_max": draft_max,
                "draft_min": draft_min, "p_min": p_min, "latency": "re-probed before the run" if reprobe else "the trace's",
-               "latency_rule": predictions[(drafting, max(sizes))][1]["latency_rule"], "bursts": bursts,
+               "latency_rule": predictions[(drafting, max(sizes))][1]["latency_rule"],
+               **({"arrivals": {"poisson_rate": rate, "requests": requests, "seed": seed}} if arrivals else {}),
+               "bursts": bursts,
                **({"speedups": compare.speedups(bursts)} if baseline else {}),
                "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
                "command": shlex.join(["simlab", *sys.argv[1:]]),
@@ -132,10 +152,13 @@ def serve_command(
         return
     typer.echo(f"latency: {summary['latency']}; {summary['latency_rule']}")
     for r in bursts:
-        typer.echo(f"{r['policy']} B={r['batch']} burst {r['repeat'] + 1}: tokens/s {r['measured_tokens_per_s']:7.2f} measured / "
-                   f"{r['predicted_tokens_per_s']:7.2f} predicted ({r['error_tokens_per_s']:+.1%}); requests with "
-                   f"tokens, drafted and accepted exact: {r['requests_matching_counts']}, on the trace's greedy "
-                   f"path: {r['requests_on_the_traces_path']}")
+        latencies = "".join(f"; mean {label} {r[f'measured_{what}_mean_s']:.2f} s measured / {r[f'predicted_{what}_mean_s']:.2f} s "
+                            f"predicted ({r[f'error_{what}_mean']:+.1%})" for what, label in (("ttft", "TTFT"), ("e2e", "end to end"))
+                            if f"error_{what}_mean" in r)
+        typer.echo(f"{r['policy']} B={r['batch']} {'run' if arrivals else 'burst'} {r['repeat'] + 1}: tokens/s "
+                   f"{r['measured_tokens_per_s']:7.2f} measured / {r['predicted_tokens_per_s']:7.2f} predicted "
+                   f"({r['error_tokens_per_s']:+.1%}){latencies}; requests with tokens, drafted and accepted exact: "
+                   f"{r['requests_matching_counts']}, on the trace's greedy path: {r['requests_on_the_traces_path']}")
     for r in summary.get("speedups", []):
         typer.echo(f"B={r['batch']} round {r['repeat'] + 1}: speedup over plain decoding {r['measured_speedup']:.3f}x "
                    f"measured / {r['predicted_speedup']:.3f}x predicted ({r['error_speedup']:+.1%})")

@@ -49,6 +49,7 @@ def serve(
     gamma_by_batch: so.GammaByBatch = None,
     sd_off_above: so.SdOffAbove = None,
     smartspec: so.SmartSpec = None,
+    mixed_prefill: so.MixedPrefill = False,
     slo_ttft: so.SloTtft = None,
     slo_tpot: so.SloTpot = None,
     baseline: so.Baseline = True,
@@ -84,7 +85,7 @@ def serve(
     # every input is checked before the trace is read or anything runs
     check_policy(policy)
     slo = Slo(slo_ttft, slo_tpot)
-    scheduler = Scheduler(max_batch, token_budget)
+    scheduler = Scheduler(max_batch, token_budget, mixed_prefill)
     batch = BatchSpec(gamma_by_batch_pairs(gamma_by_batch) if gamma_by_batch else None, sd_off_above, smartspec)
     if arrivals is not None and "," in rate:
         raise SimlabError("several --rate values sweep Poisson loads; drop --arrivals")
@@ -131,7 +132,8 @@ def serve(
             "policy": policy, "params": run.params, "trace": str(tr.path), "latency": sim.latency.name,
             "latency_rule": res.latency_rule, "batch_latency_extrapolated": res.extrapolated,
             "arrivals": str(arrivals) if arrivals else {"poisson_rate": rates[0], "seed": seed},
-            "max_batch": max_batch, "token_budget": token_budget, "batch_policy": run.batch_policy,
+            "max_batch": max_batch, "token_budget": token_budget, "mixed_prefill": mixed_prefill,
+            "batch_policy": run.batch_policy,
             "slo_ttft_s": slo_ttft, "slo_tpot_s": slo_tpot,
             **run.summary, "mean_batch": mean_batch, "engine_steps": stats.steps,
             "per_position_acceptance": acceptance,

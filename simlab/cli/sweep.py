@@ -57,6 +57,7 @@ def sweep(
     gamma_by_batch: Annotated[Optional[str], so.option("gamma_by_batch", SERVING)] = None,
     sd_off_above: Annotated[Optional[int], so.option("sd_off_above", SERVING)] = None,
     smartspec: Annotated[Optional[int], so.option("smartspec", SERVING)] = None,
+    mixed_prefill: Annotated[bool, so.option("mixed_prefill", SERVING)] = False,
     slo_ttft: Annotated[Optional[float], so.option("slo_ttft", SERVING)] = None,
     slo_tpot: Annotated[Optional[float], so.option("slo_tpot", SERVING)] = None,
     baseline: Annotated[bool, so.option("baseline", SERVING)] = True,
@@ -76,7 +77,7 @@ def sweep(
     from simlab.sweep import SweepInterrupted, combine, run_sweep
 
     load = _serve_load(rate, requests, max_batch, token_budget, gamma_by_batch, sd_off_above, smartspec,
-                       slo_ttft, slo_tpot, baseline, topology)
+                       mixed_prefill, slo_ttft, slo_tpot, baseline, topology)
     if out is not None:
         frame_output(out, force)  # a bad path fails now, not after the sweep
     grids = combine(policy, grid)
@@ -103,8 +104,8 @@ def sweep(
         console.print(f"wrote {write_frame(table, out)}")
 
 
-def _serve_load(rate, requests, max_batch, token_budget, gamma_by_batch, sd_off_above, smartspec, slo_ttft, slo_tpot,
-                baseline, topology):
+def _serve_load(rate, requests, max_batch, token_budget, gamma_by_batch, sd_off_above, smartspec, mixed_prefill,
+                slo_ttft, slo_tpot, baseline, topology):
     """``--rate``'s load (None without it), every serving flag checked before anything runs;
     serving flags without ``--rate`` are an error rather than ignored."""
     from simlab.serve.batch_policy import BatchSpec, gamma_by_batch_pairs
@@ -117,7 +118,8 @@ def _serve_load(rate, requests, max_batch, token_budget, gamma_by_batch, sd_off_
         given = [flag for flag, value, default in (
             ("--requests", requests, so.DEFAULT_REQUESTS), ("--max-batch", max_batch, DEFAULT_MAX_BATCH),
             ("--token-budget", token_budget, DEFAULT_TOKEN_BUDGET), ("--gamma-by-batch", gamma_by_batch, None),
-            ("--sd-off-above", sd_off_above, None), ("--smartspec", smartspec, None), ("--slo-ttft", slo_ttft, None),
+            ("--sd-off-above", sd_off_above, None), ("--smartspec", smartspec, None),
+            ("--mixed-prefill", mixed_prefill, False), ("--slo-ttft", slo_ttft, None),
             ("--slo-tpot", slo_tpot, None), ("--no-baseline", baseline, True)) if value != default]
         if given:
             raise SimlabError(f"{given[0]} sets how a serving sweep serves; add --rate R1,R2,...")
@@ -125,7 +127,7 @@ def _serve_load(rate, requests, max_batch, token_budget, gamma_by_batch, sd_off_
     if topology is not None:
         raise SimlabError("--topology sets how one request is simulated; a serving sweep (--rate) runs serve's engine, "
                           "which has no topology: drop one of them")
-    return ServeLoad(tuple(parse_rates(rate)), requests, Scheduler(max_batch, token_budget),
+    return ServeLoad(tuple(parse_rates(rate)), requests, Scheduler(max_batch, token_budget, mixed_prefill),
                      BatchSpec(gamma_by_batch_pairs(gamma_by_batch) if gamma_by_batch else None, sd_off_above, smartspec),
                      Slo(slo_ttft, slo_tpot), baseline)
 

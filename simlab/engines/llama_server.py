@@ -14,10 +14,15 @@ slot together. With a draft model (``-md``) a step is, in ``update_slots`` of
 
 That is :mod:`simlab.serve.engine`'s step, so ``simlab serve`` on a llama.cpp trace predicts it
 (:mod:`simlab.serve_llama`). New prompts are prefilled in a step of their own when every
-request arrives before the server starts decoding, as :func:`send` arranges for a burst.
+request arrives before the server starts decoding, as :func:`send` arranges for a burst; a
+request that arrives while others decode has its prompt put in their step's batch, after their
+tokens and drafts, and prefilled by the same target forward (``update_slots``: ``llama_decode``
+runs once over the whole batch, chunked by ``n_batch``), which ``simlab serve``'s mixed scheduler
+prices (:mod:`simlab.serve.scheduler`).
 
-The load generator sends bursts: a thread per request, all posting ``/completion`` (greedy,
-``cache_prompt: false``, ``return_tokens: true``) at once; each answer carries the token ids
+The load generator sends bursts or an arrival schedule: a thread per request, each posting
+``/completion`` (greedy, ``cache_prompt: false``, ``return_tokens: true``) at once or at its
+arrival time; each answer carries the token ids
 generated and the slot's own counters and timings (``timings``: ``predicted_n``,
 ``predicted_ms`` from the first token to the last, ``draft_n`` verified drafts,
 ``draft_n_accepted``).
@@ -148,15 +153,22 @@ def _wait_healthy(url: str, proc: subprocess.Popen, log) -> None:
     raise SimlabError(f"{SERVER} did not answer {url}/health within {STARTUP_S:.0f} s")
 
 
-def send(url: str, prompts: Sequence[str], n_predict: int, gate: str | None = None) -> list[Answer]:
-    """Post every request (``prompts[i]``, ``n_predict`` tokens) at once, one thread each;
-    return the answers in request order.
+def send(url: str, prompts: Sequence[str], n_predict: int, gate: str | None = None,
+         at: Sequence[float] | None = None) -> list[Answer]:
+    """Post every request (``prompts[i]``, ``n_predict`` tokens), one thread each; return the
+    answers in request order.
+
+    ``at``: request i is posted ``at[i]`` seconds after the start (an arrival schedule, e.g. a
+    Poisson process's); by default all at once, a burst.
 
     ``gate``: a prompt posted for one token :data:`GATE_LEAD_S` before the start. The server's
     loop starts a step as soon as a request is queued, so requests sent together can straddle
     two steps; while the gate's prefill runs, the others queue, and the step after it admits
     them all at once (the gate's slot is free again by then: one token ends it)."""
-    ready = threading.Barrier(len(prompts) + 1)
+    if at is not None and len(at) != len(prompts):
+        raise SimlabError(f"{len(at)} arrival times for {len(prompts)} requests")
+    start = [0.0]
+    ready = threading.Barrier(len(prompts) + 1, action=lambda: start.__setitem__(0, time.perf_counter()))
 
     def one(i: int, prompt: str, tokens: int, wait: bool = True) -> Answer:
         body = json.dumps({"prompt": prompt, "n_predict": tokens, "temperature": 0.0, "seed": 0,
@@ -164,6 +176,8 @@ def send(url: str, prompts: Sequence[str], n_predict: int, gate: str | None = No
         request = urllib.request.Request(f"{url}/completion", data=body, headers={"Content-Type": "application/json"})
         if wait:
             ready.wait()
+            if at is not None:
+                time.sleep(max(start[0] + at[i] - time.perf_counter(), 0.0))
         sent = time.perf_counter()
         try:
             with urllib.request.urlopen(request, timeout=REQUEST_S) as r:

@@ -25,8 +25,10 @@ the whole question of speculative decoding under load. Three sources, in this or
   batch's tokens are what costs; the KV reads of separate sequences and the draft's own
   scaling are not measured, so results on such models are flagged as extrapolated.
 
-Prefills (prompts of hundreds of tokens, beyond any probed k) use the token-count rule unless
-the profile is a roofline. At B = 1 every price is the single-request model's own figure (the
+Prefills (prompts of hundreds of tokens, beyond most probed k) use the token-count rule unless
+the profile is a roofline: the model's timed prefills of that many tokens where the probe has
+them (the llama.cpp trace tool's ``target_prefill`` / ``draft_prefill``), else the k-token
+target forward. At B = 1 every price is the single-request model's own figure (the
 same grid cells the SimPy executor reads), so a batch of one reproduces ``simulate`` exactly.
 """
 
@@ -166,13 +168,30 @@ class BatchLatency:
     def prefill(self, prompt_lens: Sequence[int], layer: int = NO_LAYER, drafts: bool = True) -> float:
         """The prompts' prefill: one target forward over every prompt, then one draft forward
         (the draft needs its own KV cache of the prompt) unless no request ``drafts`` (a plain
-        server, like llama-server without a draft model, prefills the target alone)."""
+        server, like llama-server without a draft model, prefills the target alone). Each is
+        the model's prefill of all the prompts' tokens where the probe timed prefills (a server's,
+        only the last position's logits: the llama.cpp trace tool's); otherwise the k-token
+        target forward, and the draft's that forward scaled by the draft's step over the target's."""
         zeros = [0] * len(prompt_lens)
         if self.roofline is None:  # the grid tabulates k up to a few hundred; prompts go to the model
             model, k, c = self.grid.model, sum(prompt_lens), 0
-            target = model.target_forward(k, c)
-            return target + (model.draft_step(c, layer) * target / model.target_forward(1, c) if drafts else 0.0)
+            target = model.prefill(k, c)
+            if target is None:
+                target = model.target_forward(k, c)
+            draft = model.prefill(k, c, draft=True) if drafts else 0.0
+            if draft is None:
+                draft = model.draft_step(c, layer) * target / model.target_forward(1, c)
+            return target + draft
         return self.target(prompt_lens, zeros) + (self.draft(prompt_lens, zeros, layer) if drafts else 0.0)
+
+    def beside(self, prompt_lens: Sequence[int], step_tokens: int, drafts: bool = True) -> float:
+        """What the prompts add to a step's forward of ``step_tokens`` tokens when they ride in
+        it (a mixed scheduler, :mod:`simlab.serve.scheduler`): :meth:`prefill` of the prompts and
+        those tokens together less :meth:`prefill` of the tokens alone, so the forward's fixed
+        cost (the weights read once) is paid once, by the step's own price. Never below zero
+        (a measured k axis can dip between neighbouring sizes)."""
+        step = [step_tokens]
+        return max(self.prefill([*prompt_lens, step_tokens], drafts=drafts) - self.prefill(step, drafts=drafts), 0.0)
 
 
 def _mean(values: Sequence[int]) -> int:

@@ -15,6 +15,9 @@ Series (each solo and, where the trace has them, co-running):
 - ``target_step``: the target's plain decoding step, ``x`` = 1, where the engine's one-token
   target forward is not that step (a llama.cpp trace: its verification runs the draft too).
   Without it the plain step is the one-token ``target`` forward.
+- ``target_prefill``, ``draft_prefill``: a prompt's prefill of k tokens as a server runs it (only
+  the last position's logits), ``x`` = k, where the probe timed it (the llama.cpp trace tool).
+  Without them prefills are priced from the ``target`` surface (:mod:`simlab.latency.batch`).
 
 A tree verification is the ``target_tree`` surface where it was fitted, else the chain's
 ``target`` surface; a level of w nodes costs ``draft_tree(w) / draft step`` steps where that was
@@ -42,15 +45,18 @@ from simlab.latency.model import PROFILE_KINDS, TableLatency, chain_factor, chec
 from simlab.latency.surface import FORMS, Surface, available_forms, fit_best
 from simlab.trace.schema import NO_LAYER, with_defaults
 
-SERIES = ("draft", "exit", "target", "target_tree", "draft_tree", "exit_head", "target_step")
+SERIES = ("draft", "exit", "target", "target_tree", "draft_tree", "exit_head", "target_step", "target_prefill",
+          "draft_prefill")
+# ops whose series is named after them (the rest: draft steps, of the draft model or an exit layer)
+OWN_SERIES = ("target_tree", "draft_tree", "exit_head", "target_step", "target_prefill", "draft_prefill")
 
 
 def series_of(samples: pd.DataFrame) -> pd.Series:
     """The series name of each latency sample."""
     op = samples["op"].to_numpy()
-    return pd.Series(np.select([op == "target_forward", op == "target_tree", op == "draft_tree", op == "exit_head",
-                                op == "target_step", samples["layer"].to_numpy() == NO_LAYER],
-                               ["target", "target_tree", "draft_tree", "exit_head", "target_step", "draft"], "exit"),
+    return pd.Series(np.select([op == "target_forward", *(op == name for name in OWN_SERIES),
+                                samples["layer"].to_numpy() == NO_LAYER],
+                               ["target", *OWN_SERIES, "draft"], "exit"),
                      index=samples.index)
 
 
@@ -128,6 +134,15 @@ class FittedLatency:
             return None
         check_k(rows)
         return surface(rows, 0)
+
+    def prefill(self, k: int, context_len, draft: bool = False) -> float | None:
+        """The target's (``draft``: the draft's) prefill surface at k where the probe timed
+        prefills, else None."""
+        surface = self.surfaces.get(("draft_prefill" if draft else "target_prefill", False))
+        if surface is None:
+            return None
+        check_k(k)
+        return float(surface(k, context_len))
 
     def to_profile(self) -> dict:
         profile = {
@@ -218,6 +233,8 @@ def predict_samples(model, samples: pd.DataFrame) -> np.ndarray:
             out[i] = m.exit_head(k)
         elif row.op == "target_step":
             out[i] = m.target_step(ctx)
+        elif row.op in ("target_prefill", "draft_prefill"):
+            out[i] = m.prefill(k, ctx, draft=row.op == "draft_prefill")
         else:
             out[i] = m.draft_step(ctx, int(row.layer), corun)
     return out

@@ -17,6 +17,11 @@ The simulator never hard-codes a duration; it asks a :class:`LatencyModel` for
   step, and the step timed on its own where the engine's one-token forward does more (a
   llama.cpp trace: its verification runs the draft over the same tokens, ``target_step``
   samples);
+- ``prefill(k, context_len, draft)``: a prompt's prefill of ``k`` tokens as a server runs it,
+  the target's forward with only the last position's logits (``draft``: the draft's forward of
+  the same tokens), where the probe timed it (``target_prefill`` / ``draft_prefill`` samples,
+  the llama.cpp trace tool's); None otherwise, and :mod:`simlab.latency.batch` prices prefills
+  from the k-token target forward as before;
 - ``exit_head(rows)``: the target's final norm and LM head over ``rows`` rows of hidden state,
   on the target's device (DEL's shadow tokens run one per exit layer after every verification:
   :meth:`~simlab.latency.grid.LatencyGrid.shadow_seconds`); None where the model has no such
@@ -82,6 +87,8 @@ class LatencyModel(Protocol):
     def draft_tree_factor(self, w: int, context_len: int, corun: bool = False) -> float: ...
 
     def exit_head(self, rows: int) -> float | None: ...
+
+    def prefill(self, k: int, context_len: int, draft: bool = False) -> float | None: ...
 
 
 def chain_factor(model, w: int, context_len, corun: bool = False):
@@ -193,6 +200,9 @@ class TableLatency:
     # The target's plain decoding step where it was timed on its own (``target_step`` samples, the
     # trace tool of a llama.cpp trace); None: it is the one-token target forward.
     plain_step: Curve | None = None
+    # Prefills of k prompt tokens where they were timed (``target_prefill`` / ``draft_prefill``
+    # samples), model -> {k: curve}, model "target" or "draft". Empty: not timed (module docstring).
+    prefills: dict[str, dict[int, Curve]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.draft:
@@ -274,6 +284,17 @@ class TableLatency:
         ks = tuple(sorted(curves))
         return float(_interp_k(rows, ks, [curves[x](0) for x in ks]))
 
+    def prefill(self, k: int, context_len, draft: bool = False) -> float | None:
+        """Seconds of the target's (``draft``: the draft's) prefill of k prompt tokens, linear in
+        k between timed sizes and past the largest its last slope, as a target forward is; None
+        where prefills were not timed."""
+        curves = self.prefills.get("draft" if draft else "target")
+        if not curves:
+            return None
+        check_k(k)
+        ks = tuple(sorted(curves))
+        return float(_interp_k(k, ks, [curves[x](context_len) for x in ks]))
+
     # -- construction and files -------------------------------------------------------------
 
     @classmethod
@@ -302,7 +323,9 @@ class TableLatency:
         return cls(name=name, draft=draft, target=_k_curves(med, "target_forward"), hardware=hardware,
                    source="trace samples (medians)", draft_layer=draft_layer,
                    target_trees=_k_curves(med, "target_tree"), draft_trees=_k_curves(med, "draft_tree"),
-                   exit_heads=_k_curves(med, "exit_head"), plain_step=plain)
+                   exit_heads=_k_curves(med, "exit_head"), plain_step=plain,
+                   prefills={model: curves[False] for model in ("target", "draft")
+                             if (curves := _k_curves(med, f"{model}_prefill")).get(False)})
 
     def to_profile(self) -> dict:
         profile = self._curves()
@@ -314,6 +337,8 @@ class TableLatency:
                 profile[key] = _k_list(series)
         if self.verify_feeds_draft:
             profile["verify_feeds_draft"] = True
+        for model, curves in sorted(self.prefills.items()):  # a profile without prefills reads as before
+            profile[f"{model}_prefill"] = _k_list({False: curves})
         return {**profile_header("table", self), **profile}
 
     def _curves(self) -> dict:
@@ -341,6 +366,8 @@ class TableLatency:
             table.draft_trees = _read_k_list(data.get("draft_tree", []))
             table.exit_heads = _read_k_list(data.get("exit_head", []))
             table.verify_feeds_draft = bool(data.get("verify_feeds_draft", False))
+            table.prefills = {model: curves[False] for model in ("target", "draft")
+                              if (curves := _read_k_list(data.get(f"{model}_prefill", []))).get(False)}
         except (KeyError, TypeError, ValueError) as exc:
             raise SimlabError(f"latency profile {data.get('name', '?')!r} is malformed ({exc!r})") from exc
         return table

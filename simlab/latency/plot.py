@@ -21,9 +21,11 @@ FORMATS = (".png", ".svg", ".pdf")
 PANELS_PER_ROW = 3
 TITLES = {"draft": "draft step", "exit": "early-exit draft step", "target": "target forward",
           "target_tree": "target tree verification", "draft_tree": "draft tree expansion",
-          "exit_head": "exit head (shadow tokens)"}
+          "exit_head": "exit head (shadow tokens)", "target_step": "plain decoding step",
+          "target_prefill": "target prefill", "draft_prefill": "draft prefill"}
 X_LABELS = {"exit": "exit layer", "target": "k (new tokens)", "target_tree": "k (last token + nodes)",
-            "draft_tree": "nodes", "exit_head": "rows of hidden state"}
+            "draft_tree": "nodes", "exit_head": "rows of hidden state", "target_prefill": "k (prompt tokens)",
+            "draft_prefill": "k (prompt tokens)", "target_step": "k (one token)"}
 
 
 def plot_fit(model: FittedLatency, samples: pd.DataFrame, path: str | Path) -> Path:

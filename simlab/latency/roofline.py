@@ -280,6 +280,11 @@ class RooflineLatency:
         mem_s = DTYPE_BYTES[self.dtype] * head / (self.gpu.memory_bandwidth_gb_s * 1e9)
         return max(mem_s, 2.0 * rows * head / (self.gpu.matmul_tflops * 1e12))
 
+    def prefill(self, k: int, context_len, draft: bool = False) -> None:
+        """None: a roofline's prefills are priced from shapes, as batched forwards
+        (:meth:`~simlab.latency.batch.BatchLatency.prefill`)."""
+        return None
+
     def gpus_needed(self, shape: ModelShape) -> int:
         return math.ceil(shape.total_params * DTYPE_BYTES[self.dtype] / (self.gpu.memory_gb * 1e9))
 

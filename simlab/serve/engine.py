@@ -18,6 +18,12 @@ An engine step, in model time (docs/serving.md):
    request's position 0: the single-request executor's price (:mod:`simlab.sim.executor`), the
    batch's rows in one head per layer; requests that reached their end leave the batch.
 
+With a ``mixed`` scheduler (llama.cpp's server, :mod:`simlab.serve.scheduler`) a step that both
+admits and decodes has no prefill forward of its own: its verification forward carries the
+admitted prompts too, priced as that verification plus what the prompts' tokens add to a forward
+of the step's tokens (:meth:`~simlab.latency.batch.BatchLatency.beside`), and each admitted
+request's first token comes when it ends.
+
 Requests proceed in lock-step: nobody starts the next round before the step ends. Forwards
 are booked on two :class:`~simlab.sim.devices.Device` rows (draft, target), which refuse
 overlapping work, and the step is handed to SimPy as one timeout (event aggregation, as the
@@ -27,6 +33,7 @@ single-request executor does for serial rounds). An idle engine sleeps until an 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import simpy
@@ -98,10 +105,13 @@ class Engine:
         decoders = self.running
         admitted = self.scheduler.admit(self.waiting, len(decoders))
         t = now
-        if admitted:
-            t = self._prefill(admitted, t)
-        if decoders:
-            t = self._decode(decoders, t)
+        if admitted and decoders and self.scheduler.mixed:
+            t = self._decode(decoders, t, admitted)
+        else:
+            if admitted:
+                t = self._prefill(admitted, t)
+            if decoders:
+                t = self._decode(decoders, t)
         self.running = [r for r in decoders if not r.done] + [r for r in admitted if not r.done]
         return t
 
@@ -110,15 +120,23 @@ class Engine:
         lens = [r.prompt_len for r in admitted]
         seconds = self.latency.prefill(lens, drafts=any(r.policy.drafts for r in admitted))
         end = self._book(self.target_dev, t, seconds, "prefill", len(admitted), sum(lens))
+        self._first_tokens(admitted, t, end)
+        return self._shadows(end, len(admitted), len(admitted))
+
+    def _first_tokens(self, admitted: Sequence[ServedRequest], start: float, end: float) -> None:
+        """The admitted requests' prefill ran in the step from ``start`` and ended at ``end``:
+        position 0 is out, and they decode from the next step."""
         for r in admitted:
-            r.admitted, r.first_token = t, end
+            r.admitted, r.first_token = start, end
             r.start()
             if r.done:  # a one-token answer: the prefill emitted all of it
                 self._finish(r, end)
-        return self._shadows(end, len(admitted), len(admitted))
 
-    def _decode(self, decoders: list[ServedRequest], t: float) -> float:
+    def _decode(self, decoders: list[ServedRequest], t: float, admitted: Sequence[ServedRequest] = ()) -> float:
+        """One decode step from ``t``; ``admitted`` (a mixed scheduler's) are prefilled in its
+        verification forward."""
         stats = self.stats
+        start = t
         ctxs = [r.context for r in decoders]
         cap = self.batch_policy.cap([r.policy for r in decoders], ctxs)
         stats.caps[cap] = stats.caps.get(cap, 0) + 1
@@ -138,10 +156,18 @@ class Engine:
         else:  # autoregressive decoding: a plain step, with no draft beside it
             verify = self.latency.step(ctxs)
         accepted = 0
-        for r, (start, k, layer) in zip(decoders, rounds):
-            accepted += r.verify(start, k, layer, self.positions)
-        t = self._book(self.target_dev, t, verify, "verify", len(decoders), sum(drafts) + len(decoders), accepted)
-        t = self._shadows(t, len(decoders), accepted + len(decoders))  # a decoder's step ends after it, as live
+        for r, (first, k, layer) in zip(decoders, rounds):
+            accepted += r.verify(first, k, layer, self.positions)
+        tokens, what = sum(drafts) + len(decoders), "verify"
+        if admitted:
+            self.stats.prefill_steps += 1
+            lens = [r.prompt_len for r in admitted]
+            verify += self.latency.beside(lens, tokens, drafts=any(r.policy.drafts for r in [*decoders, *admitted]))
+            tokens, what = tokens + sum(lens), "verify+prefill"
+        t = self._book(self.target_dev, t, verify, what, len(decoders) + len(admitted), tokens, accepted)
+        self._first_tokens(admitted, start, t)
+        # a decoder's step ends after the shadow read, as live
+        t = self._shadows(t, len(decoders) + len(admitted), accepted + len(decoders) + len(admitted))
         for r in decoders:
             if r.done:
                 self._finish(r, t)

@@ -9,9 +9,14 @@ The rules (docs/serving.md):
   least each decoder verifies). Draft tokens are not budgeted: how many a step verifies is
   what the drafting policies decide. ``check`` makes sure the longest prompt fits beside a
   full batch, so the head of the queue is always admitted eventually.
-- Admitted requests are prefilled in the same step, before the running requests' draft and
-  verification forwards (prefill-first mixing, as vLLM's default scheduler does), and decode
-  from the next step on.
+- Admitted requests are prefilled in the same step and decode from the next step on. Where
+  their prefill runs is ``mixed``'s choice. Off (the default): in forwards of their own, before
+  the running requests' draft and verification forwards (prefill-first, as vLLM's default
+  scheduler does). On: their prompts ride in the running requests' verification forward, one
+  target forward over every decoder's drafts and every admitted prompt, as llama.cpp's
+  ``llama-server`` builds its batch (``update_slots`` in ``tools/server/server-context.cpp``: the
+  generating slots' tokens and drafts first, then pending prompt tokens up to ``n_batch``, then one
+  ``llama_decode``), so an admitted request's first token comes at the end of that forward.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ DEFAULT_TOKEN_BUDGET = 2048
 class Scheduler:
     max_batch: int = DEFAULT_MAX_BATCH
     token_budget: int = DEFAULT_TOKEN_BUDGET
+    mixed: bool = False
 
     def __post_init__(self) -> None:
         if self.max_batch < 1:

@@ -59,7 +59,8 @@ class ServeLoad:
     def columns(self) -> dict[str, Any]:
         """The settings every row of the table states."""
         return {"requests_per_rate": self.requests, "max_batch": self.scheduler.max_batch,
-                "token_budget": self.scheduler.token_budget, "slo_ttft_s": self.slo.ttft_s, "slo_tpot_s": self.slo.tpot_s}
+                "token_budget": self.scheduler.token_budget,
+                "mixed_prefill": self.scheduler.mixed, "slo_ttft_s": self.slo.ttft_s, "slo_tpot_s": self.slo.tpot_s}
 
 
 def serve_table(rows: list[dict[str, Any]], names: list[str], sim: Simulator, load: ServeLoad) -> pd.DataFrame:

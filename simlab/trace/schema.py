@@ -140,8 +140,11 @@ OPTIONAL_TABLES = frozenset({"layers", "topk", "tree"})
 # per exit layer; context_len 0: it reads no KV cache). simlab.record.latency says how. An engine
 # whose one-token target forward is not its plain decoding step (llama.cpp's verification also
 # runs the draft) times that step on its own as target_step (k = 1): the autoregressive baseline.
+# A prompt's prefill as a server runs it (k prompt tokens, only the last position's logits) may be
+# timed too, the target's and the draft's apart: target_prefill, draft_prefill.
 REQUIRED_LATENCY_OPS = ("draft_step", "target_forward")
-LATENCY_OPS = (*REQUIRED_LATENCY_OPS, "target_tree", "draft_tree", "exit_head", "target_step")
+LATENCY_OPS = (*REQUIRED_LATENCY_OPS, "target_tree", "draft_tree", "exit_head", "target_step", "target_prefill",
+               "draft_prefill")
 NOT_IN_TOPK = -1  # a target token's rank when it is not among the draft's recorded top-K
 # No forward of any model on any hardware simlab targets takes an hour: a latency sample (or a
 # latency model's answer) above this is a unit mistake or corruption, not a measurement.

@@ -78,7 +78,8 @@ def test_llama_server_under_spread_arrivals_makes_the_predicted_counts(trace, tm
 def test_the_batch_probe_times_two_sequences_decoded_together():
     """The trace tool's batch axis on SmolLM2 (tiny: one context, k = 1, 2, one repeat): the
     forwards of two sequences at once get rows of batch 2, each a positive time, and every batch
-    size its plain decoding step (``target_step``) beside the verifications."""
+    size its plain decoding step (``target_step``) beside the verifications; one sequence also
+    its prefills."""
     from simlab.engines import llama_cpp
     from simlab.engines.llama_args import ModelPair
     from simlab.engines.llama_record import EnginePrompt, Probe, reprobe
@@ -90,7 +91,9 @@ def test_the_batch_probe_times_two_sequences_decoded_together():
     lat = reprobe(llama_cpp.build_trace_tool().binary, ModelPair(gguf, gguf, 2), EnginePrompt(0, "p", "def add(a, b):"),
                   probe)
     rows = sorted(zip(lat["batch"], lat["op"], lat["k"], lat["context_len"]))
-    assert rows == [(1, "draft_step", 1, 32), (1, "target_forward", 1, 32), (1, "target_step", 1, 32),
+    # a prompt's prefill (the target's and the draft's) is timed for one sequence only
+    assert rows == [(1, "draft_prefill", 1, 32), (1, "draft_step", 1, 32), (1, "target_forward", 1, 32),
+                    (1, "target_prefill", 1, 32), (1, "target_step", 1, 32),
                     (2, "draft_step", 1, 32), (2, "target_forward", 1, 32), (2, "target_forward", 2, 32),
                     (2, "target_step", 1, 32)]
     assert (lat["seconds"] > 0).all()
@@ -116,7 +119,7 @@ def test_a_reprobe_gives_a_trace_from_before_the_plain_step_its_steps(trace, tmp
     main(["llama-cpp", "record", "--out", str(path), "--reprobe"])
     new = read_trace(path)
     pd.testing.assert_frame_equal(new.positions, old.positions)
-    assert set(new.latency["op"]) == {"draft_step", "target_forward", "target_step"}
+    assert set(new.latency["op"]) == {"draft_step", "target_forward", "target_step", "target_prefill", "draft_prefill"}
     assert (new.latency["seconds"] > 0).all() and new.manifest.extra["reprobe"]["probe_seconds"] > 0
     capsys.readouterr()
     main(simulate)

@@ -120,6 +120,18 @@ double forward(llama_context * ctx, const std::vector<llama_token> & tokens, int
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// A prompt's prefill as llama-server runs it: one forward of `tokens` with only the last
+// position's logits, sampled by `smpl` (the target samples the request's first token there; the
+// draft, which only keeps its cache in step, samples nothing: nullptr). Returns the seconds.
+double timed_prefill(llama_context * ctx, const std::vector<llama_token> & tokens, int pos0, common_sampler * smpl) {
+    const auto t0 = std::chrono::steady_clock::now();
+    forward(ctx, tokens, pos0, false);
+    if (smpl != nullptr) {
+        common_sampler_sample(smpl, ctx, (int) tokens.size() - 1);
+    }
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 std::vector<int> int_list(const std::string & s) {
     std::vector<int> out;
     size_t start = 0;
@@ -246,6 +258,11 @@ int main(int argc, char ** argv) {
     // - target_step: the target's one-token forward and its sampler alone, the step of llama.cpp's
     //   plain decoding (a llama-server slot without a draft model): the autoregressive baseline,
     //   which target_forward of 1 token is not here, as it runs the draft too.
+    // - target_prefill and draft_prefill of k tokens (BATCH = 1 only): a prompt's prefill as
+    //   llama-server runs it, the target's forward of k tokens with only the last position's
+    //   logits, sampled (the request's first token), then the draft's forward of the same tokens
+    //   (its cache, which common_speculative_process keeps in step); timed apart, as a server
+    //   without a draft model runs the first alone.
     // Each at the given context lengths, the caches filled with the prompt's tokens, repeated.
     // With BATCH = B > 1 each step is llama-server's for B slots (tools/server/server-context.cpp
     // update_slots): every sequence holds ctx_len tokens; a draft step is ONE draft decode of one
@@ -302,6 +319,14 @@ int main(int argc, char ** argv) {
                 clear(ctx_tgt);
                 clear(ctx_dft);
                 fprintf(out, "L\ttarget_forward\t%d\t%d\t%d\t%.9g\t%d\n", k, ctx_len, rep, s, n_seq);
+                if (n_seq == 1) {  // k prompt tokens prefilled: the target's forward, then the draft's
+                    const double t = timed_prefill(ctx_tgt, toks, ctx_len, smpl_tgt[0].get());
+                    clear(ctx_tgt);
+                    fprintf(out, "L\ttarget_prefill\t%d\t%d\t%d\t%.9g\t%d\n", k, ctx_len, rep, t, n_seq);
+                    const double d = timed_prefill(ctx_dft, toks, ctx_len, nullptr);
+                    clear(ctx_dft);
+                    fprintf(out, "L\tdraft_prefill\t%d\t%d\t%d\t%.9g\t%d\n", k, ctx_len, rep, d, n_seq);
+                }
             }
             auto t0 = std::chrono::steady_clock::now();
             forward(ctx_tgt, {inp.back()}, ctx_len, true, 0, n_seq);

@@ -173,28 +173,31 @@ def measure(binary: Path, pair: ModelPair, view: Trace, batch: int, n_predict: i
     server's own log."""
     texts = list(view.prompts["prompt_text"])
     prompts = [texts[i % len(texts)] for i in range(batch)]
+    name = policy_of(drafting)[0]
     with running(binary, pair, batch, slot_context(view, drafting), drafting, log_file) as server:
+
+        def timed(requests: list[str], **schedule) -> tuple[list[Answer], dict]:
+            load = OtherLoad(pids=[server.pid])
+            answers = send(server.url, requests, n_predict, **schedule)
+            return answers, {**burst_figures(answers), "other_cpu": load.share()}
+
         send(server.url, prompts, WARMUP_TOKENS)
         if arrivals is not None:
-            load = OtherLoad(pids=[server.pid])
-            answers = send(server.url, [texts[i % len(texts)] for i in range(len(arrivals))], n_predict, at=arrivals)
-            figures = {**burst_figures(answers), "other_cpu": load.share()}
-            log(f"{policy_of(drafting)[0]} B={batch}, {len(arrivals)} arrivals: {figures['tokens_per_s']:.2f} tokens/s "
-                f"(other processes {_percent(figures['other_cpu'])} of the CPU)")
-            return answers, figures
-        for attempt in range(1, BURST_TRIES + 1):
-            load = OtherLoad(pids=[server.pid])
-            answers = send(server.url, prompts, n_predict, gate=prompts[0])
-            figures = {**burst_figures(answers), "other_cpu": load.share()}
-            spread = figures["first_token_spread_s"]
-            if batch == 1 or spread <= SAME_STEP_S:
-                break
-            log(f"{policy_of(drafting)[0]} B={batch} burst: first tokens {1e3 * spread:.0f} ms apart (prompts prefilled in more than one "
-                f"step), not counted ({figures['tokens_per_s']:.2f} tokens/s); try {attempt}")
+            what = f"B={batch}, {len(arrivals)} arrivals"
+            answers, figures = timed([texts[i % len(texts)] for i in range(len(arrivals))], at=arrivals)
         else:
-            raise SimlabError(f"{BURST_TRIES} bursts of {batch} requests in a row were not prefilled in one step")
-    log(f"{policy_of(drafting)[0]} B={batch} burst: {figures['tokens_per_s']:.2f} tokens/s (other processes "
-        f"{_percent(figures['other_cpu'])} of the CPU)")
+            what = f"B={batch} burst"
+            for attempt in range(1, BURST_TRIES + 1):
+                answers, figures = timed(prompts, gate=prompts[0])
+                spread = figures["first_token_spread_s"]
+                if batch == 1 or spread <= SAME_STEP_S:
+                    break
+                log(f"{name} {what}: first tokens {1e3 * spread:.0f} ms apart (prompts prefilled in more than one "
+                    f"step), not counted ({figures['tokens_per_s']:.2f} tokens/s); try {attempt}")
+            else:
+                raise SimlabError(f"{BURST_TRIES} bursts of {batch} requests in a row were not prefilled in one step")
+    log(f"{name} {what}: {figures['tokens_per_s']:.2f} tokens/s (other processes {_percent(figures['other_cpu'])} "
+        "of the CPU)")
     return answers, figures
 
 

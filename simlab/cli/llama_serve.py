@@ -28,6 +28,8 @@ from simlab.cli.output import Force, frame_output
 from simlab.errors import SimlabError
 from simlab.paths import portable_path
 
+ARRIVALS_DEFAULTS = (8, 0)  # --requests, --seed: given without --rate, they are refused rather than ignored
+
 
 @llama_app.command("serve")
 def serve_command(
@@ -55,8 +57,8 @@ def serve_command(
     rate: float | None = typer.Option(None, "--rate", help="Spread arrivals instead of bursts: a Poisson process of this "
                                       "many requests per second (request i: the trace's prompt i mod N) into each "
                                       "server's B slots; TTFT and end-to-end latency compared per request."),
-    requests: int = typer.Option(8, "--requests", help="With --rate: requests per run."),
-    seed: int = typer.Option(0, "--seed", help="With --rate: seed of the Poisson arrivals."),
+    requests: int = typer.Option(ARRIVALS_DEFAULTS[0], "--requests", help="With --rate: requests per run."),
+    seed: int = typer.Option(ARRIVALS_DEFAULTS[1], "--seed", help="With --rate: seed of the Poisson arrivals."),
     jobs: int = typer.Option(2, "--jobs", help="Parallel compile jobs, if llama.cpp must be built."),
     force: Force = False,
 ) -> None:
@@ -77,7 +79,7 @@ def serve_command(
         from simlab.serve.workload import poisson_arrivals
 
         arrivals = poisson_arrivals(rate, requests, seed)
-    elif (requests, seed) != (8, 0):
+    elif (requests, seed) != ARRIVALS_DEFAULTS:
         raise SimlabError("--requests and --seed set the arrivals of --rate; add --rate R")
     trace = read_trace(trace_path)
     drafting = Drafting(draft_max, draft_min, p_min)

@@ -17,7 +17,8 @@ from simlab.errors import SimlabError
 from simlab.policies import REGISTRY, Outcome, PolicyContext
 from simlab.policies.base import COUNT, ConfidencePredictor, Decision, Param, RoundState, Serial, choice
 from simlab.policies.dv import DraftVerify
-from simlab.policies.early_exit import Del, row_max, tpl_argmax, tpl_row
+from simlab.policies.del_update import row_max, tpl_argmax, tpl_row
+from simlab.policies.early_exit import Del
 from simlab.policies.entropy import AdaEdl, acceptance_lower_bound
 from simlab.policies.hf import roc_threshold
 from simlab.policies.llama_cpp import LlamaCpp
@@ -374,8 +375,8 @@ def test_del_pays_an_exit_head_per_exit_layer_for_each_shadow_read():
 
 def test_token_per_layer_eq_1():
     assert tpl_row(1.0, 5, 18, 8)[18] == pytest.approx(19 / 98)
-    assert tpl_row(0.0, 2, 0, 8) == [pytest.approx(1 / 8)]
-    assert tpl_row(0.5, 1, 1, 2) == [pytest.approx(1 / 2), pytest.approx(1.5 / 3)]  # (1 - 0.25) / 0.5 tokens over 1 + 2 layers
+    assert tpl_row(0.0, 2, 0, 8).tolist() == [pytest.approx(1 / 8)]
+    assert tpl_row(0.5, 1, 1, 2).tolist() == [pytest.approx(1 / 2), pytest.approx(1.5 / 3)]  # (1 - 0.25) / 0.5 tokens over 1 + 2 layers
 
 
 def test_del_update_by_hand():
@@ -454,7 +455,7 @@ class PlainDel:
             self.tau[layer] = (matched_conf + mismatched_conf) / 2
         best = -1.0
         for layer in self.layers:
-            row = tpl_row(self.alpha[layer], layer, self.d_max, self.n_layers)
+            row = tpl_row(self.alpha[layer], layer, self.d_max, self.n_layers).tolist()
             if max(row) > best:
                 best, self.exit_layer, self.gamma = max(row), layer, row.index(max(row))
 

@@ -16,8 +16,8 @@ from simlab.cli.policy_options import declared, flag_type
 from simlab.errors import SimlabError
 from simlab.policies import REGISTRY, Outcome, PolicyContext
 from simlab.policies.base import COUNT, ConfidencePredictor, Decision, Param, RoundState, Serial, choice
-from simlab.policies.dv import DraftVerify
 from simlab.policies.del_update import row_max, tpl_argmax, tpl_row
+from simlab.policies.dv import DraftVerify
 from simlab.policies.early_exit import Del
 from simlab.policies.entropy import AdaEdl, acceptance_lower_bound
 from simlab.policies.hf import roc_threshold

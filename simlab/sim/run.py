@@ -12,6 +12,7 @@ from simlab.metrics import SUMMARY_KEYS, PositionStats, Summary, total
 from simlab.params import check_seed
 from simlab.policies import PolicyContext, make_policy
 from simlab.policies.base import AcceptancePredictor
+from simlab.policies.early_exit import Del
 from simlab.policies.fixed import VanillaSD
 from simlab.sim.context import policy_context, tabulated, typical_context_len
 from simlab.sim.devices import Slice, Topology
@@ -90,6 +91,7 @@ class Simulator:
         self._reference: Reference | None = None
         self._sd: FixedGammaSD | None = None  # vanilla SD in closed form: the reference, and `sd` runs
         self._trees: TreeRounds | None = None  # tree policies in closed form
+        self._del = None  # DEL's rounds, compiled (simlab.sim.del_rounds)
 
     def context(self) -> PolicyContext:
         """What every policy of this simulator is built with (:mod:`simlab.sim.context`)."""
@@ -118,6 +120,8 @@ class Simulator:
             sim = self._fixed_gamma().simulate(pol.gamma)
         elif pol.drafts_trees and not keep_tokens and timeline_prompt is None:
             sim = self._tree_rounds().simulate(pol)
+        elif type(pol) is Del and not keep_tokens and timeline_prompt is None and self._del_rounds().replays(pol):
+            sim = self._del_rounds().simulate(pol)
         if sim is None:
             executor = SimExecutor(self.latency, self.topology, keep_tokens=keep_tokens, timeline_prompt=timeline_prompt)
             sim = executor.run(self.replay, pol)
@@ -144,6 +148,15 @@ class Simulator:
         if self._trees is None:
             self._trees = TreeRounds(self.replay, self.latency)
         return self._trees
+
+    def _del_rounds(self):
+        """DEL's compiled replay (:mod:`simlab.sim.del_rounds`), imported with the first DEL run:
+        it imports numba, which no other policy needs."""
+        if self._del is None:
+            from simlab.sim import del_rounds
+
+            self._del = del_rounds.DelRounds(self.replay, self.latency)
+        return self._del
 
     def _fixed_gamma(self) -> FixedGammaSD:
         if self._sd is None:

@@ -166,14 +166,17 @@ def walls(seconds: np.ndarray, ends: np.ndarray) -> np.ndarray:
 
 
 def rounds_run(prompt_ids: list[int], lengths: list[int], ad_wall_time_s: list[float], calls: np.ndarray,
-               wall: np.ndarray, checked: np.ndarray, accepted: np.ndarray, **per_round: np.ndarray) -> SimRun:
+               wall: np.ndarray, checked: np.ndarray, accepted: np.ndarray, totals: dict[str, np.ndarray] | None = None,
+               **per_round: np.ndarray) -> SimRun:
     """The executor's report from every round of a closed-form replay, in executor order
     (``calls[j]`` rounds of prompt j, then prompt j + 1): per-prompt :class:`Counts` summing
-    ``accepted`` and ``per_round`` (Counts fields) over each prompt's rounds, and the
-    positional histograms of ``checked`` / ``accepted`` drafts per round."""
+    ``accepted`` and ``per_round`` (Counts fields) over each prompt's rounds, taking ``totals``
+    (Counts fields per prompt, summed by the caller: time booked outside rounds) as they are,
+    and the positional histograms of ``checked`` / ``accepted`` drafts per round."""
     prompt = np.repeat(np.arange(len(prompt_ids)), calls)
     sums = {name: np.bincount(prompt, weights=v, minlength=len(prompt_ids))
             for name, v in (("accepted", accepted), *per_round.items())}
+    sums.update(totals or {})
     runs = []
     for j, (prompt_id, n) in enumerate(zip(prompt_ids, lengths)):
         counts = Counts(tokens=n - 1, target_calls=int(calls[j]), wall_time_s=float(wall[j]),

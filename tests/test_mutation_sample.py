@@ -89,6 +89,12 @@ MUTANTS = [
            "(stretch[1:] == stretch[:-1])", "fixed-γ SD's catch-up missed after a stretch that ended fully accepted"),
     Mutant("simlab/sim/trees.py", "leaf = (accepted > 0) & ~has_children[node + 1]",
            "leaf = (accepted > 0) & has_children[node + 1]", "a fixed tree's catch-up after an expanded node, not a leaf"),
+    Mutant("simlab/policies/del_update.py", "sums[j] = sums[j] * omega + total", "sums[j] = sums[j] + total",
+           "DEL's sums not decayed (eq. 2's ω ignored)"),
+    Mutant("simlab/sim/del_rounds.py", "held[i] = min(held[i], pl + c + accepted)",
+           "held[i] = min(held[i], pl + c + accepted + 1)", "DEL's draft caches keep the first rejected draft"),
+    Mutant("simlab/sim/del_rounds.py", "if accepted >= n - c:", "if accepted > n - c:",
+           "DEL's replay accepts the end token as a draft"),
 ]
 
 

@@ -11,9 +11,10 @@ the clock, so they can be made first and priced after:
 
 1. :func:`_decide` (numba) walks each prompt as :func:`simlab.rounds.decode` walks DEL: the plan
    (exit layer E, up to d_max drafts, or γ with ``dynamic_exit`` off), the draft run read from
-   the replay as ``PromptReplay.draft_until`` reads it (the layer's true path to its first
-   rejection, then its divergence rollout or its teacher-forced signals, the tail past the
-   path's end, rollout overruns), the drop at confidence < τ_E, the verification's acceptance
+   the replay as ``PromptReplay.draft_until`` reads it (:func:`simlab.sim.paths.confidence`:
+   the layer's true path to its first rejection, then its divergence rollout or its
+   teacher-forced signals, the tail past the path's end, rollout overruns), the drop at
+   confidence < τ_E, the verification's acceptance
    (the end token always the target's), the draft caches' account
    (:class:`~simlab.sim.draft_cache.DraftCache`: what each round's first draft forward feeds),
    and the update, :func:`simlab.policies.del_update.update` itself;
@@ -40,48 +41,29 @@ from simlab.latency.grid import LatencyGrid
 from simlab.policies.del_update import update
 from simlab.policies.early_exit import Del
 from simlab.sim.executor import SimRun, ad_seconds, shadow_heads
+from simlab.sim.paths import FlatPaths, confidence
 from simlab.sim.vanilla import TargetRows, rounds_run, walls
-from simlab.trace.replay import DraftPath, TraceReplay
+from simlab.trace.replay import TraceReplay
 
 
 class DelRounds:
-    """A trace's exit-layer paths as flat arrays for :func:`_decide`, and its pricing.
-
-    Prompt p's positions 0..n-1 are entries ``start[p]..start[p] + n - 1`` of every per-position
-    array, with one more entry for position n (where a run that reaches the path's end reads the
-    tail): ``run`` and ``conf`` per exit layer (rows in ascending layer order), ``rollout_at`` /
-    ``rollout_len`` the layer's rollout recorded at a divergence position (steps 1.. in
-    ``rollout_conf``; length -1: none), ``head`` the tail's step 0 at position n (where ``has_head``).
-    ``table``: the prompts' shadow-token tables, stacked in the same entries.
-    """
+    """A trace's exit-layer paths (:class:`~simlab.sim.paths.FlatPaths`, rows in ascending layer
+    order) and shadow-token tables (stacked in the same entries) for :func:`_decide`, and the
+    pricing of its rounds."""
 
     def __init__(self, replay: TraceReplay, grid: LatencyGrid):
         self.replay, self.grid = replay, grid
-        prompts = replay.prompts
         self.layers = tuple(sorted(replay.trace.manifest.exit_layers))
-        self.usable = bool(self.layers) and all(tuple(sorted(p.layers)) == self.layers for p in prompts)
-        n = replay.lengths
-        self.start = np.concatenate([[0], np.cumsum(n + 1)]).astype(np.int64)
-        self.ad_wall_time_s = [ad_seconds(grid, pl, m) for pl, m in zip(replay.prompt_lens.tolist(), n.tolist())]
+        self.ad_wall_time_s = [ad_seconds(grid, pl, n) for pl, n in zip(replay.prompt_lens.tolist(),
+                                                                        replay.lengths.tolist())]
+        self.usable = bool(self.layers) and all(tuple(sorted(p.layers)) == self.layers for p in replay.prompts)
         if not self.usable:
             return
-        size, k = int(self.start[-1]), len(self.layers)
-        self.run, self.conf = np.zeros((k, size), dtype=np.int64), np.zeros((k, size))
-        self.rollout_at, self.rollout_len = np.zeros((k, size), dtype=np.int64), np.full((k, size), -1, dtype=np.int64)
-        self.head, self.has_head = np.zeros((k, len(prompts))), np.zeros((k, len(prompts)), dtype=np.bool_)
-        self.table = np.zeros((size, 1 + 3 * k))
-        rollout_conf: list[float] = []
-        for p, rp in enumerate(prompts):
-            a = int(self.start[p])
+        self.paths = FlatPaths(replay, self.layers)
+        self.usable = self.paths.usable
+        self.table = np.zeros((int(self.paths.start[-1]), 1 + 3 * len(self.layers)))
+        for a, rp in zip(self.paths.start.tolist(), replay.prompts):
             self.table[a:a + rp.n_tokens] = rp.shadow_tokens.table
-            for i, layer in enumerate(self.layers):
-                path = rp.layers[layer]
-                self.run[i, a:a + rp.n_tokens] = path.run
-                self.conf[i, a:a + rp.n_tokens] = path.confidence
-                if not self._rollouts(path, rp.n_tokens, i, a, p, rollout_conf):
-                    self.usable = False
-                    return
-        self.rollout_conf = np.array(rollout_conf)
         self.cum = np.array([grid.draft_cumulative(layer) for layer in self.layers])
         self.verify = TargetRows(grid)
 
@@ -91,27 +73,10 @@ class DelRounds:
         it could read (:attr:`usable`)."""
         return self.usable and type(policy) is Del and not policy.stops_at_draft_end
 
-    def _rollouts(self, path: DraftPath, n: int, i: int, a: int, p: int, flat: list[float]) -> bool:
-        """Layer i's rollouts in prompt p (entries from ``a``) into the arrays; False for a
-        rollout recorded with no step past its first."""
-        head = path.rollouts.head(n)
-        if head is not None:
-            self.head[i, p], self.has_head[i, p] = head[0], True
-        for d in range(n + 1):
-            rollout = path.rollouts.get(d)
-            if rollout is None:
-                continue
-            if not rollout[0]:
-                return False
-            self.rollout_at[i, a + d], self.rollout_len[i, a + d] = len(flat), len(rollout[0])
-            flat += rollout[0]
-        return True
-
     def simulate(self, policy: Del) -> SimRun:
         """Everything the SimPy executor reports for ``policy``, timelines and tokens aside."""
         replay, grid = self.replay, self.grid
-        decided = _decide(replay.prompt_lens, replay.lengths, replay.budgets, self.start, self.run, self.conf,
-                          self.rollout_at, self.rollout_len, self.rollout_conf, self.head, self.has_head, self.table,
+        decided = _decide(replay.prompt_lens, replay.lengths, replay.budgets, self.paths.arrays, self.table,
                           policy.dynamic_exit, policy.constants)
         rounds, overruns, prompt, c, drafted, layer, feed, k, accepted = decided
         ctx = replay.prompt_lens[prompt] + c
@@ -150,62 +115,12 @@ def _round_of_prompt(rounds: np.ndarray) -> np.ndarray:
 
 
 @njit(cache=True)
-def _draft_until(c: int, cap: int, n: int, a: int, i: int, p: int, run: np.ndarray, conf: np.ndarray,
-                 rollout_at: np.ndarray, rollout_len: np.ndarray, rollout_conf: np.ndarray, head: np.ndarray,
-                 has_head: np.ndarray, tau: float) -> tuple[int, bool, int]:
-    """``PromptReplay.draft_until`` from position c of layer i's path with DEL's decision
-    (drop the first token of confidence < τ): tokens drafted, whether the last was dropped, and
-    rollout overruns."""
-    d = c + run[i, a + c]  # the run's first rejected position (n when the run reaches the end)
-    hi = d + 1 if d < n else n
-    drafted, overruns = 0, 0
-    for t in range(c, min(c + cap, hi)):  # on the true path
-        drafted += 1
-        if conf[i, a + t] < tau:
-            return drafted, True, overruns
-    t, j = hi, hi - c + 1  # j: the next token's place in the run (1-based)
-    if j > cap:
-        return drafted, False, overruns
-    if t == d:  # the run reaches past the path's end: the tail's step 0
-        x = head[i, p]
-        if not has_head[i, p]:
-            overruns += 1
-            x = conf[i, a + n - 1]
-        drafted += 1
-        if x < tau:
-            return drafted, True, overruns
-        t, j = t + 1, j + 1
-    length = rollout_len[i, a + d]
-    if length < 0:  # teacher-forced signals at the next positions, the last one repeated
-        for _ in range(j, cap + 1):
-            drafted += 1
-            if conf[i, a + min(t, n - 1)] < tau:
-                return drafted, True, overruns
-            t += 1
-        return drafted, False, overruns
-    base = rollout_at[i, a + d]
-    for s in range(t - d - 1, min(length, t - d - 1 + cap - j + 1)):  # the rollout's steps
-        drafted += 1
-        if rollout_conf[base + s] < tau:
-            return drafted, True, overruns
-        j += 1
-    for _ in range(j, cap + 1):  # past the recorded rollout
-        overruns += 1
-        drafted += 1
-        if rollout_conf[base + length - 1] < tau:
-            return drafted, True, overruns
-    return drafted, False, overruns
-
-
-@njit(cache=True)
-def _decide(prompt_lens, lengths, budgets, start, run, conf, rollout_at, rollout_len, rollout_conf, head, has_head,
-            table,
-            dynamic, constants):
+def _decide(prompt_lens, lengths, budgets, paths, table, dynamic, constants):
     """Every prompt's DEL rounds as :func:`simlab.rounds.decode` and the executor make them
     (module docstring, step 1): per prompt its rounds and rollout overruns; per round its
     prompt, start position, tokens drafted (a dropped one included), exit layer (index), tokens
     its first draft forward fed, drafts verified and drafts accepted."""
-    k_layers, d_max = len(constants[3]), constants[4]
+    k_layers, d_max, run = len(constants[3]), constants[4], paths[1]
     total = int(lengths.sum())
     prompt, at, drafted_r, layer_r = np.empty(total, np.int64), np.empty(total, np.int64), np.empty(total, np.int64), \
         np.empty(total, np.int64)
@@ -213,7 +128,7 @@ def _decide(prompt_lens, lengths, budgets, start, run, conf, rollout_at, rollout
     rounds, overruns = np.zeros(len(lengths), np.int64), np.zeros(len(lengths), np.int64)
     r = 0
     for p in range(len(lengths)):
-        pl, n, budget, a = prompt_lens[p], lengths[p], budgets[p], start[p]
+        pl, n, budget, a = prompt_lens[p], lengths[p], budgets[p], paths[0][p]
         sums, alpha = np.zeros(1 + 3 * k_layers), np.zeros(k_layers)
         guess, searched = np.zeros(k_layers, np.int64), np.zeros(k_layers, np.bool_)
         held = np.zeros(k_layers, np.int64)  # each exit layer's draft cache (DraftCache.held)
@@ -223,11 +138,14 @@ def _decide(prompt_lens, lengths, budgets, start, run, conf, rollout_at, rollout
             c = committed
             cap = min(d_max if dynamic else gamma, budget - c - 1)
             drafted, k = 0, 0
-            if cap > 0 and dynamic:
-                drafted, dropped, over = _draft_until(c, cap, n, a, e, p, run, conf, rollout_at, rollout_len,
-                                                      rollout_conf, head, has_head, tau)
-                overruns[p] += over
-                k = drafted - 1 if dropped else drafted
+            if cap > 0 and dynamic:  # PromptReplay.draft_until: up to cap tokens, dropping one below τ_E
+                for j in range(1, cap + 1):
+                    x, over = confidence(paths, e, p, n, c, j)
+                    overruns[p] += over
+                    drafted, k = j, j
+                    if x < tau:
+                        k = j - 1
+                        break
             elif cap > 0:  # a fixed plan: its signals are never read
                 drafted, k = cap, cap
             fed = 0

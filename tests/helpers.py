@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import signal
 import subprocess
@@ -42,6 +43,69 @@ def latency_table(draft: float = 0.1, verify: dict[int, float] | None = None, ct
     rows += [(f"{model}_prefill", k, c, NO_LAYER, False, 0, s + slope * c) for k, pair in (prefill or {}).items()
              for model, s in zip(("target", "draft"), pair) for c in ctx]
     return pd.DataFrame(rows, columns=["op", "k", "context_len", "layer", "corun", "repeat", "seconds"])
+
+
+def random_trace(seed: int, layers: tuple[int, ...] = (), rolled: tuple[int, ...] = (NO_LAYER,), temperature: float = 0.0,
+                 corun: bool = False) -> Trace:
+    """Prompts (up to five, 1 to 24 positions) of random draft and exit-layer matches and
+    confidences, for pinning a compiled replay to the round protocol through every branch: the
+    drafters of ``rolled`` (``NO_LAYER``: the draft) have their own rollouts, some short (overruns),
+    some prompts a tail past the path's end (step 0 at n) and some none; the others none
+    (teacher-forced signals stand in); some prompts end on an end token with a budget past it, some
+    at the budget; at ``temperature`` > 0 the draft's acceptance is drawn from q/p under the seed.
+    Latency: contexts matter, exit heads and catch-ups are priced, ``corun`` adds co-running samples."""
+    rng = random.Random(seed)
+    prompts, positions, layer_rows, rollouts = [], [], [], []
+    budget = 24
+    for pid in range(rng.randint(1, 5)):
+        n = rng.choice([1, 2, 3, rng.randint(4, budget)])
+        target = 100 + np.arange(n)
+        matches, confs = {}, {}
+        for drafter in (NO_LAYER, *layers):
+            p_match = rng.choice([0.2, 0.6, 0.95, 1.0])
+            matches[drafter] = np.array([rng.random() < p_match for _ in range(n)])
+            confs[drafter] = np.array([rng.choice([rng.random(), 0.97, 0.999]) for _ in range(n)])
+        match, conf = matches[NO_LAYER], confs[NO_LAYER]
+        positions.append(pd.DataFrame({
+            "prompt_id": pid, "pos": np.arange(n), "target_token": target, "draft_token": np.where(match, target, 9_000),
+            "draft_conf": conf, "draft_entropy": 0.1, "q_target": np.where(match, conf, 0.0) if not temperature else
+            np.array([rng.random() for _ in range(n)]), "p_target": np.array([rng.uniform(0.05, 1.0) for _ in range(n)]),
+            "p_draft": 1.0, "accept_prob": 1.0}))
+        prompts.append({"prompt_id": pid, "source": f"random/{pid}", "prompt_len": rng.randint(3, 40), "n_tokens": n,
+                        "stop": rng.choice(["eos", "length"]) if n < budget else "length", "prompt_text": ""})
+        for layer in layers:
+            layer_rows.append(pd.DataFrame({"prompt_id": pid, "pos": np.arange(n), "layer": layer,
+                                            "token": np.where(matches[layer], target, 9_000), "draft_conf": confs[layer],
+                                            "draft_entropy": 0.5}))
+        for drafter in rolled:
+            diverged = np.flatnonzero(~matches[drafter]).tolist() if not temperature or drafter != NO_LAYER else \
+                rng.sample(range(n), rng.randint(0, n))  # sampled acceptance: any position may diverge
+            for d in [*diverged, n]:
+                if d == n and rng.random() < 0.4:
+                    continue  # no tail: the last position's signal stands in, an overrun
+                steps = np.arange(0 if d == n else 1, 1 + rng.choice([1, 2, 5, 12]))  # a tail: step 0 and more
+                rollouts.append(pd.DataFrame({"prompt_id": pid, "pos": d, "step": steps, "token": 7,
+                                              "draft_conf": [rng.choice([rng.random(), 0.98]) for _ in steps],
+                                              "draft_entropy": 0.5, "layer": drafter}))
+    manifest = Manifest(kind="synthetic", draft_model="random", target_model="random", dataset="random",
+                        hardware="none", temperature=temperature, max_new_tokens=budget, exit_layers=list(layers),
+                        n_layers=max(layers, default=0) + 2 if layers else 0, eos_token_ids=[7])
+    latency = latency_table(draft=0.013, layers={layer: 0.01 * layer + 0.001 for layer in layers}, slope=0.0007,
+                            verify={k: 0.3 + 0.05 * k for k in range(1, 40)}, corun=(1.3, 1.1) if corun else None,
+                            heads={r: 0.001 * r + 0.0003 for r in range(1, 40)})
+    return Trace(manifest=manifest, prompts=pd.DataFrame(prompts), positions=pd.concat(positions, ignore_index=True),
+                 rollouts=pd.concat(rollouts, ignore_index=True) if rollouts else empty_table("rollouts"),
+                 latency=latency, layers=pd.concat(layer_rows, ignore_index=True) if layer_rows else None)
+
+
+def assert_same_run(protocol, compiled) -> None:
+    """Two executors' reports (``SimRun``) are equal: every count and time of every prompt, to the
+    last bit, and the per-position histograms."""
+    assert [p.prompt_id for p in compiled.prompts] == [p.prompt_id for p in protocol.prompts]
+    assert [dataclasses.asdict(p.counts) for p in compiled.prompts] == [dataclasses.asdict(p.counts) for p in protocol.prompts]
+    for hist in ("checked_hist", "accepted_hist"):
+        ours, theirs = getattr(compiled.positions, hist), getattr(protocol.positions, hist)
+        assert {n: c for n, c in ours.items() if c} == {n: c for n, c in theirs.items() if c}
 
 
 def noisy_latency(fn, ks, contexts, repeats=5, noise=0.02, seed=0, op="target_forward", corun=False,

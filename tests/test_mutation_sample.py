@@ -95,6 +95,12 @@ MUTANTS = [
            "held[i] = min(held[i], pl + c + accepted + 1)", "DEL's draft caches keep the first rejected draft"),
     Mutant("simlab/sim/del_rounds.py", "if accepted >= n - c:", "if accepted > n - c:",
            "DEL's replay accepts the end token as a draft"),
+    Mutant("simlab/sim/paths.py", "if t <= d and t < n:", "if t < d and t < n:",
+           "a compiled replay reads a run's first rejected draft from its rollout"),
+    Mutant("simlab/sim/spide_rounds.py", "first_new = accepted == m and c + m < n - 1 and",
+           "first_new = accepted == m and c + m < n and", "SPIDE's replay accepts the end token as a new draft"),
+    Mutant("simlab/sim/spide_rounds.py", "np.maximum(new, verify)", "new + verify",
+           "a parallel round priced as its two forwards one after the other"),
 ]
 
 

@@ -14,6 +14,7 @@ from simlab.policies import PolicyContext, make_policy
 from simlab.policies.base import AcceptancePredictor
 from simlab.policies.early_exit import Del
 from simlab.policies.fixed import VanillaSD
+from simlab.policies.spide import Spide
 from simlab.sim.context import policy_context, tabulated, typical_context_len
 from simlab.sim.devices import Slice, Topology
 from simlab.sim.executor import SimExecutor, warn_once
@@ -92,6 +93,7 @@ class Simulator:
         self._sd: FixedGammaSD | None = None  # vanilla SD in closed form: the reference, and `sd` runs
         self._trees: TreeRounds | None = None  # tree policies in closed form
         self._del = None  # DEL's rounds, compiled (simlab.sim.del_rounds)
+        self._spide = None  # SPIDE's rounds, compiled (simlab.sim.spide_rounds)
 
     def context(self) -> PolicyContext:
         """What every policy of this simulator is built with (:mod:`simlab.sim.context`)."""
@@ -122,6 +124,8 @@ class Simulator:
             sim = self._tree_rounds().simulate(pol)
         elif type(pol) is Del and not keep_tokens and timeline_prompt is None and self._del_rounds().replays(pol):
             sim = self._del_rounds().simulate(pol)
+        elif isinstance(pol, Spide) and not keep_tokens and timeline_prompt is None and self._spide_rounds().replays(pol):
+            sim = self._spide_rounds().simulate(pol)
         if sim is None:
             executor = SimExecutor(self.latency, self.topology, keep_tokens=keep_tokens, timeline_prompt=timeline_prompt)
             sim = executor.run(self.replay, pol)
@@ -157,6 +161,15 @@ class Simulator:
 
             self._del = del_rounds.DelRounds(self.replay, self.latency)
         return self._del
+
+    def _spide_rounds(self):
+        """SPIDE's compiled replay (:mod:`simlab.sim.spide_rounds`), imported with the first SPIDE
+        run, as DEL's is."""
+        if self._spide is None:
+            from simlab.sim import spide_rounds
+
+            self._spide = spide_rounds.SpideRounds(self.replay, self.latency, self.topology)
+        return self._spide
 
     def _fixed_gamma(self) -> FixedGammaSD:
         if self._sd is None:

@@ -80,7 +80,9 @@ class DelRounds:
                           policy.dynamic_exit, policy.constants)
         rounds, overruns, prompt, c, drafted, layer, feed, k, accepted = decided
         ctx = replay.prompt_lens[prompt] + c
-        draft = self.cum[layer, ctx + drafted] - self.cum[layer, ctx]  # LatencyGrid.draft_seconds
+        # LatencyGrid.draft_seconds (inside the grid: no draft passes the budget, and the grid
+        # tabulates past the longest prompt's budget)
+        draft = self.cum[layer, ctx + drafted] - self.cum[layer, ctx]
         for r in np.flatnonzero(feed > 1).tolist():  # the first forward feeds what the cache lacks
             draft[r] += grid.catch_up_seconds(int(ctx[r]), int(feed[r]), self.layers[layer[r]])
         verify = self.verify(int(k.max(initial=0)) + 1)[k, ctx]

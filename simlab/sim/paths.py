@@ -9,7 +9,10 @@ step 0 past the path's end, then the drafter's rollout recorded at d, or its tea
 signals where it has none; past a recorded rollout its last step again, an overrun). A replay
 calls it wherever the protocol reads a signal, so overruns are counted as the protocol counts
 them: once per read.
-"""
+
+Editing this file: numba caches a compiled function beside its own file and checks only that
+file for changes, so the compiled replays calling into this one keep the old code until
+``simlab/sim/__pycache__/*.nbi`` and ``*.nbc`` are deleted (their tests then fail, not pass)."""
 
 from __future__ import annotations
 

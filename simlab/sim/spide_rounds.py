@@ -80,12 +80,15 @@ class SpideRounds:
         serial = _steps(grid, self.cum, ctx, unpaid, False, len(self.cum) - 1)
         for r in np.flatnonzero(feed > 1).tolist():
             serial[r] += grid.catch_up_seconds(int(ctx[r]), int(feed[r]))
-        # a serial round's verification of k drafts; a parallel round's k = m pending + 1
-        k = np.where(parallel, checked_n + 1, checked_n)
-        verify = np.where(parallel, self.pverify(int(k.max(initial=1)))[k - 1, ctx] if parallel.any() else 0.0,
-                          self.verify(int(k.max(initial=0)) + 1)[k, ctx])
-        start = ctx + checked_n  # a parallel round's new drafts follow the pending ones
-        new = np.where(parallel, _steps(grid, self.pcum, np.where(parallel, start, 0), window, corun, grid.max_context), 0.0)
+        # the drafts verified: a serial round's k, solo (a k+1-token forward); a parallel round's m
+        # pending and the first new one, co-running in the one-device topology (an m+1-token forward)
+        k = checked_n + parallel
+        verify = self.verify(int(k.max(initial=0)) + 1)[k, ctx]
+        par = np.flatnonzero(parallel)
+        if len(par):
+            verify[par] = self.pverify(int(k[par].max()))[k[par] - 1, ctx[par]]
+        start = ctx + checked_n  # a parallel round's s new drafts follow the pending ones (serial rounds: s = 0)
+        new = _steps(grid, self.pcum, start, window, corun, grid.max_context)
         for r in np.flatnonzero(feed_new > 1).tolist():
             new[r] += grid.catch_up_seconds(int(start[r]), int(feed_new[r]), NO_LAYER, corun)
         forward = np.where(parallel, np.maximum(new, verify), verify)

@@ -112,7 +112,10 @@ def predict(view: Trace, batch: int, drafting: Drafting | None,
     server runs the target alone (:func:`policy_of`)."""
     sim = Simulator(view)
     policy, params = policy_of(drafting)
-    config = ServeConfig(policy, params, Scheduler(batch, N_BATCH, mixed=True))
+    # llama-server would split a prompt longer than its batch over steps, which the scheduler does not model
+    config = ServeConfig(policy, params, Scheduler(batch, N_BATCH, mixed=True,
+                                                   budget_name="llama-server's batch (-b; a prompt split over steps "
+                                                               "is not predicted)"))
     latency = BatchLatency(sim.latency)
     run = serve_once(sim, [0.0] * batch if arrivals is None else arrivals, config, policy, params, latency=latency)
     rows = pd.DataFrame([{"request": r.request_id, "prompt_id": r.replay.prompt_id, "predicted_tokens": r.replay.n_tokens,

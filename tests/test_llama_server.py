@@ -60,6 +60,14 @@ def test_the_prediction_follows_the_servers_budget_rule():
     assert slot_context(view, Drafting(3)) == 64  # 11 + 10 + 3 + 2 tokens, rounded up
 
 
+def test_a_prompt_past_the_servers_batch_is_refused_in_its_own_terms():
+    trace = _llama(hand_trace(["1" * 11, "1" * 11]))
+    view = server_view(replace(trace, prompts=trace.prompts.assign(prompt_len=[2040, 30])), 10)
+    predict(view, 1, Drafting(3))  # 2041 tokens (the prompt's last is the server's) fit in 2048
+    with pytest.raises(SimlabError, match=r"llama-server's batch \(-b.* 2048 is too small: .*2041 tokens\) beside 8 .* needs 2049"):
+        predict(view, 9, Drafting(3))
+
+
 def test_the_baseline_server_is_predicted_by_ad_from_the_plain_steps():
     # the same 10 tokens with no draft model: nine plain steps of 0.6 s after the prefill's token
     lat = latency_table(draft=0.25, verify={1: 1.0, 2: 1.5, 3: 2.0, 4: 2.5}, plain=0.6)

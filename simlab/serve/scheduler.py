@@ -36,6 +36,9 @@ class Scheduler:
     max_batch: int = DEFAULT_MAX_BATCH
     token_budget: int = DEFAULT_TOKEN_BUDGET
     mixed: bool = False
+    # what the token budget is called where the user sets it, for the error that says it is too
+    # small (llama-cpp serve predicts llama-server, whose budget is its batch, -b)
+    budget_name: str = "--token-budget"
 
     def __post_init__(self) -> None:
         if self.max_batch < 1:
@@ -47,7 +50,7 @@ class Scheduler:
         """The longest prompt must fit in a step beside a full batch of decoders."""
         need = longest_prompt + self.max_batch - 1
         if self.token_budget < need:
-            raise SimlabError(f"--token-budget {self.token_budget} is too small: the longest prompt ({longest_prompt} "
+            raise SimlabError(f"{self.budget_name} {self.token_budget} is too small: the longest prompt ({longest_prompt} "
                               f"tokens) beside {self.max_batch - 1} running requests needs {need}")
 
     def admit(self, waiting: deque[ServedRequest], running: int) -> list[ServedRequest]:

@@ -117,37 +117,54 @@ def apply(mutant: Mutant, root: Path) -> None:
     path.write_text(text.replace(mutant.original, mutant.mutated))
 
 
-def killed(mutant: Mutant | None, tmp_path: Path) -> bool:
+# files with functions numba compiles (and caches): a mutant of one must not meet the cache
+COMPILED = {str(p.relative_to(ROOT)) for p in (ROOT / "simlab").rglob("*.py") if "@njit" in p.read_text()}
+
+
+@pytest.fixture(scope="session")
+def copies(tmp_path_factory) -> Path:
+    """Where every run's copy lives (one place, so that numba's cache, keyed on the source's path
+    and stamp, serves the runs after the first: compiling was a third of a run)."""
+    return tmp_path_factory.mktemp("mutants")
+
+
+def killed(mutant: Mutant | None, copies: Path, tmp_path: Path) -> bool:
     """Run the fast subset on a copy of the package with ``mutant`` applied; True if it fails.
 
-    The copy runs from ``tmp_path`` (with the tests and the data they read), so that nothing
-    imports this checkout's unmutated ``simlab``."""
+    The copy runs from ``copies / "copy"`` (with the tests and the data they read), so that
+    nothing imports this checkout's unmutated ``simlab``. numba's compiled functions are cached in
+    ``copies`` for the next run; a mutant of a compiled file gets a cache of its own (``tmp_path``),
+    as numba checks only a function's own file and would keep the unmutated callee compiled into
+    its callers."""
+    root = copies / "copy"
+    shutil.rmtree(root, ignore_errors=True)
     for part in ("simlab", "tests", "calibrate", "traces", "results"):
-        shutil.copytree(ROOT / part, tmp_path / part, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+        shutil.copytree(ROOT / part, root / part, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", root)
     if mutant is not None:
-        apply(mutant, tmp_path)
-    env = {**os.environ, "PYTHONPATH": str(tmp_path), "PYTHONDONTWRITEBYTECODE": "1"}
+        apply(mutant, root)
+    cache = tmp_path if mutant is not None and mutant.file in COMPILED else copies / "numba"
+    env = {**os.environ, "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1", "NUMBA_CACHE_DIR": str(cache)}
     cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *fast_tests()]
-    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=600)
     return proc.returncode == 1  # 1: a test failed (2-5: collection or usage errors are not kills)
 
 
-def test_every_sample_mutant_applies_to_the_current_source(tmp_path):
+def test_every_sample_mutant_applies_to_the_current_source():
     for mutant in MUTANTS:
         assert (ROOT / mutant.file).read_text().count(mutant.original) == 1, mutant
 
 
 @pytest.mark.slow
-def test_the_fast_subset_passes_on_an_unmutated_copy(tmp_path):
+def test_the_fast_subset_passes_on_an_unmutated_copy(copies, tmp_path):
     # otherwise a "kill" below could be the copy failing for another reason
-    assert not killed(None, tmp_path)
+    assert not killed(None, copies, tmp_path)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mutant", MUTANTS, ids=[f"{Path(m.file).stem}:{m.why}" for m in MUTANTS])
-def test_the_fast_subset_kills_the_sample_mutant(mutant, tmp_path):
-    assert killed(mutant, tmp_path), f"survived: {mutant.file}: {mutant.original!r} -> {mutant.mutated!r}"
+def test_the_fast_subset_kills_the_sample_mutant(mutant, copies, tmp_path):
+    assert killed(mutant, copies, tmp_path), f"survived: {mutant.file}: {mutant.original!r} -> {mutant.mutated!r}"
 
 
 def test_hypothesis_is_derandomised_unless_asked():

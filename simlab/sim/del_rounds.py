@@ -14,8 +14,8 @@ the clock, so they can be made first and priced after:
    the replay as ``PromptReplay.draft_until`` reads it (:func:`simlab.sim.paths.confidence`:
    the layer's true path to its first rejection, then its divergence rollout or its
    teacher-forced signals, the tail past the path's end, rollout overruns), the drop at
-   confidence < τ_E, the verification's acceptance
-   (the end token always the target's), the draft caches' account
+   confidence < τ_E, the verification's acceptance (the end token always the target's), the
+   draft caches' account
    (:class:`~simlab.sim.draft_cache.DraftCache`: what each round's first draft forward feeds),
    and the update, :func:`simlab.policies.del_update.update` itself;
 2. :meth:`DelRounds.simulate` prices the rounds with the grid's own floats — ``k`` draft steps of
@@ -124,9 +124,7 @@ def _decide(prompt_lens, lengths, budgets, paths, table, dynamic, constants):
     its first draft forward fed, drafts verified and drafts accepted."""
     k_layers, d_max, run = len(constants[3]), constants[4], paths[1]
     total = int(lengths.sum())
-    prompt, at, drafted_r, layer_r = np.empty(total, np.int64), np.empty(total, np.int64), np.empty(total, np.int64), \
-        np.empty(total, np.int64)
-    feed_r, k_r, accepted_r = np.empty(total, np.int64), np.empty(total, np.int64), np.empty(total, np.int64)
+    ints = np.zeros((7, total), np.int64)  # per round: prompt, c, drafted, exit layer, fed, k, accepted
     rounds, overruns = np.zeros(len(lengths), np.int64), np.zeros(len(lengths), np.int64)
     r = 0
     for p in range(len(lengths)):
@@ -159,11 +157,10 @@ def _decide(prompt_lens, lengths, budgets, paths, table, dynamic, constants):
                 accepted = n - c - 1
             for i in range(k_layers):  # every cache cropped to the committed prefix
                 held[i] = min(held[i], pl + c + accepted)
-            prompt[r], at[r], drafted_r[r], layer_r[r] = p, c, drafted, e
-            feed_r[r], k_r[r], accepted_r[r] = fed, k, accepted
+            ints[0, r], ints[1, r], ints[2, r], ints[3, r], ints[4, r], ints[5, r], ints[6, r] = \
+                p, c, drafted, e, fed, k, accepted
             r += 1
             rounds[p] += 1
             e, gamma, tau = update(sums, table[a + c:a + c + accepted + 1], alpha, guess, searched, constants)
             committed = c + accepted + 1
-    return (rounds, overruns, prompt[:r], at[:r], drafted_r[:r], layer_r[:r], feed_r[:r], k_r[:r],
-            accepted_r[:r])
+    return rounds, overruns, ints[0, :r], ints[1, :r], ints[2, :r], ints[3, :r], ints[4, :r], ints[5, :r], ints[6, :r]

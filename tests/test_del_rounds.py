@@ -19,7 +19,8 @@ PARAMS = [{}, {"omega": 0.5}, {"d_max": 3}, {"dynamic_exit": False}, {"dynamic_e
 
 
 def both(sim: Simulator, params: dict):
-    """DEL's numbers from the executor and from the compiled replay, and what the replay decided."""
+    """DEL's numbers from the executor and from the compiled replay, each with a fresh policy (its
+    update keeps state from round to round)."""
     policy = make_policy("del", sim.context(), **params)
     protocol = SimExecutor(sim.latency, sim.topology).run(sim.replay, policy)
     rounds = DelRounds(sim.replay, sim.latency)

@@ -1,10 +1,10 @@
 """simlab: a lab for speculative decoding.
 
-The package is a one-way pipeline (see docs/architecture.md):
-``trace`` (schema, IO, synthetic traces) <- ``record`` (real models);
-``latency`` (cost models); ``analytic`` (closed forms); ``policies`` (decisions);
-``rounds`` (the protocol between a policy and an executor); ``sim`` (SimPy executor);
-``live`` (real executor); ``metrics``; ``sweep``, ``frontier``, ``plots``; ``cli``.
+The package is a one-way pipeline, one folder per stage (see docs/architecture.md):
+``common`` (errors, metrics, signals, files) <- ``trace`` (schema, IO, replay, synthetic traces)
+<- ``latency``, ``models``, ``engines``, ``trees`` <- ``record``, ``policies`` (decisions and
+the round protocol) <- ``sim`` (SimPy executor) <- ``serve``, ``predictor``, ``analytic`` <-
+``live`` (real decoding beside the prediction), ``sweep`` (grids, frontiers) <- ``plots`` <- ``cli``.
 
 The Python API is the names below, importable from ``simlab`` itself::
 
@@ -34,7 +34,7 @@ _API = {
     "synth_trace": "simlab.trace.synth",
     "SynthSpec": "simlab.trace.synth",
     "with_latency": "simlab.latency.retime",
-    "shipped_traces": "simlab.paths",
+    "shipped_traces": "simlab.common.locations",
     # latency models
     "load_profile": "simlab.latency.model",
     # policies
@@ -46,14 +46,14 @@ _API = {
     "Simulator": "simlab.sim.run",
     "SimResult": "simlab.sim.run",
     "simulate": "simlab.sim.run",
-    "Summary": "simlab.metrics",
-    "SUMMARY_KEYS": "simlab.metrics",
+    "Summary": "simlab.common.metrics",
+    "SUMMARY_KEYS": "simlab.common.metrics",
     # sweeps and frontiers
     "run_sweep": "simlab.sweep.runner",
     "SweepResult": "simlab.sweep.runner",
     "parse_policy": "simlab.sweep.grid",
     "combine": "simlab.sweep.grid",
-    "pareto_front": "simlab.frontier",
+    "pareto_front": "simlab.sweep.frontier",
     "ServeLoad": "simlab.sweep.serving",  # run_sweep(..., load=ServeLoad(rates, requests)): served under load
     # figures
     "frontier_figure": "simlab.plots.frontier",

@@ -4,8 +4,8 @@ bursty ones while the run-length model keeps up; h(k), s and TPL follow their pa
 import pandas as pd
 import pytest
 
-from simlab import analytic
-from simlab.analytic_trace import analyse_trace
+from simlab.analytic import closed_form as analytic
+from simlab.analytic.on_trace import analyse_trace
 from simlab.sim.run import Simulator
 from simlab.trace.synth import SynthSpec, synth_trace
 from tests.helpers import hand_trace, latency_table

@@ -1,4 +1,4 @@
-"""The one way simlab writes outputs (simlab/atomic.py): all or nothing, nothing left behind."""
+"""The one way simlab writes outputs (simlab/common/atomic.py): all or nothing, nothing left behind."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from simlab.atomic import check_output, replace_dir, replace_file
-from simlab.errors import SimlabError
+from simlab.common.atomic import check_output, replace_dir, replace_file
+from simlab.common.errors import SimlabError
 
 
 def test_a_failing_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):

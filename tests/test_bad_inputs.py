@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from simlab.cli import main
-from simlab.paths import CALIBRATE, TRACES
+from simlab.common.locations import CALIBRATE, TRACES
 from simlab.sim.run import Simulator
 
 SELFSPEC = TRACES / "smollm2-selfspec"

@@ -5,12 +5,12 @@ or the documented token-count rule."""
 import pandas as pd
 import pytest
 
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
+from simlab.common.locations import CALIBRATE
 from simlab.latency import roofline as rf
 from simlab.latency.batch import BatchLatency
 from simlab.latency.grid import LatencyGrid
 from simlab.latency.model import TableLatency, load_profile, save_profile
-from simlab.paths import CALIBRATE
 from simlab.trace.schema import NO_LAYER
 from tests.helpers import latency_table
 
@@ -189,7 +189,7 @@ def test_profiles_keep_their_measured_batches(kind, tmp_path):
 
 
 def test_probe_plan_reads_the_batch_axis():
-    from simlab.errors import SimlabError
+    from simlab.common.errors import SimlabError
     from simlab.record.latency import ProbePlan
 
     plan = ProbePlan.parse("batch=1,2,4,8;batch_k=1-3")

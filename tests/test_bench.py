@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from simlab.bench import (
+from simlab.sim.bench import (
     MIN_CPU_SECONDS,
     POLICY_GOAL,
     SD_GOAL,

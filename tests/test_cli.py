@@ -7,9 +7,9 @@ import sys
 import pandas as pd
 import pytest
 
-from simlab import analytic
+from simlab.analytic import closed_form as analytic
 from simlab.cli.output import METRIC_FORMATS
-from simlab.metrics import SUMMARY_KEYS
+from simlab.common.metrics import SUMMARY_KEYS
 from simlab.trace.io import read_trace
 
 JSON_KEYS = {*SUMMARY_KEYS, "acceptance_per_position"}

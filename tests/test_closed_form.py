@@ -5,8 +5,8 @@ import math
 
 import pytest
 
-from simlab import analytic
-from simlab.errors import SimlabError
+from simlab.analytic import closed_form as analytic
+from simlab.common.errors import SimlabError
 from simlab.sim.run import Simulator
 from simlab.trace.synth import SynthSpec, synth_trace, synthetic_latency
 

@@ -13,11 +13,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from simlab.common.signals import shadow_layers
 from simlab.latency import TableLatency
 from simlab.latency.fitted import FittedLatency, fit_latency
 from simlab.latency.roofline import DTYPE_BYTES, RooflineLatency, gpu_spec, model_shape
 from simlab.serve.run import ServeConfig, serve_once
-from simlab.signals import shadow_layers
 from simlab.sim import executor as sim_executor
 from simlab.sim.run import Simulator
 from simlab.trace.io import read_trace
@@ -150,8 +150,8 @@ def test_a_live_del_run_is_reported_with_its_measured_and_priced_shadow_time():
     beside what the simulator priced for them, prompt by prompt."""
     from types import SimpleNamespace
 
+    from simlab.common.metrics import Counts
     from simlab.live.prediction import Prediction
-    from simlab.metrics import Counts
     from simlab.sim.devices import Topology
 
     trace = hand_trace(["1111111111"], layers={2: ["1110111011"]},

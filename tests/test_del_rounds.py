@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from simlab.errors import SimlabError
-from simlab.paths import TRACES
+from simlab.common.errors import SimlabError
+from simlab.common.locations import TRACES
 from simlab.policies import make_policy
 from simlab.sim import run as sim_run
 from simlab.sim.del_rounds import DelRounds

@@ -10,11 +10,11 @@ from itertools import islice
 
 import pytest
 
+from simlab.common.signals import TokenSignal
 from simlab.policies import REGISTRY, make_policy
 from simlab.policies.base import Decision, RoundState
+from simlab.policies.rounds import DraftLoop
 from simlab.policies.stop import StopRule
-from simlab.rounds import DraftLoop
-from simlab.signals import TokenSignal
 from simlab.sim.run import Simulator
 from simlab.trace.replay import TraceReplay
 from tests.helpers import hand_trace

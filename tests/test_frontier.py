@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from simlab.frontier import pareto_front, pareto_mask
+from simlab.sweep.frontier import pareto_front, pareto_mask
 
 NAN = math.nan
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
+from simlab.common.locations import TRACES
 from simlab.latency.model import load_profile
-from simlab.paths import TRACES
 from simlab.trace.io import read_trace
 from tests.helpers import kill_moments, run_killed, simlab_cmd
 

@@ -3,7 +3,7 @@
 import pandas as pd
 import pytest
 
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
 from simlab.latency.fitted import FittedLatency
 from simlab.latency.grid import LatencyGrid
 from simlab.latency.model import TableLatency, load_profile, save_profile

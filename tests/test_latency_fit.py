@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
 from simlab.latency.fitted import FittedLatency, fit_latency, held_out, predict_samples
 from simlab.latency.model import TableLatency, load_profile, save_profile
 from simlab.latency.surface import Surface, fit_best, fit_surface

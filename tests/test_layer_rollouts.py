@@ -26,7 +26,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as `simlab record` does (
 torch = pytest.importorskip("torch", reason="simlab record needs the models extra (torch)")
 pytest.importorskip("transformers", reason="simlab record needs the models extra (transformers)")
 
-from simlab.errors import SimlabError  # noqa: E402
+from simlab.common.errors import SimlabError  # noqa: E402
 from simlab.live.session import LiveSession  # noqa: E402
 from simlab.live.setup import LiveConfig  # noqa: E402
 from simlab.models import install  # noqa: E402

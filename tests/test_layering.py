@@ -12,18 +12,14 @@ from pathlib import Path
 import simlab
 
 LAYERS = (
-    ("errors",),
-    ("atomic",),  # writes that never leave a half-written output
-    ("jsonfile", "paths", "params", "signals", "mapping", "metrics", "openmp", "cpu_load"),  # no domain knowledge
-    ("table_file",),  # result tables on disk (their list columns: metrics)
+    ("common",),  # errors, metrics, signals, files: no stage's knowledge
     ("trace",),  # the schema, IO, replay and synthetic traces
-    ("latency", "models", "analytic", "engines", "trees"),
-    ("record", "policies"),
-    ("rounds",),  # the protocol between a policy and an executor
+    ("latency", "models", "engines", "trees"),
+    ("record", "policies"),  # policies: decisions, and the round protocol that asks them
     ("sim",),  # the SimPy executor
-    ("live", "serve", "predictor", "analytic_trace", "frontier", "result_table", "bench"),
-    ("sweep", "plots", "serve_live"),  # serve_live: live batched decoding beside serve's prediction
-    ("serve_llama",),  # llama-server under load beside serve's prediction (reads serve_live's cut_trace)
+    ("serve", "predictor", "analytic"),  # analytic: closed forms, and the same beside a simulation
+    ("live", "sweep"),  # live: real decoding (and engines) measured beside the prediction
+    ("plots",),
     ("cli",),
     ("__main__",),
 )
@@ -74,3 +70,82 @@ def test_the_checker_sees_function_local_and_package_imports(tmp_path):
     src = tmp_path / "m.py"
     src.write_text("def f():\n    from simlab.cli.output import console\nfrom simlab import analytic\n")
     assert sorted(imports(src)) == [("simlab.analytic", 3), ("simlab.cli.output", 2)]
+
+
+def module_graph() -> dict[str, set[str]]:
+    """simlab module -> the simlab modules it imports (``from pkg import sub`` counts ``pkg.sub``)."""
+    names = {"simlab." + ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
+             for p in ROOT.rglob("*.py")}
+    names = {n.removesuffix(".__init__"): p for n, p in names.items()}
+    graph = {}
+    for name, path in names.items():
+        out = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            for t in targets:
+                while t and t not in names:
+                    t = t.rpartition(".")[0]
+                if t and t != name and t != "simlab":
+                    out.add(t)
+        graph[name] = out
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[tuple[str, ...]]:
+    """Every import loop, each once, as the modules along it (Tarjan's strongly connected components)."""
+    index, low, stack, on, found = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            part = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                part.append(w)
+                if w == v:
+                    break
+            if len(part) > 1:
+                found.append(tuple(sorted(part)))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+def test_no_two_modules_import_each_other_even_round_about():
+    assert cycles(module_graph()) == []
+
+
+def test_the_loop_finder_sees_a_loop_round_about():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [("a", "b", "c")]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_package_top_holds_only_stage_folders():
+    loose = sorted(p.name for p in ROOT.glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
+    assert loose == []
+
+
+def test_the_architecture_table_names_every_stage_folder_and_nothing_else():
+    text = (ROOT.parent / "docs" / "architecture.md").read_text()
+    table = text[text.index("| folder | job |"):].split("\n\n")[0]
+    named = set()
+    for row in table.splitlines()[2:]:
+        named |= {m.strip(" `/").removeprefix("simlab/") for m in row.split("|")[1].split(",")}
+    folders = {p.name for p in ROOT.iterdir() if p.is_dir() and any(p.glob("*.py"))}
+    assert named == folders
+    assert set(LAYER) - {"__main__"} == folders

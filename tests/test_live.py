@@ -339,7 +339,7 @@ def test_a_reprobe_takes_the_fewest_sizes_that_carry_the_share_dearest_first():
 
 
 def test_reprobe_drift_needs_probe():
-    from simlab.errors import SimlabError
+    from simlab.common.errors import SimlabError
 
     with pytest.raises(SimlabError, match="--reprobe-drift"):
         LiveSession(LiveConfig(policy="sd", params={}, target="smollm2", draft_layer=LAYER, prompts=PROMPTS,
@@ -500,9 +500,9 @@ def test_live_protocol_at_temperature(tmp_path):
 
     import pandas as pd
 
+    from simlab.common.locations import ROOT
     from simlab.live.decoding import DISTURBED
     from simlab.live.prediction import DRIFTED
-    from simlab.paths import ROOT
 
     traces = ROOT / "results/live/smollm2-t07/traces"
     out = tmp_path / "live.csv"

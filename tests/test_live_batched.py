@@ -10,14 +10,14 @@ torch = pytest.importorskip("torch", reason="live decoding needs the models extr
 pytest.importorskip("transformers", reason="live decoding needs the models extra (transformers)")
 
 from simlab.cli import main  # noqa: E402
+from simlab.common.locations import ROOT  # noqa: E402
 from simlab.live.batched import BatchedDecoder  # noqa: E402
 from simlab.live.executor import LiveExecutor  # noqa: E402
 from simlab.live.padded_cache import PaddedCache  # noqa: E402
+from simlab.live.serve import check, reprobe  # noqa: E402
 from simlab.models.early_exit import early_exit_draft  # noqa: E402
 from simlab.models.load import load_model, resolve  # noqa: E402
-from simlab.paths import ROOT  # noqa: E402
 from simlab.policies import make_policy  # noqa: E402
-from simlab.serve_live import check, reprobe  # noqa: E402
 from simlab.sim.run import Simulator  # noqa: E402
 from simlab.trace.io import read_trace  # noqa: E402
 
@@ -119,7 +119,7 @@ def test_serve_live_refuses_arrivals_in_one_line(tmp_path, capsys):
 
 def test_serve_live_waits_like_the_latency_probe_it_is_compared_with(monkeypatch, capsys):
     """``record``'s probe runs with OpenMP threads waiting passively; a decode that lets them spin
-    is another program (simlab/openmp.py), so ``serve --live`` sets the same policy first."""
+    is another program (simlab/common/openmp.py), so ``serve --live`` sets the same policy first."""
     import os
 
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)

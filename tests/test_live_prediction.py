@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from simlab.common.metrics import Counts
 from simlab.live.prediction import Prediction
-from simlab.metrics import Counts
 from simlab.sim.devices import Topology
 from simlab.sim.run import Simulator
 from tests.helpers import hand_trace, latency_table
@@ -66,7 +66,7 @@ def test_the_prediction_is_simulated_once_however_often_the_table_is_written():
 
 def test_other_processes_cpu_share_is_busy_time_less_our_own():
     """/proc/stat's busy seconds of all processes less this process's, over the machine's capacity."""
-    from simlab.cpu_load import other_share
+    from simlab.common.cpu_load import other_share
 
     assert other_share(busy=3.0, own=2.0, seconds=2.0, cpus=2) == 0.25  # others: 1 of 4 CPU-seconds
     assert other_share(busy=2.0, own=2.0, seconds=2.0, cpus=2) == 0.0  # we were alone
@@ -80,7 +80,7 @@ def test_a_child_process_waited_for_is_our_cpu_time_not_the_others():
     import subprocess
     import sys
 
-    from simlab.cpu_load import _own_cpu_seconds
+    from simlab.common.cpu_load import _own_cpu_seconds
 
     before = _own_cpu_seconds()
     burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5:\n    pass"

@@ -2,8 +2,8 @@
 
 import pytest
 
-from simlab.engines import llama_cpp
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
+from simlab.engines.llama_cpp import build as llama_cpp
 
 
 def test_a_built_binary_is_reused_without_building(tmp_path, monkeypatch):

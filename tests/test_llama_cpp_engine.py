@@ -6,9 +6,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from simlab.engines import llama_record, llama_run
-from simlab.engines.llama_args import ModelPair, drafting_args
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
+from simlab.engines.llama_cpp import run as llama_run
+from simlab.engines.llama_cpp import record as llama_record
+from simlab.engines.llama_cpp.args import ModelPair, drafting_args
 from simlab.live import llama_cpp as compare
 from simlab.trace.schema import TABLES
 

@@ -80,9 +80,9 @@ def test_the_batch_probe_times_two_sequences_decoded_together():
     forwards of two sequences at once get rows of batch 2, each a positive time, and every batch
     size its plain decoding step (``target_step``) beside the verifications; one sequence also
     its prefills."""
-    from simlab.engines import llama_cpp
-    from simlab.engines.llama_args import ModelPair
-    from simlab.engines.llama_record import EnginePrompt, Probe, reprobe
+    from simlab.engines.llama_cpp import build as llama_cpp
+    from simlab.engines.llama_cpp.args import ModelPair
+    from simlab.engines.llama_cpp.record import EnginePrompt, Probe, reprobe
     from simlab.models.install import gguf_file
 
     install("smollm2")

@@ -9,9 +9,9 @@ from dataclasses import replace
 import pandas as pd
 import pytest
 
-from simlab.engines.llama_server import Answer, Drafting, send
-from simlab.errors import SimlabError
-from simlab.serve_llama import (
+from simlab.common.errors import SimlabError
+from simlab.engines.llama_cpp.server import Answer, Drafting, send
+from simlab.live.llama_server import (
     burst_figures,
     compare,
     first_divergence,

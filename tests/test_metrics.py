@@ -1,4 +1,4 @@
-"""Every metric of simlab.metrics, derived by hand on one seven-position prompt.
+"""Every metric of simlab.common.metrics, derived by hand on one seven-position prompt.
 
 The trace: prompt length 10, pattern ``1101110`` (position 0 is the prefill's token; the draft
 matches the target at 1, 3, 4, 5 and misses at 2 and 6). The latency table varies with context
@@ -18,7 +18,7 @@ import math
 import pandas as pd
 import pytest
 
-from simlab.metrics import Counts, PositionStats, Summary, total, upgrade_columns
+from simlab.common.metrics import Counts, PositionStats, Summary, total, upgrade_columns
 from simlab.policies import make_policy
 from simlab.policies.base import Decision, Policy, Serial
 from simlab.sim.executor import SimExecutor

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from simlab.paths import portable_path
+from simlab.common.locations import portable_path
 
 
 def test_a_path_under_the_working_directory_is_recorded_relative(tmp_path, monkeypatch):

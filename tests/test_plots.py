@@ -5,8 +5,8 @@ import pandas as pd
 import pytest
 from matplotlib.collections import PolyCollection
 
-from simlab.errors import SimlabError
-from simlab.mapping import SPIDE_EDGES, mapping_table, spide_bin
+from simlab.common.errors import SimlabError
+from simlab.common.mapping import SPIDE_EDGES, mapping_table, spide_bin
 from simlab.plots import save
 from simlab.plots.acceptance import acceptance_figure
 from simlab.plots.frontier import FRONT_LABEL, frontier_figure

@@ -13,7 +13,8 @@ import random
 import pytest
 
 from simlab.cli.policy_options import declared, flag_type
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
+from simlab.common.signals import ShadowTokens, TokenSignal
 from simlab.policies import REGISTRY, Outcome, PolicyContext
 from simlab.policies.base import COUNT, ConfidencePredictor, Decision, Param, RoundState, Serial, choice
 from simlab.policies.del_update import row_max, tpl_argmax, tpl_row
@@ -23,7 +24,6 @@ from simlab.policies.entropy import AdaEdl, acceptance_lower_bound
 from simlab.policies.hf import roc_threshold
 from simlab.policies.llama_cpp import LlamaCpp
 from simlab.policies.stop import StopRule
-from simlab.signals import ShadowTokens, TokenSignal
 from simlab.sim.executor import SimExecutor
 from simlab.sim.run import Simulator
 from tests.helpers import hand_trace, latency_table

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from simlab.common.signals import TokenSignal
 from simlab.policies import REGISTRY, make_policy
 from simlab.policies.base import Decision, Parallel, Policy, PromptInfo, Serial
-from simlab.rounds import DraftLoop, DraftRun, PolicyError, Shadow, Verify, decode
-from simlab.signals import TokenSignal
+from simlab.policies.rounds import DraftLoop, DraftRun, PolicyError, Shadow, Verify, decode
 from simlab.sim.executor import SimExecutor
 from simlab.sim.run import Simulator
 from simlab.trace.replay import TraceReplay

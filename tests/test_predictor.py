@@ -7,11 +7,11 @@ import sys
 import numpy as np
 import pytest
 
+from simlab.common.signals import TokenSignal
 from simlab.policies.base import Outcome
 from simlab.predictor.features import FEATURES, RecentAcceptance, examples, feature_vector
 from simlab.predictor.model import load_predictor, save_predictor
 from simlab.predictor.train import reliability, split_prompts, train
-from simlab.signals import TokenSignal
 from simlab.sim.run import Simulator
 from simlab.trace.synth import SynthSpec, synth_trace
 from tests.helpers import hand_trace
@@ -105,7 +105,7 @@ def test_json_predictor_matches_itself_per_token_and_in_batch(iid_trace, tmp_pat
 def test_predictor_json_loads_without_scikit_learn(iid_trace, tmp_path):
     path = save_predictor(train(iid_trace), tmp_path / "p.json")
     code = ("import sys; sys.modules['sklearn'] = None\n"
-            "from simlab.predictor import load_predictor\nfrom simlab.signals import TokenSignal\n"
+            "from simlab.predictor import load_predictor\nfrom simlab.common.signals import TokenSignal\n"
             f"print(load_predictor({str(path)!r}).predict_accept(TokenSignal(2, 0.8, 0.5), 0.9))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert 0.0 < float(out.stdout) < 1.0

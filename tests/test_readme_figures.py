@@ -173,7 +173,7 @@ def test_the_readme_reprobe_table_is_the_committed_runs():
 def test_closed_form_agreement_figure_matches_the_simulation():
     # "tokens per round and speedup agree within 1% (largest error seen 0.33%)": the grid of
     # tests/test_closed_form.py, every γ, both quantities.
-    from simlab import analytic
+    from simlab.analytic import closed_form as analytic
     from simlab.sim.run import Simulator
     from simlab.trace.synth import SynthSpec, synth_trace, synthetic_latency
     from tests.test_closed_form import ALPHAS, CS, GAMMAS, TOKENS

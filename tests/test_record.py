@@ -31,7 +31,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 torch = pytest.importorskip("torch", reason="simlab record needs the models extra (torch)")
 pytest.importorskip("transformers", reason="simlab record needs the models extra (transformers)")
 
-from simlab.errors import SimlabError  # noqa: E402
+from simlab.common.errors import SimlabError  # noqa: E402
 from simlab.latency import TableLatency  # noqa: E402
 from simlab.models import install  # noqa: E402
 from simlab.models.kv_cache import cache_kwargs, cache_of  # noqa: E402

@@ -10,8 +10,9 @@ import json
 import pytest
 
 from simlab.cli import main
-from simlab.errors import SimlabError
-from simlab.models.install import expand, installed_path
+from simlab.common.errors import SimlabError
+from simlab.models.cache import installed_path
+from simlab.models.install import expand
 from simlab.models.load import resolve
 from simlab.record.prompts import load_prompts
 

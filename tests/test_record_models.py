@@ -13,7 +13,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see tests/test_record.py
 pytest.importorskip("torch", reason="converting a GGUF model needs the models extra (torch)")
 
 from simlab.cli import main  # noqa: E402
-from simlab.errors import SimlabError  # noqa: E402
+from simlab.common.errors import SimlabError  # noqa: E402
 from simlab.models import CATALOG, install  # noqa: E402
 from simlab.models.install import _install_one  # noqa: E402
 

@@ -10,7 +10,7 @@ from simlab.trace.synth import SynthSpec, synth_trace
 
 
 class Load:
-    """Stands in for simlab.cpu_load.OtherLoad: a share of the CPU others took, over a span."""
+    """Stands in for simlab.common.cpu_load.OtherLoad: a share of the CPU others took, over a span."""
 
     def __init__(self, share, seconds):
         self._share, self._seconds = share, seconds

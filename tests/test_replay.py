@@ -10,13 +10,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
+from simlab.common.signals import TokenSignal
 from simlab.latency.grid import LatencyGrid, suffix_least
 from simlab.policies import REGISTRY
 from simlab.policies.base import Decision, PromptInfo, RoundState
 from simlab.policies.oracle import schedule
-from simlab.rounds import DraftLoop
-from simlab.signals import TokenSignal
+from simlab.policies.rounds import DraftLoop
 from simlab.sim.executor import SimExecutor
 from simlab.sim.run import Simulator
 from simlab.trace.io import read_trace

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
+from simlab.common.locations import CALIBRATE
 from simlab.latency import roofline as rf
 from simlab.latency.model import load_profile, save_profile
-from simlab.paths import CALIBRATE
 from simlab.trace.schema import NO_LAYER
 
 # Parameter counts in the models' names / model cards (billions)

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simlab.cli import main
-from simlab.errors import SimlabError
-from simlab.paths import ROOT
+from simlab.common.errors import SimlabError
+from simlab.common.locations import ROOT
 from simlab.policies import REGISTRY, PolicyContext
 from simlab.policies.base import RoundState, Serial
 from simlab.serve.batch_policy import BatchSpec, CappedPolicy, GammaByBatch, OffAbove, SmartSpec

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from simlab.cli import main
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
 from simlab.plots.serving import rates_figure
 from simlab.serve.metrics import Slo
 from simlab.serve.rates import parse_rates, rate_sweep, series_label

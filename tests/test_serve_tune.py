@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from simlab.cli import main
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
 from simlab.serve.batch_policy import TABLE_FORMAT, gamma_by_batch_pairs
 from simlab.serve.run import ServeConfig, serve_once
 from simlab.serve.scheduler import Scheduler
@@ -134,8 +134,8 @@ def test_gamma_by_batch_pairs_are_read_as_pairs_or_from_a_file_in_batch_order(tm
 
 
 def test_tune_prices_batches_from_a_roofline_profile_without_a_warning(tmp_path, capsys):
+    from simlab.common.locations import ROOT
     from simlab.latency.batch import ROOFLINE_RULE
-    from simlab.paths import ROOT
 
     profile = ROOT / "calibrate" / "roofline" / "qwen2.5-coder-0.5b-1.5b-h100.json"
     out = tmp_path / "gamma.json"

@@ -6,12 +6,12 @@ import random
 
 import pytest
 
-from simlab.mapping import ONE, SPIDE_EDGES, spide_bin
+from simlab.common.mapping import ONE, SPIDE_EDGES, spide_bin
+from simlab.common.signals import TokenSignal
 from simlab.policies import PolicyContext
 from simlab.policies.base import Decision, RoundState
 from simlab.policies.spide import MappingTable, Spide, SpideNoDynaDraft, SpideNoParaVerify, confidence_bin
 from simlab.policies.timing import MAX_WINDOW, balanced_window
-from simlab.signals import TokenSignal
 from simlab.sim.executor import SimExecutor
 from simlab.sim.run import Simulator
 from simlab.trace.io import Trace
@@ -58,7 +58,7 @@ def test_confidence_intervals_are_the_twenty_of_figure_4():
 
 
 def test_confidence_bin_is_the_mappings_bin_at_every_edge():
-    # the scalar bisection the policy runs per token and simlab.mapping's array binning agree on
+    # the scalar bisection the policy runs per token and simlab.common.mapping's array binning agree on
     # each edge, the floats either side of it, and random confidences
     edges = [*SPIDE_EDGES, ONE]
     cases = [x for e in edges for x in (math.nextafter(e, -1.0), e, math.nextafter(e, 2.0))]
@@ -185,7 +185,7 @@ def test_window_uses_co_running_latencies_on_one_device():
 
 
 def test_bad_parameters_are_rejected_in_the_constructor():
-    from simlab.errors import SimlabError
+    from simlab.common.errors import SimlabError
 
     ctx = Simulator(fig2_trace()).context()
     for bad in ({"tau": 1.5}, {"window": 0}, {"prior": -0.1}, {"gamma": 2}):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from simlab.paths import TRACES
+from simlab.common.locations import TRACES
 from simlab.policies import make_policy
 from simlab.sim import run as sim_run
 from simlab.sim.executor import SimExecutor

@@ -6,7 +6,7 @@ import warnings
 import numpy as np
 import pytest
 
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
 from simlab.sim.spread import combine, run_metrics, sampling_spread
 from tests.helpers import hand_trace
 
@@ -81,7 +81,7 @@ def test_a_greedy_trace_has_no_spread():
 def test_recorded_continuations_widen_the_seed_only_interval():
     """On the SmolLM2 T = 0.7 traces recorded with record --seed 0-3 (results/live/), the
     interval over four continuations is wider than the replay seeds' of one."""
-    from simlab.paths import ROOT
+    from simlab.common.locations import ROOT
     from simlab.trace.io import read_trace
 
     traces = [read_trace(ROOT / "results/live/smollm2-t07/traces" / f"seed{s}") for s in range(4)]
@@ -92,7 +92,7 @@ def test_recorded_continuations_widen_the_seed_only_interval():
 
 
 def test_traces_must_hold_the_same_prompts():
-    from simlab.paths import ROOT
+    from simlab.common.locations import ROOT
     from simlab.trace.io import read_trace
 
     first = read_trace(ROOT / "results/live/smollm2-t07/traces/seed0")
@@ -105,7 +105,7 @@ def test_simulate_prints_the_interval_at_temperature():
     import json
     import subprocess
 
-    from simlab.paths import ROOT, TRACES
+    from simlab.common.locations import ROOT, TRACES
     from tests.helpers import simlab_cmd
 
     traces = ROOT / "results/live/smollm2-t07/traces"
@@ -120,7 +120,7 @@ def test_simulate_prints_the_interval_at_temperature():
 
 
 def test_traces_must_be_recorded_alike():
-    from simlab.paths import ROOT
+    from simlab.common.locations import ROOT
     from simlab.trace.io import read_trace
 
     first = read_trace(ROOT / "results/live/smollm2-t07/traces/seed0")

@@ -5,12 +5,12 @@ import json
 import pandas as pd
 import pytest
 
-from simlab.errors import SimlabError
-from simlab.frontier import pareto_mask
-from simlab.metrics import SUMMARY_KEYS
-from simlab.result_table import TIMING_COLUMNS, param_columns
+from simlab.common.errors import SimlabError
+from simlab.common.metrics import SUMMARY_KEYS
 from simlab.sim.run import Simulator
 from simlab.sweep import combine, run_sweep
+from simlab.sweep.frontier import pareto_mask
+from simlab.sweep.result_table import TIMING_COLUMNS, param_columns
 from simlab.sweep.runner import labels
 from simlab.trace.synth import SynthSpec, synth_trace
 

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from simlab.common.table_file import read_frame
 from simlab.plots import save
 from simlab.plots.frontier import frontier_figure
 from simlab.plots.live import live_figure
@@ -19,7 +20,6 @@ from simlab.plots.mapping import mapping_figure, trace_mapping
 from simlab.plots.sensitivity import sensitivity_figure
 from simlab.plots.timeline import timeline_figure
 from simlab.sim.timeline import read_chrome_trace
-from simlab.table_file import read_frame
 from simlab.trace.io import read_trace, write_trace
 from simlab.trace.synth import SynthSpec, synth_trace
 from tests.test_cli import one_line_error, simlab

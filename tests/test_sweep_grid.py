@@ -2,7 +2,7 @@
 
 import pytest
 
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
 from simlab.sweep.grid import combine, parse_policy, parse_values, read_grid
 
 

@@ -6,7 +6,8 @@ import math
 import pandas as pd
 import pytest
 
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
+from simlab.common.table_file import read_frame
 from simlab.plots.serving import rates_figure
 from simlab.serve.batch_policy import BatchSpec
 from simlab.serve.metrics import Slo
@@ -16,7 +17,6 @@ from simlab.serve.scheduler import Scheduler
 from simlab.sim.run import Simulator
 from simlab.sweep import combine, run_sweep
 from simlab.sweep.serving import ServeLoad
-from simlab.table_file import read_frame
 from tests.helpers import hand_trace, latency_table
 from tests.test_cli import one_line_error, simlab
 from tests.test_sweep import ray_matches_serial

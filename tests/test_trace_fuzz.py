@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
 from simlab.sim.run import Simulator
 from simlab.trace.io import read_trace, write_trace
 from simlab.trace.synth import SynthSpec, synth_trace

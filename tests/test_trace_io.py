@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
 from simlab.trace import read_trace, write_trace
 from simlab.trace.synth import SynthSpec, synth_trace
 

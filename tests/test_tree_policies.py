@@ -7,12 +7,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from simlab.errors import SimlabError
-from simlab.paths import TRACES
+from simlab.common.errors import SimlabError
+from simlab.common.locations import TRACES
 from simlab.policies import REGISTRY, PolicyContext, make_policy
 from simlab.policies.base import Policy, PromptInfo, RoundState, TreePlan
+from simlab.policies.rounds import ExpandTree, PolicyError, VerifyTree, decode
 from simlab.policies.trees import Eagle2
-from simlab.rounds import ExpandTree, PolicyError, VerifyTree, decode
 from simlab.sim.executor import SimExecutor
 from simlab.sim.run import Simulator
 from simlab.sim.trees import TreeRounds

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
 from simlab.trace.tree_replay import ExpansionAt, Expansions, rank_acceptance
 from simlab.trees.candidates import Candidates
 from simlab.trees.draft_tree import NOT_IN_TOPK, ROOT, DraftTree, accepted_length, chain, parse_shape, static_tree

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simlab.paths import TRACES
+from simlab.common.locations import TRACES
 from simlab.sim.run import REFERENCE_GAMMAS, Simulator
 from simlab.sim.vanilla import FixedGammaSD, walls
 from simlab.trace.io import read_trace

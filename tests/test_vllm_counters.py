@@ -7,10 +7,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from simlab.metrics import SUMMARY_KEYS
+from simlab.common.metrics import SUMMARY_KEYS
+from simlab.common.table_file import read_frame, write_frame
 from simlab.sim.executor import SimExecutor
 from simlab.sim.run import Simulator
-from simlab.table_file import read_frame, write_frame
 from simlab.trace.replay import TraceReplay
 from tests.helpers import EveryRoundParallel, hand_trace
 

@@ -54,18 +54,18 @@ REPORT = ROOT / "docs" / "mutation-report.md"
 LEDGER = ROOT / "tools" / "mutation_results.json"
 # module -> mutmut's mutant-name pattern (its names are dotted module paths)
 MODULES = {
-    "rounds": "simlab.rounds.*",
+    "rounds": "simlab.policies.rounds.*",
     "policies": "simlab.policies.*",
     "sim": "simlab.sim.*",
     "replay": "simlab.trace.replay.*",
-    "metrics": "simlab.metrics.*",
+    "metrics": "simlab.common.metrics.*",
     "latency": "simlab.latency.*",
-    "frontier": "simlab.frontier.*",
+    "frontier": "simlab.sweep.frontier.*",
     "serve": "simlab.serve.*",
     "trees": "simlab.trees.*",
     "tree_policies": "simlab.policies.trees.*",  # also in policies' pattern: the longer one wins
     "tree_replay": "simlab.trace.tree_replay.*",
-    "analytic": "simlab.analytic.*",
+    "analytic": "simlab.analytic.closed_form.*",
 }
 KILLED = {"killed", "timeout", "caught by type check"}  # mutmut's statuses that count as detected
 MISSED = ("survived", "no tests")  # undetected: a survivor, or a mutant no selected test runs

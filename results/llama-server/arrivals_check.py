@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from simlab.engines.llama_server import Drafting
+from simlab.engines.llama_cpp.server import Drafting
 from simlab.latency.batch import BatchLatency
+from simlab.live.llama_server import N_BATCH, policy_of, server_view
 from simlab.serve.run import ServeConfig, serve_once
 from simlab.serve.scheduler import Scheduler
 from simlab.serve.workload import poisson_arrivals
-from simlab.serve_llama import N_BATCH, policy_of, server_view
 from simlab.sim.run import Simulator
 from simlab.trace.io import read_trace
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from simlab import serve_llama
-from simlab.engines.llama_server import Drafting
+from simlab.engines.llama_cpp.server import Drafting
+from simlab.live import llama_server as serve_llama
 from simlab.trace.io import read_trace
 
 HERE = Path(__file__).resolve().parent

@@ -12,13 +12,13 @@ import sys
 
 import pandas as pd
 
-from simlab.openmp import wait_passively
+from simlab.common.openmp import wait_passively
 
 wait_passively()  # before torch loads OpenMP, as serve --live and the probe do
 
 from simlab.live.batched import BatchedDecoder  # noqa: E402
+from simlab.live.serve import cut_trace, load_executor  # noqa: E402
 from simlab.policies import make_policy  # noqa: E402
-from simlab.serve_live import cut_trace, load_executor  # noqa: E402
 from simlab.sim.run import Simulator  # noqa: E402
 from simlab.trace.io import read_trace  # noqa: E402
 

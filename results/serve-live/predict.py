@@ -5,7 +5,7 @@ import json
 import sys
 from pathlib import Path
 
-from simlab.serve_live import cut_trace, predicted
+from simlab.live.serve import cut_trace, predicted
 from simlab.sim.run import Simulator
 from simlab.trace.io import read_trace
 

@@ -13,7 +13,7 @@ import sys
 import typer
 
 from simlab.cli.app import EXIT_INTERRUPTED, app
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
 
 EXIT_USER_ERROR = 2
 PIPELINE_ORDER = ("models", "record", "calibrate", "simulate", "serve", "policies", "sweep", "plot", "live", "llama_cpp", "llama_serve",

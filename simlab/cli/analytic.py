@@ -28,7 +28,7 @@ def analytic(
     with --trace, the same beside the simulator and a run-length model, plus h(k), s and TPL."""
     if trace is not None:
         return _trace_report(trace, latency, max_gamma, seed, json_out)
-    from simlab.analytic import analyse
+    from simlab.analytic.closed_form import analyse
 
     res = analyse(alpha, c, gamma, verify_slope)
     if json_out:
@@ -41,7 +41,7 @@ def analytic(
 
 
 def _trace_report(trace: Path, latency: Optional[Path], max_gamma: int, seed: int, json_out: bool) -> None:
-    from simlab.analytic_trace import analyse_trace
+    from simlab.analytic.on_trace import analyse_trace
     from simlab.cli.simulate import load_inputs, trace_label
     from simlab.sim.run import Simulator
 

@@ -39,9 +39,9 @@ def bench(
     if sweep:
         _bench_sweep(grid, trace, workers or [1, 2], executor, json_out)
         return
-    from simlab.bench import run_bench
     from simlab.cli.output import parse_params
     from simlab.serve.bench import bench_serve_row
+    from simlab.sim.bench import run_bench
 
     specs = []
     for spec in policy:
@@ -75,7 +75,7 @@ def bench(
 
 
 def _bench_sweep(grid: list[str], trace: Optional[Path], workers: list[int], executor: str, json_out: bool) -> None:
-    from simlab.paths import default_trace
+    from simlab.common.locations import default_trace
     from simlab.sweep.bench import DEFAULT_GRID, time_sweeps
     from simlab.sweep.grid import combine
     from simlab.trace.io import read_trace

@@ -13,11 +13,11 @@ import typer
 from rich.table import Table
 from typer.core import TyperGroup
 
-from simlab.atomic import check_output
 from simlab.cli.app import app
 from simlab.cli.output import Force, console, print_json
 from simlab.cli.simulate import trace_label
-from simlab.errors import SimlabError
+from simlab.common.atomic import check_output
+from simlab.common.errors import SimlabError
 
 DEFAULT_COMMAND = "fit"
 REPORT_CONTEXT = 512  # context length of the roofline summary table

@@ -10,8 +10,8 @@ import typer
 from simlab.cli import policy_options as opt
 from simlab.cli.app import app
 from simlab.cli.output import Force, console, err_console, frame_output, print_json
-from simlab.openmp import wait_passively
-from simlab.params import check_seed
+from simlab.common.openmp import wait_passively
+from simlab.common.params import check_seed
 
 
 @app.command()

@@ -1,7 +1,7 @@
 """``simlab llama-cpp``: llama.cpp as a second engine (build, record a trace, run and compare).
 
 llama.cpp is built from the ``llama-cpp-python`` sdist on the package index
-(:mod:`simlab.engines.llama_cpp`); models are the catalog's GGUF files. ``record`` writes a
+(:mod:`simlab.engines.llama_cpp.build`); models are the catalog's GGUF files. ``record`` writes a
 trace with llama.cpp's own numerics and latencies; ``run`` predicts ``llama-speculative-simple``
 on that trace with the ``llama-cpp`` policy, then runs the real binary on the same prompts and
 prints both.
@@ -20,8 +20,8 @@ import typer
 
 from simlab.cli.app import app
 from simlab.cli.output import Force, frame_output
-from simlab.errors import SimlabError
-from simlab.paths import portable_path
+from simlab.common.errors import SimlabError
+from simlab.common.locations import portable_path
 
 llama_app = typer.Typer(help="llama.cpp as the engine: build it, record traces with it, predict its runs.",
                         no_args_is_help=True)
@@ -48,14 +48,14 @@ def _batches(spec: str) -> tuple[int, ...]:
 
 def _tools(jobs: int) -> tuple[Path, Path]:
     """(llama-speculative-simple, the trace tool), built once into the simlab cache."""
-    from simlab.engines import llama_cpp
+    from simlab.engines.llama_cpp import build as llama_cpp
 
     typer.echo("building llama.cpp if not cached (a few minutes the first time)...", err=True)
     return llama_cpp.build(jobs=jobs).binary, llama_cpp.build_trace_tool(jobs=jobs).binary
 
 
 def _pair(target: str, draft: str, threads: int):
-    from simlab.engines.llama_args import ModelPair
+    from simlab.engines.llama_cpp.args import ModelPair
     from simlab.models.install import gguf_file
 
     log = lambda line: typer.echo(line, err=True)  # noqa: E731
@@ -92,9 +92,9 @@ def record_command(
     """Record a greedy trace with llama.cpp as the engine: its logits, its latencies."""
     from tqdm import tqdm
 
-    from simlab.atomic import check_output
-    from simlab.engines import llama_cpp
-    from simlab.engines.llama_record import DRAFT_CONF, Probe, record
+    from simlab.common.atomic import check_output
+    from simlab.engines.llama_cpp import build as llama_cpp
+    from simlab.engines.llama_cpp.record import DRAFT_CONF, Probe, record
     from simlab.models.catalog import CATALOG
     from simlab.record.machine import hardware_name
     from simlab.trace.schema import MANIFEST, Manifest, Topology
@@ -128,7 +128,7 @@ def record_command(
 
 def _reprobe(out: Path, batch: str | None, jobs: int) -> None:
     """``record --reprobe``: the trace at ``out`` with its steps timed again here."""
-    from simlab.engines.llama_record import Probe, reprobe_trace
+    from simlab.engines.llama_cpp.record import Probe, reprobe_trace
     from simlab.record.machine import hardware_name
     from simlab.trace.io import read_trace, write_trace
 
@@ -152,13 +152,13 @@ def _reprobe(out: Path, batch: str | None, jobs: int) -> None:
 def _prompt_texts(spec: str, target: str, gguf: Path, chat: bool):
     """The prompts as llama.cpp is given them: the target's chat template applied, as ``simlab
     record`` does, from the installed tokenizer, else the GGUF file's (slower to load)."""
-    from simlab.engines.llama_record import EnginePrompt
+    from simlab.engines.llama_cpp.record import EnginePrompt
     from simlab.record.prompts import load_prompts, render
 
     prompts = load_prompts(spec)
     tokenizer = None
     if chat:
-        from simlab.models.install import installed_path
+        from simlab.models.cache import installed_path
         from simlab.models.load import load_tokenizer, resolve
 
         tokenizer = load_tokenizer(resolve(target if installed_path(target) else str(gguf)))
@@ -199,8 +199,8 @@ def run_command(
     pair = _pair(m.target_model, m.draft_model, int(m.extra.get("threads", 2)))
     latency = None
     if reprobe:
-        from simlab.engines.llama_record import EnginePrompt
-        from simlab.engines.llama_record import reprobe as time_steps
+        from simlab.engines.llama_cpp.record import EnginePrompt
+        from simlab.engines.llama_cpp.record import reprobe as time_steps
 
         first = trace.prompts.iloc[0]
         latency = time_steps(tool, pair, EnginePrompt(int(first.prompt_id), first.source, first.prompt_text))

@@ -3,7 +3,7 @@
 Every prediction is made (and printed) before the first server starts; then, in ``--repeats``
 rounds over the batch sizes (B = 1, 2, 4, 8, 1, 2, ...: a slow minute of a shared machine falls
 on all of them alike), a fresh ``llama-server`` with ``-np B`` gets a warm-up burst and one
-counted burst of B requests from a load generator on loopback (:mod:`simlab.serve_llama`), or,
+counted burst of B requests from a load generator on loopback (:mod:`simlab.live.llama_server`), or,
 with ``--rate``, the requests of a Poisson schedule (the same for every B and round).
 With ``--baseline`` each speculative server is followed by one that runs the target alone
 (plain decoding, predicted by the ``ad`` policy), so the speedup is measured against predicted
@@ -25,8 +25,8 @@ import typer
 
 from simlab.cli.llama_cpp import _batches, _pair, llama_app
 from simlab.cli.output import Force, frame_output
-from simlab.errors import SimlabError
-from simlab.paths import portable_path
+from simlab.common.errors import SimlabError
+from simlab.common.locations import portable_path
 
 ARRIVALS_DEFAULTS = (8, 0)  # --requests, --seed: given without --rate, they are refused rather than ignored
 
@@ -64,9 +64,9 @@ def serve_command(
 ) -> None:
     """Predict llama-server under bursts of B requests in B slots (or under Poisson arrivals,
     --rate), then run it and compare."""
-    from simlab import serve_llama as compare
-    from simlab.engines import llama_cpp
-    from simlab.engines.llama_server import Drafting
+    from simlab.engines.llama_cpp import build as llama_cpp
+    from simlab.engines.llama_cpp.server import Drafting
+    from simlab.live import llama_server as compare
     from simlab.trace.io import read_trace
 
     if out is not None:
@@ -93,8 +93,8 @@ def serve_command(
     log("building llama.cpp's llama-server if not cached (a few minutes the first time)...")
     server = llama_cpp.build_server(jobs=jobs).binary
     if reprobe:
-        from simlab.engines.llama_record import EnginePrompt, Probe
-        from simlab.engines.llama_record import reprobe as time_steps
+        from simlab.engines.llama_cpp.record import EnginePrompt, Probe
+        from simlab.engines.llama_cpp.record import reprobe as time_steps
 
         tool = llama_cpp.build_trace_tool(jobs=jobs).binary
         first = trace.prompts.iloc[0]

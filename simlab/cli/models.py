@@ -27,8 +27,9 @@ def install_command(
 @models_app.command("list")
 def list_command() -> None:
     """The installable models, and where each installed one lives."""
+    from simlab.common.locations import cache_root
+    from simlab.models.cache import installed_path
     from simlab.models.catalog import BUNDLES, CATALOG
-    from simlab.models.install import cache_root, installed_path
 
     for spec in CATALOG.values():
         path = installed_path(spec.name)

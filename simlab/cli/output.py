@@ -1,4 +1,4 @@
-"""Shared pieces of the commands: parameter parsing, tables and JSON (table files: simlab.table_file)."""
+"""Shared pieces of the commands: parameter parsing, tables and JSON (table files: simlab.common.table_file)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from simlab.atomic import check_output
-from simlab.errors import SimlabError
-from simlab.params import parse_value
-from simlab.table_file import frame_path
+from simlab.common.atomic import check_output
+from simlab.common.errors import SimlabError
+from simlab.common.params import parse_value
+from simlab.common.table_file import frame_path
 
 console = Console()
 err_console = Console(stderr=True)
@@ -89,7 +89,7 @@ Force = Annotated[bool, typer.Option("--force", help="Overwrite (replace) an exi
 
 
 def frame_output(path: str | Path, force: bool, what: str = "--out") -> Path:
-    """Check before any work that ``path`` can take a table (see :func:`simlab.atomic.check_output`)."""
+    """Check before any work that ``path`` can take a table (see :func:`simlab.common.atomic.check_output`)."""
     return frame_path(check_output(path, what, force=force), what)
 
 

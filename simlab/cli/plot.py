@@ -9,8 +9,8 @@ import typer
 
 from simlab.cli.app import app
 from simlab.cli.output import console, parse_params
-from simlab.errors import SimlabError
-from simlab.table_file import read_frame
+from simlab.common.errors import SimlabError
+from simlab.common.table_file import read_frame
 
 plot_app = typer.Typer(help="Figures of sweeps, traces, timelines and live runs.", no_args_is_help=True)
 app.add_typer(plot_app, name="plot")

@@ -42,7 +42,7 @@ def policies(
     has a flag of its name, dashes for underscores) or `--param KEY=VALUE`. A default of "none"
     means what the parameter's help says (most are derived from the trace or the latency model).
     """
-    from simlab.errors import SimlabError
+    from simlab.common.errors import SimlabError
     from simlab.policies import REGISTRY
 
     if name is not None and name not in REGISTRY:

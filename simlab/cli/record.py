@@ -13,7 +13,7 @@ from pathlib import Path
 import typer
 
 from simlab.cli.app import app
-from simlab.openmp import wait_passively
+from simlab.common.openmp import wait_passively
 
 PROBE_HELP = ("Latency points: 'k=1-17,24,32,64,128;ctx=128,512;repeats=5;corun=yes;batch=1,2,4,8;batch_k=1-9;"
               "tree=1-9,17,32,64;exit_head=1-9,17,32' (fields optional). tree: forwards under a tree mask, default "

@@ -8,19 +8,19 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from simlab.atomic import check_output
 from simlab.cli import policy_options as opt
 from simlab.cli import serve_options as so
 from simlab.cli.app import app
 from simlab.cli.output import Force, console, err_console, frame_output, print_json
 from simlab.cli.serve_options import DEFAULT_REQUESTS
 from simlab.cli.simulate import load_inputs, trace_label
-from simlab.errors import SimlabError
-from simlab.openmp import wait_passively
-from simlab.params import check_seed
+from simlab.common.atomic import check_output
+from simlab.common.errors import SimlabError
+from simlab.common.openmp import wait_passively
+from simlab.common.params import check_seed
+from simlab.common.table_file import write_frame
 from simlab.serve.scheduler import DEFAULT_MAX_BATCH, DEFAULT_TOKEN_BUDGET, Scheduler
 from simlab.serve.tune import DEFAULT_BATCHES, DEFAULT_MAX_GAMMA, REQUESTS_PER_SLOT
-from simlab.table_file import write_frame
 
 # (label, JSON key, scale, unit) of the printed rows; the JSON output carries every figure.
 LATENCY_ROWS = (("TTFT", "ttft", 1e3, "ms"), ("TPOT", "tpot", 1e3, "ms"), ("end-to-end", "e2e", 1.0, "s"))
@@ -183,7 +183,7 @@ def tune(
     """
     from rich.table import Table
 
-    from simlab.jsonfile import write_json
+    from simlab.common.jsonfile import write_json
     from simlab.serve.tune import check_tune
     from simlab.serve.tune import tune as tune_run
     from simlab.sim.run import Simulator
@@ -290,14 +290,14 @@ def _warn_if_priced_elsewhere(tr, lat) -> None:
 
 
 def _serve_live(trace, latency, policy, params, batch, tokens, repeats, arrivals, out, reprobe) -> None:
-    """``serve --live``: simlab.serve_live decodes the batch; print measured beside predicted."""
+    """``serve --live``: simlab.live.serve decodes the batch; print measured beside predicted."""
     from rich.table import Table
 
     wait_passively()  # before torch loads OpenMP, as the latency probe it is compared with waited
+    from simlab.live.serve import check, load_executor
+    from simlab.live.serve import reprobe as time_forwards
     from simlab.record.latency import ProbePlan
     from simlab.record.reprobe import with_points
-    from simlab.serve_live import check, load_executor
-    from simlab.serve_live import reprobe as time_forwards
 
     if arrivals is not None:
         raise SimlabError("--live serves one batch arriving at t=0; drop --arrivals")

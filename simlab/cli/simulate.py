@@ -7,15 +7,15 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from simlab.atomic import check_output
 from simlab.cli import policy_options as opt
 from simlab.cli.app import app
 from simlab.cli.output import Force, console, frame_output, metrics_table, print_json
-from simlab.errors import SimlabError
-from simlab.metrics import SUMMARY_KEYS
-from simlab.paths import default_trace
+from simlab.common.atomic import check_output
+from simlab.common.errors import SimlabError
+from simlab.common.locations import default_trace
+from simlab.common.metrics import SUMMARY_KEYS
+from simlab.common.table_file import write_frame
 from simlab.sim.devices import Topology
-from simlab.table_file import write_frame
 
 TopologyOption = Annotated[Optional[Topology], typer.Option(
     "--topology", help="Where the two models run.", show_default="the topology the trace was recorded in, from its manifest")]

@@ -18,10 +18,10 @@ from simlab.cli.app import EXIT_INTERRUPTED, app
 from simlab.cli.output import Force, console, fmt, frame_output
 from simlab.cli.serve import show_rates
 from simlab.cli.simulate import TopologyOption, load_inputs, topology_label, trace_label
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
+from simlab.common.table_file import write_frame
 from simlab.serve.scheduler import DEFAULT_MAX_BATCH, DEFAULT_TOKEN_BUDGET
 from simlab.sim.devices import Topology
-from simlab.table_file import write_frame
 
 # Columns of the printed table and their headers (every metric goes to --out).
 SHOWN = {"speedup": "speedup", "cost": "cost", "mat": "MAT", "mean_acceptance_length": "accept len",

@@ -9,9 +9,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from simlab.atomic import check_output
 from simlab.cli.app import app
 from simlab.cli.output import console
+from simlab.common.atomic import check_output
 from simlab.trace.schema import MANIFEST
 from simlab.trace.synth import SynthSpec
 

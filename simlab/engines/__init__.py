@@ -1,2 +1,2 @@
-"""Inference engines simlab did not write, built from the package index so their runs can be
-compared with simlab's predictions (llama.cpp: :mod:`simlab.engines.llama_cpp`)."""
+"""Inference engines simlab did not write, driven so their runs can be compared with simlab's
+predictions: one folder per engine (llama.cpp: :mod:`simlab.engines.llama_cpp`)."""

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
 from simlab.latency.model import PROFILE_KINDS, TableLatency, chain_factor, check_k, profile_header
 from simlab.latency.surface import FORMS, Surface, available_forms, fit_best
 from simlab.trace.schema import NO_LAYER, with_defaults

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
 from simlab.latency.model import LatencyModel
 from simlab.trace.schema import MAX_FORWARD_SECONDS, NO_LAYER
 

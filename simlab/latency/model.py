@@ -62,8 +62,8 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import pandas as pd
 
-from simlab.errors import SimlabError
-from simlab.jsonfile import read_versioned, write_json
+from simlab.common.errors import SimlabError
+from simlab.common.jsonfile import read_versioned, write_json
 from simlab.trace.schema import NO_LAYER, with_defaults
 
 PROFILE_FORMAT = "simlab-latency"

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from simlab.atomic import replace_file
-from simlab.errors import SimlabError
+from simlab.common.atomic import replace_file
+from simlab.common.errors import SimlabError
 from simlab.latency.fitted import FittedLatency, series_of, size_of
 from simlab.trace.schema import with_defaults
 

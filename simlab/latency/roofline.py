@@ -46,10 +46,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from simlab.errors import SimlabError
-from simlab.jsonfile import read_json
+from simlab.common.errors import SimlabError
+from simlab.common.jsonfile import read_json
+from simlab.common.locations import CALIBRATE
 from simlab.latency.model import PROFILE_KINDS, check_k, profile_header
-from simlab.paths import CALIBRATE
 from simlab.trace.schema import NO_LAYER
 
 ROOFLINE_DIR = CALIBRATE / "roofline"

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
 from simlab.latency.model import _interp_k
 
 FORMS = ("affine", "hinge", "per-x")

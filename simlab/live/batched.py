@@ -2,7 +2,7 @@
 draft position and one batched verification per round.
 
 What ``simlab serve`` simulates, run for real on a batch that starts together (every request
-arriving at t = 0, no admission while it runs). Each request drives :func:`simlab.rounds.decode`
+arriving at t = 0, no admission while it runs). Each request drives :func:`simlab.policies.rounds.decode`
 with its own policy object, as in ``serve`` and ``live``; the rounds of all requests run in
 lock-step:
 
@@ -36,13 +36,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
+from simlab.common.metrics import Counts, PositionStats
+from simlab.common.signals import TokenSignal
 from simlab.live.executor import LazySignal, LiveExecutor, SignalList, settle
 from simlab.live.padded_cache import PaddedCache
-from simlab.metrics import Counts, PositionStats
 from simlab.policies.base import Policy, PromptInfo
-from simlab.rounds import DRAFT, DraftLoop, DraftRun, Verify, decode
-from simlab.signals import TokenSignal
+from simlab.policies.rounds import DRAFT, DraftLoop, DraftRun, Verify, decode
 
 
 @dataclass

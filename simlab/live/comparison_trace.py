@@ -19,9 +19,9 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
+from simlab.common.locations import TRACES, cache_root
 from simlab.live.setup import LiveSetup
-from simlab.paths import TRACES, cache_root
 from simlab.trace.io import Trace, read_trace
 from simlab.trace.schema import MANIFEST
 

@@ -12,7 +12,7 @@ short warm-up decode runs first and is not counted: the first forwards of a proc
 memory.
 
 Every decode also records how much of the machine's CPU other processes took while it ran
-(``/proc/stat``'s busy time less this process's own, :class:`simlab.cpu_load.OtherLoad`),
+(``/proc/stat``'s busy time less this process's own, :class:`simlab.common.cpu_load.OtherLoad`),
 so a prompt slowed by a neighbour is flagged (:data:`DISTURBED`) instead of blamed on the
 prediction.
 """
@@ -81,7 +81,7 @@ class PromptOutcome:
 
 
 def _timed_run(executor: LiveExecutor, policy: Policy, prompt_id: int, ids: list[int], budget: int) -> LiveRun:
-    from simlab.cpu_load import OtherLoad
+    from simlab.common.cpu_load import OtherLoad
 
     load = OtherLoad()
     run = executor.run(policy, prompt_id, ids, budget)

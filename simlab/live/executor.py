@@ -1,4 +1,4 @@
-"""The live executor: real models answer the requests of :func:`simlab.rounds.decode`.
+"""The live executor: real models answer the requests of :func:`simlab.policies.rounds.decode`.
 
 It is the simulator's twin. Both drive the same protocol loop with the same policy object;
 where the simulator looks a drafted token's signal and its acceptance up in a trace, this
@@ -28,13 +28,13 @@ executor runs the draft and the target:
   drafting differs by tree kind (:meth:`LiveExecutor._verify_tree`);
 - shadow tokens (DEL): after the prefill and after each serial verification, every exit layer's
   token at the positions that forward settled: the target's hidden state after each layer of
-  :func:`~simlab.signals.shadow_layers`, those rows only, through the final norm and the LM head
+  :func:`~simlab.common.signals.shadow_layers`, those rows only, through the final norm and the LM head
   (:func:`~simlab.record.forward.shadow_tokens`), timed as one ``shadow`` entry of the decode log;
 - parallel rounds (PEARL, SPIDE): the draft drafts while the target verifies, in two threads
   with one intra-op thread each on CPU (on 2 cores this overlap took 0.74x the time of running
   them one after the other, Qwen pair), restoring the full thread count afterwards.
 
-The end of a prompt follows :mod:`simlab.rounds`: drafts are capped by the budget, and when
+The end of a prompt follows :mod:`simlab.policies.rounds`: drafts are capped by the budget, and when
 the target's end token appears the executor lowers ``PromptInfo.n_tokens`` and counts that
 token as the target's, exactly as the simulator does.
 
@@ -53,11 +53,12 @@ from itertools import count
 
 import torch
 
-from simlab.errors import SimlabError
-from simlab.metrics import Counts, PositionStats
+from simlab.common.errors import SimlabError
+from simlab.common.metrics import Counts, PositionStats
+from simlab.common.signals import ShadowTokens, TokenSignal, shadow_layers
 from simlab.models.kv_cache import cache_kwargs, cache_of
 from simlab.policies.base import Policy, PromptInfo
-from simlab.rounds import (
+from simlab.policies.rounds import (
     DraftLoop,
     DraftRun,
     ExpandTree,
@@ -68,7 +69,6 @@ from simlab.rounds import (
     VerifyTree,
     decode,
 )
-from simlab.signals import ShadowTokens, TokenSignal, shadow_layers
 from simlab.trees.attention import LiveTree, keep_entries, verify_inputs
 from simlab.trees.draft_tree import ROOT
 

@@ -5,7 +5,7 @@ The prediction comes first and from a trace recorded earlier with llama.cpp as t
 ``--draft-min``, ``--draft-p-min`` and ``-n`` (its ``n_predict`` parameter, which applies
 speculative-simple's own end of generation) simulated on that trace. Then the real binary
 decodes each of the trace's prompts with the same arguments and its printed counters are read
-(:mod:`simlab.engines.llama_run`).
+(:mod:`simlab.engines.llama_cpp.run`).
 
 Compared per prompt: ``n_drafted`` (drafts the target verified), ``n_accept``, ``n_predict``
 (tokens generated) and the decode loop's tokens/s. Counts should agree exactly when the binary
@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from simlab.engines.llama_args import ModelPair
-from simlab.engines.llama_run import EngineRun, run
-from simlab.metrics import Counts
+from simlab.common.metrics import Counts
+from simlab.engines.llama_cpp.args import ModelPair
+from simlab.engines.llama_cpp.run import EngineRun, run
 from simlab.policies import make_policy
 from simlab.sim.executor import SimExecutor
 from simlab.sim.run import Simulator
@@ -35,7 +35,7 @@ COUNTERS = ("n_drafted", "n_accept", "n_predict")
 def predict(trace: Trace, n_predict: int, draft_max: int, p_min: float, draft_min: int = 0,
             latency: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per prompt, what the llama-cpp policy predicts speculative-simple prints for this trace;
-    ``latency``: step latencies timed again (:func:`simlab.engines.llama_record.reprobe`) in
+    ``latency``: step latencies timed again (:func:`simlab.engines.llama_cpp.record.reprobe`) in
     place of the trace's."""
     sim = Simulator(trace if latency is None else replace(trace, latency=latency))
     policy = make_policy("llama-cpp", sim.context(), draft_max=draft_max, draft_min=draft_min, p_min=p_min,

@@ -13,9 +13,9 @@ def load_pair(setup: LiveSetup, trace: Trace | None) -> tuple[LiveExecutor, list
     A self-speculative run (``--draft-layer``) drafts with the target's first layers; the exit
     layers its policies may draft with are the comparison trace's, or every layer without one.
     """
+    from simlab.common.signals import shadow_layers
     from simlab.models.early_exit import early_exit_draft
     from simlab.models.load import eos_token_ids, load_model
-    from simlab.signals import shadow_layers
 
     cfg = setup.cfg
     target = load_model(setup.target_ref, setup.target_device, setup.dtype)

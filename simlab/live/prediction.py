@@ -36,10 +36,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from simlab.common.metrics import Summary
 from simlab.latency.model import LatencyModel
 from simlab.live.decoding import PromptOutcome
 from simlab.live.setup import LiveSetup
-from simlab.metrics import Summary
 from simlab.policies import REGISTRY, PolicyContext
 from simlab.sim.context import policy_context, tabulated, typical_context_len
 from simlab.sim.devices import Slice

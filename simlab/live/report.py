@@ -12,15 +12,15 @@ from typing import Any, Callable
 import pandas as pd
 from rich.table import Table
 
-from simlab.atomic import replace_file
+from simlab.common.atomic import replace_file
+from simlab.common.locations import portable_path
+from simlab.common.metrics import PositionStats, Summary, total
+from simlab.common.table_file import write_frame
 from simlab.live.decoding import DISTURBED, PromptOutcome
 from simlab.live.prediction import DRIFTED, Comparison, describe_gap
 from simlab.live.session import EXTRA_PROBES, LiveSession
-from simlab.metrics import PositionStats, Summary, total
-from simlab.paths import portable_path
 from simlab.sim.devices import Slice
 from simlab.sim.timeline import write_chrome_trace
-from simlab.table_file import write_frame
 
 EXPLAIN = 0.10  # a prompt whose speedup error exceeds this is explained by its forwards in the printout
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
 from simlab.sim.devices import Topology
 from simlab.trees.draft_tree import parse_shape
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
 
 
 def early_exit_draft(target, layer: int):

@@ -22,11 +22,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
+from simlab.models.cache import MARKER, installed_path, model_dir
 from simlab.models.catalog import BUNDLES, CATALOG, ModelSpec, PackagedFile
-from simlab.paths import cache_root
 
-MARKER = "simlab-model.json"
 _CHUNK = 1 << 22
 
 
@@ -35,23 +34,6 @@ class InstalledModel:
     name: str
     path: Path  # a directory that transformers' from_pretrained reads
     fresh: bool  # True when this call did the work, False when the cache was already there
-
-
-def model_dir(name: str) -> Path:
-    return cache_root() / "models" / name
-
-
-def installed_path(name: str) -> Path | None:
-    """The cached directory of catalog model ``name``, or None when it is not installed."""
-    spec = CATALOG.get(name)
-    marker = model_dir(name) / MARKER
-    if spec is None or not marker.is_file():
-        return None
-    try:
-        ok = json.loads(marker.read_text()).get("sha256") == spec.sha256
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        ok = False
-    return marker.parent if ok else None
 
 
 def expand(name: str) -> tuple[str, ...]:

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
+from simlab.models.cache import installed_path
 from simlab.models.catalog import BUNDLES, CATALOG
-from simlab.models.install import installed_path
 
 DTYPES = ("float32", "bfloat16", "float16")
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from simlab.atomic import check_output, replace_file
-from simlab.errors import SimlabError
+from simlab.common.atomic import check_output, replace_file
+from simlab.common.errors import SimlabError
 
 FORMATS = (".png", ".svg", ".pdf")
 DPI = 150

@@ -13,7 +13,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
 from simlab.plots.table import require, setup_name
 
 

@@ -21,10 +21,10 @@ import pandas as pd
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
-from simlab.errors import SimlabError
-from simlab.frontier import pareto_front
+from simlab.common.errors import SimlabError
 from simlab.plots.labels import place_labels
 from simlab.plots.table import require, series_of, setup_name
+from simlab.sweep.frontier import pareto_front
 
 REFERENCE_STYLE = {"color": "tab:red", "linestyle": "--", "linewidth": 1}
 PARITY_STYLE = {"color": "black", "linestyle": "-", "linewidth": 0.8}

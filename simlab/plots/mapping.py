@@ -3,7 +3,7 @@
 Left: the acceptance rate of the draft tokens in each of SPIDE's 20 confidence bins, beside
 the bin's own confidence (a perfectly calibrated draft would match it), with the bin's token
 count above its bar. Right: the share of
-draft tokens in each bin. Input is a mapping table (:mod:`simlab.mapping`), measured on a
+draft tokens in each bin. Input is a mapping table (:mod:`simlab.common.mapping`), measured on a
 trace with :func:`trace_mapping` or read from ``calibrate/mapping/*.csv``.
 """
 
@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from simlab.mapping import MAPPING_COLUMNS, bin_label, mapping_table
+from simlab.common.mapping import MAPPING_COLUMNS, bin_label, mapping_table
 from simlab.plots.table import require
 from simlab.trace.io import Trace
 from simlab.trace.replay import TraceReplay

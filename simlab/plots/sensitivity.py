@@ -13,10 +13,10 @@ from typing import Any
 import pandas as pd
 from matplotlib.figure import Figure
 
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
 from simlab.plots.frontier import PARITY_STYLE, REFERENCE_STYLE
 from simlab.plots.table import require, setup_name
-from simlab.result_table import param_columns, varying
+from simlab.sweep.result_table import param_columns, varying
 
 SPEED_COLOR, COST_COLOR = "tab:blue", "tab:orange"
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
 
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
 from simlab.plots.table import require, setup_name
 
 LATENCIES = {"tpot": ("TPOT", 1e3, "ms"), "ttft": ("TTFT", 1e3, "ms"), "e2e": ("end-to-end latency", 1.0, "s")}

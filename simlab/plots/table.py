@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from simlab.errors import SimlabError
-from simlab.result_table import varying
+from simlab.common.errors import SimlabError
+from simlab.sweep.result_table import varying
 
 
 def require(table: pd.DataFrame, columns: Iterable[str], what: str) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from matplotlib.figure import Figure
 
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
 from simlab.sim.devices import Slice
 from simlab.sim.timeline import DEVICES, kind_of
 

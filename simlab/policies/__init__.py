@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
 from simlab.policies.ags import AcceptanceGuided
 from simlab.policies.base import (
     Decision,

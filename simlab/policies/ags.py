@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from simlab.common.signals import TokenSignal
 from simlab.policies.base import COUNT, PROBABILITY, Param, RoundState
 from simlab.policies.stop import PredictedStop
 from simlab.policies.timing import draft_time, latency_of
-from simlab.signals import TokenSignal
 
 
 class AcceptanceGuided(PredictedStop):

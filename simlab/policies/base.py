@@ -7,7 +7,7 @@ acceptance bit; it sees
 
 - at the start of each round, a :class:`RoundState` (how many tokens are committed, how
   many remain, how many drafted tokens are waiting for verification);
-- in a serial round, one :class:`~simlab.signals.TokenSignal` per drafted token;
+- in a serial round, one :class:`~simlab.common.signals.TokenSignal` per drafted token;
 - after every target verification, an :class:`Outcome`.
 
 It answers with a plan per round (:class:`Serial` or :class:`Parallel`) and, while drafting
@@ -23,8 +23,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, NamedTuple, Protocol, Sequence
 
-from simlab.errors import SimlabError
-from simlab.signals import ShadowTokens, TokenSignal
+from simlab.common.errors import SimlabError
+from simlab.common.signals import ShadowTokens, TokenSignal
 from simlab.trees.candidates import Candidates
 from simlab.trees.draft_tree import DraftTree
 
@@ -309,7 +309,7 @@ class Policy(ABC):
         """After each target verification."""
 
     def observes(self) -> bool:
-        """Whether :meth:`observe` uses the outcomes: :func:`~simlab.rounds.decode` builds none
+        """Whether :meth:`observe` uses the outcomes: :func:`~simlab.policies.rounds.decode` builds none
         for a policy that does not (PEARL's parallel rounds are most of its simulation). By
         default, whether the policy's class overrides :meth:`observe`."""
         return type(self).observe is not Policy.observe

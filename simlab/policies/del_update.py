@@ -125,7 +125,7 @@ def threshold(sums: np.ndarray, i: int, k: int) -> float:
 def update(sums: np.ndarray, rows: np.ndarray, alpha: np.ndarray, guess: np.ndarray, searched: np.ndarray,
            constants: tuple) -> tuple[int, int, float]:
     """DEL_UPDATE over the shadow-token ``rows`` of the positions a target forward settled (a
-    :class:`~simlab.signals.ShadowTokens` table: S(n), then S(c^ℓ), S(tcs^ℓ), S(fcs^ℓ) per exit
+    :class:`~simlab.common.signals.ShadowTokens` table: S(n), then S(c^ℓ), S(tcs^ℓ), S(fcs^ℓ) per exit
     layer). Updates ``sums`` (S ← ω·S + the rows, eq. 2's decayed sums) and ``alpha`` (α_ℓ =
     S(c^ℓ)/S(n)) in place; returns the index of the exit layer E, γ, and τ_E (eq. 3), the one
     threshold a round reads.

@@ -3,9 +3,9 @@ adjusted online toward a target acceptance rate (docs/policies/dv.md; the author
 
 from __future__ import annotations
 
+from simlab.common.signals import TokenSignal
 from simlab.policies.base import COUNT, PROBABILITY, Param
 from simlab.policies.stop import ADAPTIVE_PARAMS, AdaptiveStop
-from simlab.signals import TokenSignal
 
 
 class DraftVerify(AdaptiveStop):

@@ -10,7 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
+from simlab.common.signals import ShadowTokens, TokenSignal
 from simlab.policies.base import (
     BOOL,
     COUNT,
@@ -24,7 +25,6 @@ from simlab.policies.base import (
     RoundState,
     Serial,
 )
-from simlab.signals import ShadowTokens, TokenSignal
 
 
 def exit_layers(name: str, context: PolicyContext) -> list[int]:
@@ -97,7 +97,7 @@ class Del(Policy):
         if self.n_layers <= self.layers[-1]:
             raise SimlabError(f"del needs the target's layer count L > exit layers {self.layers}; the trace says "
                               f"n_layers={self.n_layers}")
-        from simlab.policies import del_update  # numba: imported with the first DEL policy (del_update's docstring)
+        import simlab.policies.del_update as del_update  # numba: imported with the first DEL policy (its docstring)
 
         self._update, self._threshold = del_update.update, del_update.threshold
         layers = np.array(self.layers, dtype=np.int64)

@@ -16,9 +16,9 @@ import math
 from math import sqrt
 from typing import Any
 
+from simlab.common.signals import TokenSignal
 from simlab.policies.base import COUNT, POSITIVE, PROBABILITY, Param
 from simlab.policies.stop import ADAPTIVE_PARAMS, AdaptiveStop, StopRule
-from simlab.signals import TokenSignal
 
 SVIP_SCALE = 0.15
 

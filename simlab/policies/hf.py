@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
+from simlab.common.signals import TokenSignal
 from simlab.policies.base import (
     BOOL,
     COUNT,
@@ -20,7 +21,6 @@ from simlab.policies.base import (
     choice,
 )
 from simlab.policies.stop import StopRule
-from simlab.signals import TokenSignal
 
 SCHEDULES = ("constant", "heuristic", "heuristic_transient")
 SCHEDULE_HELP = ("num_assistant_tokens_schedule: constant keeps N; heuristic: N += 2 after a round whose drafts "

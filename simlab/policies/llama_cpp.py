@@ -14,7 +14,8 @@ loop then evaluates ``[id_last]`` alone: a plain target step, and ``n_drafted`` 
 
 from __future__ import annotations
 
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
+from simlab.common.signals import TokenSignal
 from simlab.policies.base import (
     COUNT,
     PROBABILITY,
@@ -28,7 +29,6 @@ from simlab.policies.base import (
     Serial,
     check_positive_int,
 )
-from simlab.signals import TokenSignal
 
 # --draft-min and -n, whose 0 means "off" (llama.cpp's default --draft-min; simlab's budget rule for -n)
 NON_NEGATIVE = Kind(int, "integer ≥ 0", lambda name, value: check_positive_int(name, value, minimum=0))

@@ -46,7 +46,7 @@ from itertools import accumulate
 from operator import add
 from typing import Callable
 
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
 from simlab.policies.base import (
     COUNT,
     Param,

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from simlab.common.signals import TokenSignal
 from simlab.policies.base import COUNT, POSITIVE, PROBABILITY, Param, RoundState
 from simlab.policies.stop import PredictedStop
-from simlab.signals import TokenSignal
 
 
 class Pacer(PredictedStop):

@@ -3,7 +3,7 @@
 SPIDE §1, Fig. 1b).
 
 Every step runs both models at once: the draft drafts γ tokens while the target runs one forward.
-The two modes are exactly the two cases of a parallel round of :mod:`simlab.rounds`:
+The two modes are exactly the two cases of a parallel round of :mod:`simlab.policies.rounds`:
 
 - PRE (no drafts pending, m = 0): the target checks the first of the γ new drafts. Rejected:
   the target's token is emitted, all drafts are dropped, stay PRE. Accepted: emit it, keep the

@@ -24,8 +24,9 @@ from functools import partial
 from operator import attrgetter
 from typing import Any, ClassVar, Iterable
 
-from simlab.errors import SimlabError
-from simlab.mapping import ONE, SPIDE_EDGES
+from simlab.common.errors import SimlabError
+from simlab.common.mapping import ONE, SPIDE_EDGES
+from simlab.common.signals import TokenSignal
 from simlab.policies.base import (
     COUNT,
     PROBABILITY,
@@ -40,14 +41,13 @@ from simlab.policies.base import (
     Serial,
 )
 from simlab.policies.timing import window_param
-from simlab.signals import TokenSignal
 
 N_BINS = len(SPIDE_EDGES)
 # The upper edges of bins 0..18: the last is ONE, where bin "1.0" starts (the module docstring
-# of simlab.mapping), so one bisection finds every bin, below 0 and NaN included.
+# of simlab.common.mapping), so one bisection finds every bin, below 0 and NaN included.
 UPPER_EDGES = (*SPIDE_EDGES[1:-1], ONE)
 # Index 0..19 of the interval of §3.2 / Figure 4 that holds a confidence (the bins of
-# simlab.mapping): a bisection as a C callable, with no Python frame, as the simulator bins
+# simlab.common.mapping): a bisection as a C callable, with no Python frame, as the simulator bins
 # every drafted token and again every checked one.
 confidence_bin = partial(bisect_right, UPPER_EDGES)
 CONFIDENCE = attrgetter("confidence")

@@ -18,6 +18,7 @@ from collections import deque
 from operator import attrgetter
 from typing import Any, Callable
 
+from simlab.common.signals import TokenSignal
 from simlab.policies.base import (
     POSITIVE,
     PROBABILITY,
@@ -32,7 +33,6 @@ from simlab.policies.base import (
     RoundState,
     Serial,
 )
-from simlab.signals import TokenSignal
 
 
 class StopRule(Policy):

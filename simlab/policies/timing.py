@@ -20,7 +20,7 @@ both models share one device.
 
 from __future__ import annotations
 
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
 from simlab.policies.base import PolicyContext
 from simlab.trace.schema import NO_LAYER
 

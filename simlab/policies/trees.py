@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
 from simlab.policies.base import (
     COUNT,
     PROBABILITY,

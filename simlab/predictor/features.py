@@ -1,6 +1,6 @@
 """The predictor's inputs, computed identically while training and while decoding.
 
-A policy holds a :class:`~simlab.signals.TokenSignal` for the token just drafted and the recent
+A policy holds a :class:`~simlab.common.signals.TokenSignal` for the token just drafted and the recent
 acceptance it tracks from verification outcomes (``AcceptancePredictor.predict_accept``'s two
 arguments). The features are functions of exactly those:
 
@@ -27,9 +27,9 @@ from collections import deque
 
 import pandas as pd
 
+from simlab.common.signals import TokenSignal
 from simlab.policies.base import RECENT_WINDOW, Outcome, PromptInfo
 from simlab.policies.fixed import VanillaSD
-from simlab.signals import TokenSignal
 
 FEATURES = ("confidence", "logit_confidence", "entropy", "draft_index", "recent_acceptance")
 LOGIT_CLIP = 1e-4

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
-from simlab.errors import SimlabError
-from simlab.jsonfile import read_versioned, write_json
+from simlab.common.errors import SimlabError
+from simlab.common.jsonfile import read_versioned, write_json
+from simlab.common.signals import TokenSignal
 from simlab.predictor.features import FEATURES, feature_vector
-from simlab.signals import TokenSignal
 
 PREDICTOR_FORMAT = "simlab-predictor"
 PREDICTOR_VERSION = 1

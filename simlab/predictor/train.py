@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
 from simlab.predictor.features import FEATURES, examples
 from simlab.predictor.model import LogisticPredictor, MLPPredictor
 

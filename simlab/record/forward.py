@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
 from simlab.models.kv_cache import cache_of
 
 

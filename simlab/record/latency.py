@@ -89,7 +89,7 @@ from functools import partial
 import pandas as pd
 import torch
 
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
 from simlab.models.early_exit import early_exit_draft
 from simlab.models.kv_cache import cache_kwargs, cache_of
 from simlab.record.forward import shadow_tokens, truncated

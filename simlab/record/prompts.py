@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
 
 # EvalPlus's prompt for instruct models (evalplus/provider/utility.py).
 HUMANEVAL_INSTRUCTION = (

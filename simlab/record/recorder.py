@@ -2,7 +2,7 @@
 
 Every problem with the user's input (unknown model or prompts, vocabularies that differ, a
 trace recorded with other settings) is found before any model runs, and raised as
-:class:`~simlab.errors.SimlabError`. Then the models load, latencies are probed (once, before
+:class:`~simlab.common.errors.SimlabError`. Then the models load, latencies are probed (once, before
 the first prompt, and committed with an empty prompt list so that a long recording
 interrupted early keeps its probe; ``reprobe`` measures them again on a quieter machine,
 or on another one, whose name the manifest then carries, without recording the prompts again) and the prompts are recorded one by one
@@ -33,11 +33,11 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from simlab.atomic import check_output
-from simlab.cpu_load import OtherLoad
-from simlab.errors import SimlabError
+from simlab.common.atomic import check_output
+from simlab.common.cpu_load import OtherLoad
+from simlab.common.errors import SimlabError
+from simlab.common.params import check_seed
 from simlab.models.load import ModelRef, eos_token_ids, load_model, load_tokenizer, resolve, torch_dtype
-from simlab.params import check_seed
 from simlab.record import machine
 from simlab.record.decode import neutralise
 from simlab.record.latency import DEFAULT_PROBE, ProbePlan, probe_latency

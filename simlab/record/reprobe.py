@@ -19,7 +19,7 @@ from typing import Callable
 
 import pandas as pd
 
-from simlab.cpu_load import OtherLoad
+from simlab.common.cpu_load import OtherLoad
 from simlab.trace.io import Trace
 
 POINT = ["op", "k", "context_len", "layer", "corun", "batch"]  # what a latency sample measured

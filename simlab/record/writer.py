@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from simlab.cpu_load import OtherLoad
+from simlab.common.cpu_load import OtherLoad
 from simlab.record import machine
 from simlab.trace.io import Trace, empty_table, update_trace, write_trace
 from simlab.trace.schema import Manifest, with_defaults

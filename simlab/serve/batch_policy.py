@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, Sequence
 
-from simlab.errors import SimlabError
-from simlab.jsonfile import read_versioned
+from simlab.common.errors import SimlabError
+from simlab.common.jsonfile import read_versioned
 from simlab.latency.batch import BatchLatency
 from simlab.policies.base import Outcome, Policy, PromptInfo, RoundState, Serial
 

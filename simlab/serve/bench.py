@@ -2,7 +2,7 @@
 
 The figure the serving issue asks for is 10,000 requests of 256 tokens in under a minute on
 one core; ``simlab bench`` prints it. CPU time of this process is counted (as for the
-single-request figure in :mod:`simlab.bench`).
+single-request figure in :mod:`simlab.sim.bench`).
 """
 
 from __future__ import annotations

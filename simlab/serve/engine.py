@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 
 import simpy
 
+from simlab.common.metrics import PositionStats
 from simlab.latency.batch import BatchLatency
-from simlab.metrics import PositionStats
 from simlab.serve.batch_policy import BatchPolicy
 from simlab.serve.request import ServedRequest
 from simlab.serve.scheduler import Scheduler

@@ -27,8 +27,8 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from simlab.errors import SimlabError
-from simlab.metrics import _ratio
+from simlab.common.errors import SimlabError
+from simlab.common.metrics import _ratio
 from simlab.serve.request import ServedRequest
 
 PERCENTILES = (50, 90, 99)

@@ -17,7 +17,7 @@ from typing import Sequence
 import pandas as pd
 from tqdm import tqdm
 
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
 from simlab.serve.metrics import speedups
 from simlab.serve.run import BASELINE_POLICY, ServeConfig, serve_once
 from simlab.serve.workload import poisson_arrivals

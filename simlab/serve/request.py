@@ -1,6 +1,6 @@
 """One served request: its prompt's replay, its own policy object and the round protocol.
 
-The engine never decides how a request drafts. Each request runs :func:`simlab.rounds.decode`
+The engine never decides how a request drafts. Each request runs :func:`simlab.policies.rounds.decode`
 with its own policy; :meth:`ServedRequest.next_round` answers the generator's draft requests
 from the trace (as the single-request executor does) until it asks for a verification, and
 :meth:`ServedRequest.verify` settles that verification. The generator is resumed with the
@@ -13,9 +13,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from simlab.metrics import Counts, PositionStats
+from simlab.common.metrics import Counts, PositionStats
 from simlab.policies.base import PromptInfo
-from simlab.rounds import DraftLoop, DraftRun, ParallelRound, PolicyError, Shadow, Verify, decode
+from simlab.policies.rounds import DraftLoop, DraftRun, ParallelRound, PolicyError, Shadow, Verify, decode
 from simlab.serve.batch_policy import CappedPolicy
 from simlab.sim.draft_cache import DraftCache
 from simlab.trace.replay import PromptReplay, SignalRun

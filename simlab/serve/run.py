@@ -14,9 +14,9 @@ from typing import Any, Sequence
 import pandas as pd
 import simpy
 
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
+from simlab.common.metrics import PositionStats
 from simlab.latency.batch import BatchLatency
-from simlab.metrics import PositionStats
 from simlab.policies import REGISTRY, make_policy
 from simlab.serve.batch_policy import BatchSpec, CappedPolicy
 from simlab.serve.engine import Engine, EngineStats

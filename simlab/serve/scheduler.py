@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
 from simlab.serve.request import ServedRequest
 
 DEFAULT_MAX_BATCH = 8

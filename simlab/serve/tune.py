@@ -22,7 +22,7 @@ from typing import Sequence
 
 from tqdm import tqdm
 
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
 from simlab.latency.batch import BatchLatency
 from simlab.serve.batch_policy import TABLE_FORMAT, TABLE_VERSION, BatchSpec
 from simlab.serve.run import ServeConfig, serve_once

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
 
 
 def poisson_arrivals(rate: float, requests: int, seed: int = 0) -> list[float]:

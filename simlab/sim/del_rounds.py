@@ -9,9 +9,9 @@ decision, the update), and on ``smollm2-selfspec`` DEL keeps about one token a r
 simulated tokens per CPU-second where ``simlab bench`` asks 0.5. Yet its decisions never read
 the clock, so they can be made first and priced after:
 
-1. :func:`_decide` (numba) walks each prompt as :func:`simlab.rounds.decode` walks DEL: the plan
+1. :func:`_decide` (numba) walks each prompt as :func:`simlab.policies.rounds.decode` walks DEL: the plan
    (exit layer E, up to d_max drafts, or γ with ``dynamic_exit`` off), the draft run read from
-   the replay as ``PromptReplay.draft_until`` reads it (:func:`simlab.sim.paths.confidence`:
+   the replay as ``PromptReplay.draft_until`` reads it (:func:`simlab.sim.draft_paths.confidence`:
    the layer's true path to its first rejection, then its divergence rollout or its
    teacher-forced signals, the tail past the path's end, rollout overruns), the drop at
    confidence < τ_E, the verification's acceptance (the end token always the target's), the
@@ -40,14 +40,14 @@ from numba import njit
 from simlab.latency.grid import LatencyGrid
 from simlab.policies.del_update import update
 from simlab.policies.early_exit import Del
+from simlab.sim.draft_paths import FlatPaths, confidence
 from simlab.sim.executor import SimRun, ad_seconds, shadow_heads
-from simlab.sim.paths import FlatPaths, confidence
 from simlab.sim.vanilla import TargetRows, rounds_run, walls
 from simlab.trace.replay import TraceReplay
 
 
 class DelRounds:
-    """A trace's exit-layer paths (:class:`~simlab.sim.paths.FlatPaths`, rows in ascending layer
+    """A trace's exit-layer paths (:class:`~simlab.sim.draft_paths.FlatPaths`, rows in ascending layer
     order) and shadow-token tables (stacked in the same entries) for :func:`_decide`, and the
     pricing of its rounds."""
 
@@ -118,7 +118,7 @@ def _round_of_prompt(rounds: np.ndarray) -> np.ndarray:
 
 @njit(cache=True)
 def _decide(prompt_lens, lengths, budgets, paths, table, dynamic, constants):
-    """Every prompt's DEL rounds as :func:`simlab.rounds.decode` and the executor make them
+    """Every prompt's DEL rounds as :func:`simlab.policies.rounds.decode` and the executor make them
     (module docstring, step 1): per prompt its rounds and rollout overruns; per round its
     prompt, start position, tokens drafted (a dropped one included), exit layer (index), tokens
     its first draft forward fed, drafts verified and drafts accepted."""

@@ -1,6 +1,6 @@
 """The SimPy executor: replays a trace under a policy and a latency model.
 
-It answers the requests of :func:`simlab.rounds.decode` (the protocol shared with live
+It answers the requests of :func:`simlab.policies.rounds.decode` (the protocol shared with live
 decoding) from a :class:`~simlab.trace.replay.TraceReplay`:
 
 - a drafted token's signal comes from the replay (true path, or the divergence rollout);
@@ -14,7 +14,7 @@ decoding) from a :class:`~simlab.trace.replay.TraceReplay`:
   (:meth:`~simlab.latency.grid.LatencyGrid.tree_draft_seconds`) then one tree verification over
   its nodes + 1 (``target_tree``); a parallel round runs both devices at once;
 - a policy that reads shadow tokens (DEL) has them computed, after the prefill and after every
-  serial verification, by an exit head per layer of :func:`~simlab.signals.shadow_layers` over
+  serial verification, by an exit head per layer of :func:`~simlab.common.signals.shadow_layers` over
   the positions just settled, one after another on the target
   (:meth:`~simlab.latency.grid.LatencyGrid.shadow_seconds`): the live decoder's work, priced
   where its latency model has exit-head figures (:func:`shadow_heads`).
@@ -35,12 +35,13 @@ from typing import Sequence
 
 import simpy
 
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
+from simlab.common.metrics import Counts, PositionStats
+from simlab.common.signals import shadow_layers
 from simlab.latency.grid import LatencyGrid
 from simlab.latency.model import LatencyModel
-from simlab.metrics import Counts, PositionStats
 from simlab.policies.base import Decision, Policy, PromptInfo
-from simlab.rounds import (
+from simlab.policies.rounds import (
     DraftLoop,
     DraftRun,
     ExpandTree,
@@ -51,7 +52,6 @@ from simlab.rounds import (
     VerifyTree,
     decode,
 )
-from simlab.signals import shadow_layers
 from simlab.sim.devices import Device, Slice, Topology
 from simlab.sim.draft_cache import DraftCache
 from simlab.trace.replay import PromptReplay, SignalRun, TraceReplay
@@ -97,7 +97,7 @@ def warn_once(warning: str) -> None:
 
 def shadow_heads(grid: LatencyGrid, manifest: Manifest, policy: Policy) -> int:
     """How many exit heads the simulator prices per shadow read of ``policy``: one per layer of
-    :func:`~simlab.signals.shadow_layers` of the trace (the rule the live decoder computes them
+    :func:`~simlab.common.signals.shadow_layers` of the trace (the rule the live decoder computes them
     by), none for a policy that reads no shadow tokens. A latency model without exit-head figures
     (every trace probed before the probe's exit-head axis) prices none either, the figures simlab
     gave before, and says so on stderr in one line, once per process and trace."""

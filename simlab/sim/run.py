@@ -7,9 +7,9 @@ from typing import Any
 
 import pandas as pd
 
+from simlab.common.metrics import SUMMARY_KEYS, PositionStats, Summary, total
+from simlab.common.params import check_seed
 from simlab.latency.model import LatencyModel, TableLatency
-from simlab.metrics import SUMMARY_KEYS, PositionStats, Summary, total
-from simlab.params import check_seed
 from simlab.policies import PolicyContext, make_policy
 from simlab.policies.base import AcceptancePredictor
 from simlab.policies.early_exit import Del

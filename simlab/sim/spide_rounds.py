@@ -7,11 +7,11 @@ and ``simlab bench`` measured 0.45-0.52 M simulated tokens per CPU-second agains
 Its decisions never read the clock (the window s is fixed when the policy is built), so, as for
 DEL (:mod:`simlab.sim.del_rounds`), they are made first and priced after:
 
-1. :func:`_decide` (numba) walks each prompt as :func:`simlab.rounds.decode` walks
+1. :func:`_decide` (numba) walks each prompt as :func:`simlab.policies.rounds.decode` walks
    :class:`~simlab.policies.spide.Spide`: serial dynamic drafting (Γ_0 = π_0, Γ_i = Γ_(i-1)·α_b
    from the mapping table, eq. 3; stop when Γ ≤ τ, eq. 4; the ablation without it stops at γ),
    each drafted token's confidence read as the protocol reads it
-   (:func:`simlab.sim.paths.confidence`); parallel draft verification (the pending drafts and
+   (:func:`simlab.sim.draft_paths.confidence`); parallel draft verification (the pending drafts and
    the first of s new ones, the window cut to the budget as ``decode`` cuts it; all accepted:
    the other s - 1 stay pending); serial verification where the ablation has no parallel
    module or the draft reached its cap; the table updated with each verification's checked
@@ -36,8 +36,8 @@ from numba import njit
 
 from simlab.latency.grid import LatencyGrid
 from simlab.policies.spide import UPPER_EDGES, Spide, SpideNoDynaDraft, SpideNoParaVerify
+from simlab.sim.draft_paths import FlatPaths, confidence
 from simlab.sim.executor import SimRun, ad_seconds
-from simlab.sim.paths import FlatPaths, confidence
 from simlab.sim.vanilla import TargetRows, rounds_run, walls
 from simlab.trace.replay import TraceReplay
 from simlab.trace.schema import NO_LAYER, Topology
@@ -46,7 +46,7 @@ VARIANTS = (Spide, SpideNoDynaDraft, SpideNoParaVerify)
 
 
 class SpideRounds:
-    """A trace's draft path (:class:`~simlab.sim.paths.FlatPaths`) for :func:`_decide`, and the
+    """A trace's draft path (:class:`~simlab.sim.draft_paths.FlatPaths`) for :func:`_decide`, and the
     pricing of its rounds in one topology."""
 
     def __init__(self, replay: TraceReplay, grid: LatencyGrid, topology: Topology):
@@ -146,7 +146,7 @@ def _record(edges, total, hits, rate, checked: np.ndarray, count: int, accepted:
 @njit(cache=True)
 def _decide(prompt_lens, lengths, budgets, paths, edges, total, hits, rate, dyna_draft, para_verify, tau, prior,
             window, gamma):
-    """Every prompt's rounds as :func:`simlab.rounds.decode` and the executor make them (module
+    """Every prompt's rounds as :func:`simlab.policies.rounds.decode` and the executor make them (module
     docstring, step 1): per prompt its rounds and rollout overruns; per round (each one target
     forward) its prompt, start position, whether it is parallel, the serial drafts booked before
     it and what their first forward fed, its drafts verified (serial) or pending (parallel), new

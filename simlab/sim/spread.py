@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from scipy import stats
 
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
 from simlab.latency.model import LatencyModel
 from simlab.sim.devices import Topology
 from simlab.sim.run import Simulator, latency_of
@@ -84,7 +84,7 @@ class SamplingSpread:
 
 
 def run_metrics(totals: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """A run's metrics from its summed counts (as :class:`simlab.metrics.Summary` defines them)."""
+    """A run's metrics from its summed counts (as :class:`simlab.common.metrics.Summary` defines them)."""
     with np.errstate(divide="ignore", invalid="ignore"):
         return {
             "speedup": totals["ad_wall_time_s"] / totals["wall_time_s"],

@@ -7,8 +7,8 @@ import re
 from pathlib import Path
 from typing import Iterable
 
-from simlab.atomic import replace_file
-from simlab.errors import SimlabError
+from simlab.common.atomic import replace_file
+from simlab.common.errors import SimlabError
 from simlab.sim.devices import Slice
 
 DEVICES = ("draft", "target")

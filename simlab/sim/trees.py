@@ -4,7 +4,7 @@ and the acceptance-guided tree grow them.
 Why a closed form. A tree round through the protocol costs generator round trips (a growing
 tree: one per level, with Python sorts of each level's candidates and of all of them), which
 made tree policies the slowest to simulate. Yet a round is fixed by little: tree policies do
-not adapt across rounds (:mod:`simlab.rounds`), so the round that starts at committed position
+not adapt across rounds (:mod:`simlab.policies.rounds`), so the round that starts at committed position
 ``c`` depends only on the trace at ``c``, on the levels it may draft (``min(budget - c - 1,
 depth)``: decode()'s cap) and, for the acceptance-guided tree, on the context length.
 :class:`TreeRounds` therefore computes every position's round at once with array operations;

@@ -8,7 +8,7 @@ tokens are asked for (the floor of every sweep, and ``simulate``'s default polic
 
 Why fixed-γ SD has a closed form: a round that starts at committed position ``c`` drafts
 ``k = min(γ, budget - c - 1)`` tokens and accepts ``min(run[c], γ)`` of them (``run`` as in
-:mod:`simlab.trace.replay`, with the end token counted as rejected, see :mod:`simlab.rounds`).
+:mod:`simlab.trace.replay`, with the end token counted as rejected, see :mod:`simlab.policies.rounds`).
 A round never jumps past a rejected position ``d``, and a round that meets one resumes at
 ``d + 1``. So the rounds of a prompt are, for every stretch of ``L`` accepted positions from
 ``a`` (``a`` = 1 or just after a rejection), the positions ``a + i(γ+1)`` for
@@ -34,8 +34,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from simlab.common.metrics import Counts, PositionStats
 from simlab.latency.grid import LatencyGrid
-from simlab.metrics import Counts, PositionStats
 from simlab.sim.executor import PromptRun, SimRun, ad_seconds
 from simlab.trace.replay import TraceReplay
 from simlab.trace.schema import NO_LAYER
@@ -200,5 +200,5 @@ def interleave(draft: np.ndarray, verify: np.ndarray) -> np.ndarray:
 
 
 def _sequential_sum(values: np.ndarray) -> float:
-    """``0.0 + v0 + v1 + ...`` left to right, as :func:`simlab.metrics.total` adds prompts."""
+    """``0.0 + v0 + v1 + ...`` left to right, as :func:`simlab.common.metrics.total` adds prompts."""
     return float(np.cumsum(values)[-1]) if len(values) else 0.0

@@ -37,8 +37,8 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
-from simlab.errors import SimlabError
-from simlab.params import parse_value
+from simlab.common.errors import SimlabError
+from simlab.common.params import parse_value
 
 try:
     import tomllib

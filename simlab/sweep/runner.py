@@ -31,16 +31,16 @@ from typing import Any
 import pandas as pd
 from tqdm import tqdm
 
-from simlab.errors import SimlabError
-from simlab.frontier import pareto_mask
+from simlab.common.errors import SimlabError
+from simlab.common.locations import cache_root
 from simlab.latency.model import LatencyModel
-from simlab.paths import cache_root
 from simlab.policies import REGISTRY, make_policy
-from simlab.result_table import METRIC_COLUMNS, TIMING_COLUMNS, with_params
 from simlab.serve.run import BASELINE_POLICY, check_policy
 from simlab.sim.devices import Topology
 from simlab.sim.run import Simulator
+from simlab.sweep.frontier import pareto_mask
 from simlab.sweep.grid import PolicyGrid, parse_policy
+from simlab.sweep.result_table import METRIC_COLUMNS, TIMING_COLUMNS, with_params
 from simlab.sweep.serving import ServeLoad, serve_table
 from simlab.sweep.store import ResultStore, code_digest, digest, frame_digest
 from simlab.trace.io import Trace

@@ -19,7 +19,6 @@ from typing import Any
 
 import pandas as pd
 
-from simlab.result_table import with_params
 from simlab.serve.batch_policy import BatchSpec
 from simlab.serve.metrics import Slo, speedups
 from simlab.serve.rates import BASELINE_LABEL, check_rates, serve_at_rate, with_batch_policy
@@ -27,6 +26,7 @@ from simlab.serve.run import ServeConfig
 from simlab.serve.scheduler import Scheduler
 from simlab.serve.workload import check_requests
 from simlab.sim.run import Simulator
+from simlab.sweep.result_table import with_params
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,8 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
-from simlab.atomic import check_output
-from simlab.errors import SimlabError
+from simlab.common.atomic import check_output
+from simlab.common.errors import SimlabError
 
 KEY_CHARS = 20  # hex digits of sha256 kept in keys: collisions are not a practical concern
 

@@ -13,12 +13,11 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
 from simlab.trace.schema import (
     LATENCY_OPS,
     MAX_FORWARD_SECONDS,
@@ -27,9 +26,7 @@ from simlab.trace.schema import (
     Manifest,
     with_defaults,
 )
-
-if TYPE_CHECKING:
-    from simlab.trace.io import Trace
+from simlab.trace.tables import Trace
 
 PROB_SLACK = 1e-5  # float32 softmax sums may exceed 1 by a rounding error
 ENTROPY_SLACK = 1e-6

@@ -1,7 +1,7 @@
 """Reading and writing trace directories, with errors that say exactly what is wrong.
 
 Writing is crash-safe. :func:`write_trace` fills a fresh directory beside the target and
-renames it into place (:mod:`simlab.atomic`), writing ``manifest.json`` last, so a directory
+renames it into place (:mod:`simlab.common.atomic`), writing ``manifest.json`` last, so a directory
 with tables but no manifest is an interrupted write and is refused as one. :func:`update_trace`
 (a recorder adding a prompt) renames each table into place, ``prompts.parquet`` (the list of
 finished prompts) last; a reader keeps only rows of prompts listed there, so a recorder
@@ -15,16 +15,15 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from simlab.atomic import check_output, replace_dir, replace_file
-from simlab.errors import SimlabError
-from simlab.jsonfile import read_json
+from simlab.common.atomic import check_output, replace_dir, replace_file
+from simlab.common.errors import SimlabError
+from simlab.common.jsonfile import read_json
 from simlab.trace.checks import check_manifest_types, validate
 from simlab.trace.schema import (
     DEFAULTED_COLUMNS,
@@ -35,58 +34,10 @@ from simlab.trace.schema import (
     Manifest,
     with_defaults,
 )
+from simlab.trace.tables import Trace
 
 # Written in this order; prompts last, because it is the commit record.
 WRITE_ORDER = ("latency", "positions", "rollouts", "layers", "topk", "tree", "prompts")
-
-
-@dataclass
-class Trace:
-    """A trace in memory: the manifest and one DataFrame per table.
-
-    ``layers`` is None when the trace has no per-layer early-exit signals, ``topk`` and
-    ``tree`` when it was recorded without ``--topk`` / ``--tree-depth``.
-    """
-
-    manifest: Manifest
-    prompts: pd.DataFrame
-    positions: pd.DataFrame
-    rollouts: pd.DataFrame
-    latency: pd.DataFrame
-    layers: pd.DataFrame | None = None
-    path: Path | None = None
-    topk: pd.DataFrame | None = None
-    tree: pd.DataFrame | None = None
-
-    @property
-    def n_prompts(self) -> int:
-        return len(self.prompts)
-
-    @property
-    def n_positions(self) -> int:
-        return len(self.positions)
-
-    def table(self, name: str) -> pd.DataFrame | None:
-        return getattr(self, name)
-
-    def select_prompts(self, prompt_ids) -> "Trace":
-        """A trace restricted to some prompts (e.g. a train/test split)."""
-        ids = set(int(i) for i in prompt_ids)
-
-        def keep(df: pd.DataFrame | None) -> pd.DataFrame | None:
-            if df is None:
-                return None
-            return df[df["prompt_id"].isin(ids)].reset_index(drop=True)
-
-        return replace(
-            self,
-            prompts=keep(self.prompts),
-            positions=keep(self.positions),
-            rollouts=keep(self.rollouts),
-            layers=keep(self.layers),
-            topk=keep(self.topk),
-            tree=keep(self.tree),
-        )
 
 
 def empty_table(name: str) -> pd.DataFrame:
@@ -127,7 +78,7 @@ def _write_files(trace: Trace, out: Path) -> None:
 
 def write_trace(trace: Trace, path: str | os.PathLike) -> Path:
     """Write ``trace`` as a new directory ``path``, replacing any there; a reader sees the old
-    trace or the new one, never a mix. Callers check first (:func:`simlab.atomic.check_output`)
+    trace or the new one, never a mix. Callers check first (:func:`simlab.common.atomic.check_output`)
     that replacing is what the user asked for."""
     check_output(path, "trace", directory=True, force=True, owned=MANIFEST)
     return replace_dir(path, lambda tmp: _write_files(trace, tmp))

@@ -47,8 +47,8 @@ from typing import Callable, Iterator, NamedTuple
 import numpy as np
 import pandas as pd
 
-from simlab.errors import SimlabError
-from simlab.signals import ShadowTokens, TokenSignal
+from simlab.common.errors import SimlabError
+from simlab.common.signals import ShadowTokens, TokenSignal
 from simlab.trace.io import Trace
 from simlab.trace.schema import NO_LAYER, with_defaults
 from simlab.trace.tree_replay import Expansions, group_expansions, target_ranks
@@ -176,7 +176,7 @@ class PromptReplay:
         """Up to ``cap`` signals of :meth:`signals` from ``start``, until ``stop`` of one answers
         other than ``go`` (or, with ``stop_at_end``, one is an end token): those signals, and how
         they ended — ``go`` at the cap, None at an end token, else ``stop``'s answer. What a
-        draft loop (``simlab.rounds.DraftLoop.run``: a stop rule and False, or ``on_draft`` and
+        draft loop (``simlab.policies.rounds.DraftLoop.run``: a stop rule and False, or ``on_draft`` and
         DRAFT) reads from :meth:`signals`, rollout overruns included, drafted in one frame: the
         simulator drafts most tokens so, and a generator's resumption, its closing and a loop
         around it were most of a short round. tests/test_replay.py pins the two together."""

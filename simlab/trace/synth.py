@@ -3,7 +3,7 @@
 Every synthetic trace is labelled ``kind = "synthetic"`` in its manifest. Three processes:
 
 - ``iid``: each position is accepted independently with probability α — Leviathan et al.'s
-  assumption, under which the closed forms of :mod:`simlab.analytic` hold. So that
+  assumption, under which the closed forms of :mod:`simlab.analytic.closed_form` hold. So that
   confidence-driven policies have an informative signal, each position's confidence is drawn
   from Beta(α·κ, (1-α)·κ) and acceptance is then Bernoulli(confidence): the confidence is
   calibrated and acceptance is still i.i.d. with mean α.
@@ -32,9 +32,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from simlab.errors import SimlabError
-from simlab.mapping import ONE
-from simlab.params import check_seed
+from simlab.common.errors import SimlabError
+from simlab.common.mapping import ONE
+from simlab.common.params import check_seed
 from simlab.trace.io import Trace, empty_table
 from simlab.trace.schema import NO_LAYER, Manifest, Topology
 
@@ -143,7 +143,7 @@ def _confidences(spec: SynthSpec, rng: np.random.Generator, n: int) -> tuple[np.
     table = read_mapping_table(spec.table)
     bins = rng.choice(len(table), size=n, p=(table["count"] / table["count"].sum()).to_numpy())
     low, high = table["conf_low"].to_numpy()[bins], table["conf_high"].to_numpy()[bins]
-    # A published "[x, 1.0)" row ends where its precision rounds to 1.0 (simlab.mapping.ONE).
+    # A published "[x, 1.0)" row ends where its precision rounds to 1.0 (simlab.common.mapping.ONE).
     high = np.where((high >= 1.0) & (low < 1.0), np.minimum(high, ONE), high)
     conf = low + (high - low) * rng.random(n)
     return conf, (table["accepted"] / table["count"]).to_numpy()[bins]

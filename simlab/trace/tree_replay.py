@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
 from simlab.trace.schema import NOT_IN_TOPK
 
 

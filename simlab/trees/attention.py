@@ -1,6 +1,6 @@
 """Draft trees decoded for real: one forward over many branches, and a KV cache kept to one path.
 
-A tree round (:mod:`simlab.rounds`) drafts several continuations of the committed prefix and
+A tree round (:mod:`simlab.policies.rounds`) drafts several continuations of the committed prefix and
 verifies them all in one target forward (SpecInfer's token tree verification: Miao et al.,
 "SpecInfer: Accelerating Large Language Model Serving with Tree-based Speculative Inference and
 Verification", ASPLOS 2024, arXiv:2305.09781). The nodes of a tree are fed to a model as one
@@ -33,7 +33,7 @@ from collections.abc import Sequence
 
 import torch
 
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
 from simlab.trees.draft_tree import ROOT
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Sequence
 
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
 from simlab.trace.schema import NOT_IN_TOPK
 
 ROOT = -1  # the parent index of depth-1 nodes: the last committed token

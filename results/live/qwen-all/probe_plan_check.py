@@ -22,8 +22,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
+from simlab.common.locations import TRACES  # noqa: E402
 from simlab.models.load import load_model, resolve  # noqa: E402
-from simlab.paths import TRACES  # noqa: E402
 from simlab.record.latency import ProbePlan, probe_latency  # noqa: E402
 
 

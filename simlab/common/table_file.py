@@ -12,9 +12,9 @@ from typing import Any
 
 import pandas as pd
 
-from simlab.atomic import replace_file
-from simlab.errors import SimlabError
-from simlab.metrics import LIST_COLUMNS, upgrade_columns
+from simlab.common.atomic import replace_file
+from simlab.common.errors import SimlabError
+from simlab.common.metrics import LIST_COLUMNS, upgrade_columns
 
 
 def frame_path(path: str | Path, what: str = "--out") -> Path:

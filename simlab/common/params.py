@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
 
 
 def parse_value(text: str) -> Any:

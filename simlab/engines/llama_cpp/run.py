@@ -19,9 +19,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from simlab.errors import SimlabError
-
-from .llama_args import ModelPair, drafting_args, environment
+from simlab.common.errors import SimlabError
+from simlab.engines.llama_cpp.args import ModelPair, drafting_args, environment
 
 _DECODED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s")
 _COUNTERS = {name: re.compile(rf"\b{name}\s*=\s*(\d+)") for name in ("n_predict", "n_drafted", "n_accept")}

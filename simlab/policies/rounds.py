@@ -55,6 +55,7 @@ from __future__ import annotations
 from itertools import islice
 from typing import Callable, Generator, Iterator, NamedTuple, Sequence
 
+from simlab.common.signals import TokenSignal
 from simlab.policies.base import (
     Decision,
     Outcome,
@@ -65,7 +66,6 @@ from simlab.policies.base import (
     Serial,
     TreePlan,
 )
-from simlab.signals import TokenSignal
 from simlab.trees.candidates import Candidates
 from simlab.trees.draft_tree import ROOT, DraftTree
 

@@ -26,8 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from simlab.errors import SimlabError
-from simlab.paths import TRACES
+from simlab.common.errors import SimlabError
+from simlab.common.locations import TRACES
 from simlab.policies import REGISTRY, make_policy
 from simlab.sim.run import Simulator
 from simlab.trace.io import Trace, read_trace, write_trace

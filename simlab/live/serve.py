@@ -32,8 +32,8 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from simlab.cpu_load import OtherLoad
-from simlab.errors import SimlabError
+from simlab.common.cpu_load import OtherLoad
+from simlab.common.errors import SimlabError
 from simlab.record.reprobe import probe_here
 from simlab.serve.run import BASELINE_POLICY, ServeConfig, serve_once
 from simlab.serve.scheduler import Scheduler

@@ -47,8 +47,8 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
-from simlab import analytic
-from simlab.errors import SimlabError
+from simlab.analytic import closed_form as analytic
+from simlab.common.errors import SimlabError
 from simlab.policies.timing import balanced_window
 from simlab.sim.run import Simulator
 

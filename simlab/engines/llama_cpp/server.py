@@ -1,7 +1,7 @@
 """Run llama.cpp's ``llama-server`` with B parallel slots and load it with requests on loopback.
 
 ``llama-server`` (``tools/server`` of the vendored tree, built by
-:func:`simlab.engines.llama_cpp.build_server`) serves several requests at once: with ``-np B`` it has B slots, and one server step decodes every generating
+:func:`simlab.engines.llama_cpp.build.build_server`) serves several requests at once: with ``-np B`` it has B slots, and one server step decodes every generating
 slot together. With a draft model (``-md``) a step is, in ``update_slots`` of
 ``server-context.cpp`` and ``draft()`` of ``common/speculative.cpp``'s simple draft:
 
@@ -13,7 +13,7 @@ slot together. With a draft model (``-md``) a step is, in ``update_slots`` of
    cache in step, then each slot keeps its accepted prefix.
 
 That is :mod:`simlab.serve.engine`'s step, so ``simlab serve`` on a llama.cpp trace predicts it
-(:mod:`simlab.serve_llama`). New prompts are prefilled in a step of their own when every
+(:mod:`simlab.live.llama_server`). New prompts are prefilled in a step of their own when every
 request arrives before the server starts decoding, as :func:`send` arranges for a burst; a
 request that arrives while others decode has its prompt put in their step's batch, after their
 tokens and drafts, and prefilled by the same target forward (``update_slots``: ``llama_decode``
@@ -44,11 +44,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from simlab.errors import SimlabError
-from simlab.paths import portable_path
-
-from .llama_args import ModelPair, drafting_args, environment
-from .llama_cpp import SERVER
+from simlab.common.errors import SimlabError
+from simlab.common.locations import portable_path
+from simlab.engines.llama_cpp.args import ModelPair, drafting_args, environment
+from simlab.engines.llama_cpp.build import SERVER
 
 STARTUP_S = 300.0  # loading both models and the server's warm-up decode, on a slow shared CPU
 REQUEST_S = 1800.0  # one request's longest wait for its answer

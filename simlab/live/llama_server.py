@@ -5,7 +5,7 @@ The prediction comes first, from a trace recorded earlier with llama.cpp as the 
 policy under the run's ``--draft-max``, ``--draft-min`` and ``--draft-p-min``, the trace's
 first B prompts (cycled when B is larger) arriving together at t = 0 into B slots, every prompt
 prefilled in the first step. Then a real ``llama-server`` with ``-np B`` gets the same prompts
-at once from :func:`simlab.engines.llama_server.send`, after a short uncounted warm-up burst
+at once from :func:`simlab.engines.llama_cpp.server.send`, after a short uncounted warm-up burst
 (``simlab llama-cpp serve`` runs rounds over the batch sizes, a fresh server each).
 
 Spread arrivals (``arrivals``: request i, the trace's prompt i mod N, arrives at ``arrivals[i]``
@@ -41,15 +41,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from simlab.cpu_load import OtherLoad
-from simlab.engines.llama_args import ModelPair
-from simlab.engines.llama_server import Answer, Drafting, running, send
-from simlab.errors import SimlabError
+from simlab.common.cpu_load import OtherLoad
+from simlab.common.errors import SimlabError
+from simlab.engines.llama_cpp.args import ModelPair
+from simlab.engines.llama_cpp.server import Answer, Drafting, running, send
 from simlab.latency.batch import BatchLatency
 from simlab.live.decoding import WARMUP_TOKENS
+from simlab.live.serve import cut_trace
 from simlab.serve.run import BASELINE_POLICY, ServeConfig, serve_once
 from simlab.serve.scheduler import Scheduler
-from simlab.serve_live import cut_trace
 from simlab.sim.run import Simulator
 from simlab.trace.io import Trace
 

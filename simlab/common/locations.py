@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TRACES = ROOT / "traces"
 CALIBRATE = ROOT / "calibrate"
 

@@ -23,7 +23,7 @@ import shutil
 from pathlib import Path
 from typing import Callable
 
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
 
 _LEFT = re.compile(r"\.(?:tmp|old)-(\d+)")  # what a writer leaves beside its target while it runs
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from simlab.metrics import SUMMARY_KEYS
+from simlab.common.metrics import SUMMARY_KEYS
 
-# Columns of a sweep table besides the policy parameters, in order (metrics: simlab.metrics).
+# Columns of a sweep table besides the policy parameters, in order (metrics: simlab.common.metrics).
 METRIC_COLUMNS = (*SUMMARY_KEYS, "acceptance_per_position", "parallel_rounds", "rollout_overruns",
                   "reference_gamma", "reference_speedup")
 SETUP_COLUMNS = ("trace", "latency", "seed", "topology")

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from simlab.errors import SimlabError
+from simlab.common.errors import SimlabError
 
 MAX_GAMMA = 64
 

@@ -19,12 +19,12 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from simlab.errors import SimlabError
-from simlab.paths import cache_root
+from simlab.common.errors import SimlabError
+from simlab.common.locations import cache_root
 
 VERSION = "0.3.36"  # llama-cpp-python release whose vendored llama.cpp the llama-cpp policy was read from
 TARGET = "llama-speculative-simple"
-SERVER = "llama-server"  # several requests at once in parallel slots (simlab.engines.llama_server)
+SERVER = "llama-server"  # several requests at once in parallel slots (simlab.engines.llama_cpp.server)
 TRACE_TOOL = "simlab-llama-trace"
 TRACE_SOURCE = Path(__file__).with_name("llama_trace.cpp")
 _TRACE_CMAKE = f"""set(TARGET {TRACE_TOOL})

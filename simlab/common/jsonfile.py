@@ -7,8 +7,8 @@ import json
 import os
 from pathlib import Path
 
-from simlab.atomic import replace_file
-from simlab.errors import SimlabError
+from simlab.common.atomic import replace_file
+from simlab.common.errors import SimlabError
 
 
 def read_json(path: str | os.PathLike, what: str) -> dict:

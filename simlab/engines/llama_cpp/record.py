@@ -1,6 +1,6 @@
 """A trace recorded with llama.cpp as the engine: its numerics, its latencies.
 
-Each prompt runs the trace tool (``llama_trace.cpp``, built by :mod:`simlab.engines.llama_cpp`)
+Each prompt runs the trace tool (``llama_trace.cpp``, built by :mod:`simlab.engines.llama_cpp.build`)
 once; its rows become the same tables ``simlab record`` writes, through the same writer
 (:mod:`simlab.trace.io`). What differs from a transformers recording, and why:
 
@@ -39,12 +39,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from simlab.cpu_load import OtherLoad
-from simlab.errors import SimlabError
+from simlab.common.cpu_load import OtherLoad
+from simlab.common.errors import SimlabError
+from simlab.engines.llama_cpp.args import ModelPair, environment
 from simlab.trace.io import Trace, write_trace
 from simlab.trace.schema import NO_LAYER, TABLES, Manifest
-
-from .llama_args import ModelPair, environment
 
 # What the draft_conf column means in a llama.cpp trace (kept in the manifest).
 DRAFT_CONF = "top-1 probability of llama.cpp's draft sampler: a softmax over the 10 largest logits"

@@ -122,17 +122,22 @@ def test_ngram_takes_vllms_defaults_and_names():
 
 
 class Recording:
-    """Wraps a lookup policy's propose to keep every context it was handed."""
+    """Wraps a lookup policy's plan and propose to keep every context it was handed, beside the
+    tokens committed when the round was planned (``committed``)."""
 
     def __init__(self, policy):
-        self.contexts = []
-        inner = policy.propose
+        self.contexts, self.committed = [], []
+        plan, propose = policy.plan, policy.propose
 
-        def propose(context, cap):
+        def planned(state):
+            self.committed.append(state.committed)
+            return plan(state)
+
+        def proposed(context, cap):
             self.contexts.append(list(np.asarray(context)))
-            return inner(context, cap)
+            return propose(context, cap)
 
-        policy.propose = propose
+        policy.plan, policy.propose = planned, proposed
 
 
 def test_a_lookup_never_reads_a_future_token():
@@ -222,3 +227,131 @@ def test_plan_is_a_lookup_of_num_tokens():
     pol = make_policy("pld-sd", context(), num_tokens=4, gamma=2)
     plan = pol.plan(RoundState(1, 10, 0, 20))
     assert plan.max_draft == 4 and plan.fallback.max_draft == 2
+
+
+def test_suffix_tree_counts_every_substring_up_to_its_depth():
+    from simlab.policies.suffix import SuffixTree
+
+    rng = random.Random(5)
+    for _ in range(30):
+        depth = rng.randint(1, 6)
+        seqs = [random_tokens(rng, rng.randint(1, 40), rng.choice([2, 4, 9])) for _ in range(rng.randint(1, 3))]
+        tree = SuffixTree(depth)
+        for i, s in enumerate(seqs):
+            cut = rng.randint(0, len(s))
+            tree.extend(i, s[:cut])  # in two pieces: appending is token by token
+            tree.extend(i, s[cut:])
+        counts = {}
+        for s in seqs:
+            for a in range(len(s)):
+                for b in range(a + 1, min(len(s), a + depth) + 1):
+                    counts[tuple(s[a:b])] = counts.get(tuple(s[a:b]), 0) + 1
+
+        def walk(node, prefix):
+            for token, child in node[1].items():
+                yield (*prefix, token), child
+                yield from walk(child, (*prefix, token))
+
+        nodes = dict(walk(tree.root, ()))
+        assert {k: v[0] for k, v in nodes.items()} == counts
+        for node in nodes.values():  # the order of a node's children is by decreasing count
+            assert [node[1][t][0] for t in node[2]] == sorted((node[1][t][0] for t in node[2]), reverse=True)
+            assert sorted(node[2]) == sorted(node[1])
+
+
+def test_suffix_speculates_the_most_frequent_continuation():
+    """Context ...1 2: the trees saw '1 2 3 4' twice and '1 2 5' once. Matching '2' and '1 2', the
+    path 3 4 (probabilities 2/3, 2/3) scores 4/3; a spec factor of 1 lets a one-token match propose
+    one token, so the two-token match wins."""
+    from simlab.policies.suffix import SuffixTree
+
+    tree = SuffixTree(8)
+    tree.extend(0, [1, 2, 3, 4, 9, 1, 2, 3, 4, 8, 1, 2, 5, 7])
+    draft, score = tree.speculate([6, 1, 2], 5, 1.0, 0.1)
+    assert draft == [3, 4] and score == pytest.approx(4 / 3, rel=1e-6)
+    assert tree.speculate([6, 1, 2], 5, 1.0, 0.7) == ([], 0.0)  # 2/3 < 0.7 stops it at once
+    assert tree.speculate([6, 1, 2], 1, 1.0, 0.1)[0] == [3]
+
+
+def test_suffix_cache_carries_responses_across_prompts():
+    """The second prompt's answer repeats the first's: only the global cache can propose it."""
+    answer = list(range(300, 330))
+    trace = token_trace([(list(range(100, 110)), answer), (list(range(400, 410)), answer)])
+    sim = Simulator(trace)
+    with_cache = sim.run("suffix").per_prompt.set_index("prompt_id")
+    without = sim.run("suffix", {"global_cache": False}).per_prompt.set_index("prompt_id")
+    assert with_cache.loc[0, "target_calls"] == without.loc[0, "target_calls"] == len(answer) - 1
+    assert with_cache.loc[1, "target_calls"] < len(answer) / 3
+
+
+@pytest.mark.parametrize("name", ["pld", "ngram", "pld-sd", "suffix", "rest"])
+def test_every_lookup_sees_the_prompt_and_the_committed_tokens_only(name, tmp_path):
+    from simlab.common.datastore import Datastore, fingerprint
+
+    trace = random_token_trace(11)
+    sim = Simulator(trace)
+    params = {}
+    if name == "rest":
+        store = tmp_path / "d.npz"
+        rng = random.Random(1)  # other answers, of the same small vocabulary
+        Datastore.build([random_tokens(rng, 60, 8) for _ in range(3)], [fingerprint([9_999])] * 3).save(store)
+        params = {"datastore": str(store)}
+    policy = make_policy(name, sim.context(), **params)
+    seen = Recording(policy)
+    prompt_of = {}  # a prompt's rounds, told apart by the reset before them
+    reset = policy.reset
+
+    def resetting(prompt):
+        prompt_of[len(seen.committed)] = prompt.prompt_id
+        reset(prompt)
+
+    policy.reset = resetting
+    SimExecutor(sim.latency, sim.topology).run(sim.replay, policy)
+    rounds = sorted(prompt_of)
+    replays = {rp.prompt_id: rp for rp in sim.replay.prompts}
+    lookups = 0
+    for i, committed in enumerate(seen.committed):
+        rp = replays[prompt_of[max(r for r in rounds if r <= i)]]
+        whole = [*list(rp.prompt_tokens), *rp.target_tokens]
+        if committed < rp.budget - 1:  # a lookup ran (a cap of 0 runs none)
+            assert seen.contexts[lookups] == whole[:rp.prompt_len + committed]
+            lookups += 1
+    assert lookups == len(seen.contexts) > 0
+
+
+def test_rest_retrieves_from_other_prompts_answers_never_its_own(tmp_path):
+    from simlab.common.datastore import Datastore, fingerprint
+
+    shared = list(range(300, 320))
+    prompts = [(list(range(100, 110)), [*shared, 50]), (list(range(200, 210)), [*shared, 60])]
+    trace = token_trace(prompts)
+    sim = Simulator(trace)
+    own = tmp_path / "own.npz"  # each prompt's own answer only
+    Datastore.build([prompts[0][1]], [fingerprint(prompts[0][0])]).save(own)
+    other = tmp_path / "other.npz"  # the first prompt's answer, keyed to it: the second prompt may use it
+    Datastore.build([prompts[0][1]], [fingerprint(prompts[0][0])]).save(other)
+    first, second = sim.run("rest", {"datastore": str(own)}).per_prompt["target_calls"].tolist()
+    assert first == len(prompts[0][1]) - 1  # its own answer is never retrieved
+    assert second < len(prompts[1][1]) / 3  # the other prompt's answer is
+    assert sim.run("rest", {"datastore": str(other), "min_suffix": 1}).summary.accepted >= len(shared) - 4
+
+
+def test_datastore_finds_every_occurrence():
+    from simlab.common.datastore import Datastore
+
+    rng = random.Random(2)
+    seqs = [random_tokens(rng, rng.randint(1, 50), 4) for _ in range(5)]
+    store = Datastore.build(seqs, ["k"] * len(seqs))
+    flat = store.tokens.tolist()
+    for _ in range(200):
+        m = rng.randint(1, 5)
+        pattern = [rng.randrange(4) for _ in range(m)]
+        expected = sorted(i for i in range(len(flat) - m + 1) if flat[i:i + m] == pattern)
+        assert sorted(store.occurrences(pattern).tolist()) == expected
+
+
+def test_rest_without_a_datastore_says_how_to_build_one():
+    from simlab.common.errors import SimlabError
+
+    with pytest.raises(SimlabError, match="simlab datastore build"):
+        make_policy("rest", context())

@@ -30,8 +30,10 @@ from simlab.policies.lookup import LookupThenDraft, Ngram, PromptLookup
 from simlab.policies.oracle import Oracle
 from simlab.policies.pacer import Pacer
 from simlab.policies.pearl import Pearl
+from simlab.policies.rest import Rest
 from simlab.policies.specdecpp import SpecDecPP
 from simlab.policies.spide import Spide, SpideNoDynaDraft, SpideNoParaVerify
+from simlab.policies.suffix import SuffixDecoding
 from simlab.policies.trees import AcceptanceGuidedTree, Eagle2, StaticTree
 
 # Order of `simlab policies`: baselines, then the serial adaptive rules, the parallel methods,
@@ -39,7 +41,7 @@ from simlab.policies.trees import AcceptanceGuidedTree, Eagle2, StaticTree
 REGISTRY: dict[str, type[Policy]] = {cls.name: cls for cls in (
     Autoregressive, VanillaSD, HfHeuristic, HfConfidence, Svip, AdaEdl, DraftVerify, SpecDecPP,
     AcceptanceGuided, Pacer, Pearl, Spide, SpideNoDynaDraft, SpideNoParaVerify, LayerSkip, Del, LlamaCpp, StaticTree,
-    Eagle2, AcceptanceGuidedTree, PromptLookup, Ngram, LookupThenDraft, Oracle,
+    Eagle2, AcceptanceGuidedTree, PromptLookup, Ngram, LookupThenDraft, SuffixDecoding, Rest, Oracle,
 )}
 
 

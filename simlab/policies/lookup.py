@@ -57,7 +57,28 @@ def lookup_params(num_tokens: int, ngram_min: int, ngram_max: int, cut_at_eos: b
     )
 
 
-class PromptLookup(Policy):
+class LookupPolicy(Policy):
+    """What every policy that drafts by lookup shares: a :class:`Lookup` round of up to
+    ``num_tokens`` tokens, no draft model, and the lookup priced from ``COST``: seconds =
+    fixed + per_token x context tokens, this implementation's own timings on the project's CPU."""
+
+    drafts = False  # no draft model: a round with no proposal is the plain target step
+    looks_up = True
+    COST: tuple[float, float] = (0.0, 0.0)
+
+    def __init__(self, context, **values):
+        super().__init__(context, **values)
+        self._plan = Lookup(self.num_tokens)
+
+    def plan(self, state: RoundState) -> Plan:
+        return self._plan
+
+    def lookup_seconds(self, context_len: int) -> float:
+        fixed, per_token = self.COST
+        return fixed + per_token * context_len
+
+
+class PromptLookup(LookupPolicy):
     """``pld``: prompt lookup as Hugging Face's ``generate(prompt_lookup_num_tokens=N)`` runs it."""
 
     name = "pld"
@@ -67,8 +88,6 @@ class PromptLookup(Policy):
     params = lookup_params(10, 1, 2, True)
     choices = ("the lookup's CPU time is priced from this implementation's timings (affine in the context); "
                "a proposal never passes the budget's last position")
-    drafts = False  # no draft model: a round with no proposal is the plain target step
-    looks_up = True
     COST = PLD_COST
 
     def __init__(self, context, **values):
@@ -78,11 +97,7 @@ class PromptLookup(Policy):
         import simlab.policies.ngram_match as ngram_match  # numba: imported with the first lookup policy
 
         self._match, self._length = ngram_match.match, ngram_match.proposal_length
-        self._plan = Lookup(self.num_tokens)
         self.eos = np.asarray(context.eos_token_ids, dtype=np.int64)
-
-    def plan(self, state: RoundState) -> Plan:
-        return self._plan
 
     def propose(self, context: Sequence[int], cap: int) -> Sequence[int]:
         tokens = np.asarray(context, dtype=np.int64)
@@ -92,10 +107,6 @@ class PromptLookup(Policy):
             return ()
         k = self._length(tokens, n, start, self.num_tokens, cap, self.eos, self.cut_at_eos)
         return tuple(tokens[start:start + k].tolist())
-
-    def lookup_seconds(self, context_len: int) -> float:
-        fixed, per_token = self.COST
-        return fixed + per_token * context_len
 
 
 class Ngram(PromptLookup):

@@ -1,0 +1,42 @@
+"""``simlab datastore build``: REST's datastore from the outputs recorded in traces."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from simlab.cli.app import app
+
+datastore_app = typer.Typer(help="Build the token datastore that the rest policy retrieves drafts from.",
+                            no_args_is_help=True)
+app.add_typer(datastore_app, name="datastore")
+
+
+@datastore_app.command("build")
+def build_command(
+    trace: list[Path] = typer.Option(..., "--trace", help="A trace whose prompts' outputs go in (repeatable)."),
+    out: Path = typer.Option(..., "--out", help="The datastore file to write (.npz)."),
+    force: bool = typer.Option(False, "--force", help="Replace --out if it exists."),
+) -> None:
+    """Every prompt's output (the target's tokens) of each trace, one sequence each, keyed by its prompt
+    so that a prompt never retrieves its own output."""
+    from simlab.common.atomic import check_output
+    from simlab.common.datastore import Datastore, fingerprint
+    from simlab.common.errors import SimlabError
+    from simlab.trace.io import read_trace
+    from simlab.trace.replay import TraceReplay
+
+    path = check_output(out, force=force)
+    sequences, keys = [], []
+    for t in trace:
+        replay = TraceReplay(read_trace(t))
+        for rp in replay.prompts:
+            if rp.prompt_tokens is None:
+                raise SimlabError(f"{t} has no prompt token ids (prompts.parquet's prompt_token_ids): its outputs "
+                                  "cannot be keyed by prompt; record it with simlab record")
+            sequences.append(rp.target_tokens)
+            keys.append(fingerprint(rp.prompt_tokens))
+    store = Datastore.build(sequences, keys, source=", ".join(str(t) for t in trace))
+    store.save(path)
+    typer.echo(f"{path}: {len(sequences)} sequences, {len(store.tokens) - len(sequences)} tokens")

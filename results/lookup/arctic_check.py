@@ -14,6 +14,7 @@ by token, so their state at a position does not depend on how earlier rounds cut
 from __future__ import annotations
 
 import sys
+import time
 
 import numpy as np
 from arctic_inference.suffix_decoding import SuffixDecodingCache
@@ -31,7 +32,9 @@ SETTINGS = [
 ]
 
 
-def check(path: str, setting: dict) -> tuple[int, int, int]:
+def check(path: str, setting: dict, clock: dict | None = None) -> tuple[int, int, int]:
+    """Positions compared, proposing the same tokens, with a proposal; ``clock`` collects each
+    side's seconds per lookup (the tokens taken and the speculation, as one round does)."""
     replay = TraceReplay(read_trace(path))
     policy = make_policy("suffix", PolicyContext(latency=None), **setting)
     cache = SuffixDecodingCache(max_tree_depth=setting["max_tree_depth"], max_cached_requests=10000)
@@ -42,12 +45,18 @@ def check(path: str, setting: dict) -> tuple[int, int, int]:
         pl = rp.prompt_len
         cache.start_request(rp.prompt_id, tokens[:pl])
         for t in range(1, rp.n_tokens):
+            t0 = time.perf_counter()
             cache.add_active_response(rp.prompt_id, tokens[pl + t - 1:pl + t])
             context = tokens[:pl + t]
             theirs = cache.speculate(rp.prompt_id, context[-setting["max_tree_depth"]:],
                                      max_spec_tokens=setting["num_tokens"], max_spec_factor=setting["max_spec_factor"],
                                      min_token_prob=setting["min_token_prob"]).token_ids
+            t1 = time.perf_counter()
             ours = list(policy.propose(context.astype(np.int64), setting["num_tokens"]))
+            t2 = time.perf_counter()
+            if clock is not None:
+                clock.setdefault("arctic", []).append(t1 - t0)
+                clock.setdefault("simlab", []).append(t2 - t1)
             compared += 1
             same += ours == list(theirs)
             proposed += bool(theirs)
@@ -61,7 +70,12 @@ def check(path: str, setting: dict) -> tuple[int, int, int]:
 
 if __name__ == "__main__":
     for path in sys.argv[1:]:
-        for setting in SETTINGS:
-            compared, same, proposed = check(path, setting)
+        for i, setting in enumerate(SETTINGS):
+            clock = {} if i == 0 else None
+            compared, same, proposed = check(path, setting, clock)
             print(f"{path} {setting}: {same}/{compared} positions propose the same tokens "
                   f"({proposed} with a proposal)")
+            if clock:
+                print("  seconds per lookup (a prompt's first, which builds its tree, included): " + ", ".join(
+                    f"{side} median {np.median(s) * 1e6:.1f} us, mean {np.mean(s) * 1e6:.1f} us"
+                    for side, s in clock.items()))

@@ -22,21 +22,19 @@ def build_command(
     """Every prompt's output (the target's tokens) of each trace, one sequence each, keyed by its prompt
     so that a prompt never retrieves its own output."""
     from simlab.common.atomic import check_output
-    from simlab.common.datastore import Datastore, fingerprint
+    from simlab.common.datastore import Datastore
     from simlab.common.errors import SimlabError
     from simlab.trace.io import read_trace
     from simlab.trace.replay import TraceReplay
 
     path = check_output(out, force=force)
-    sequences, keys = [], []
+    answers = []
     for t in trace:
-        replay = TraceReplay(read_trace(t))
-        for rp in replay.prompts:
+        for rp in TraceReplay(read_trace(t)).prompts:
             if rp.prompt_tokens is None:
                 raise SimlabError(f"{t} has no prompt token ids (prompts.parquet's prompt_token_ids): its outputs "
                                   "cannot be keyed by prompt; record it with simlab record")
-            sequences.append(rp.target_tokens)
-            keys.append(fingerprint(rp.prompt_tokens))
-    store = Datastore.build(sequences, keys, source=", ".join(str(t) for t in trace))
+            answers.append((rp.prompt_tokens, rp.target_tokens))
+    store = Datastore.of_outputs(answers, source=", ".join(str(t) for t in trace))
     store.save(path)
-    typer.echo(f"{path}: {len(sequences)} sequences, {len(store.tokens) - len(sequences)} tokens")
+    typer.echo(f"{path}: {len(answers)} sequences, {len(store.tokens) - len(answers)} tokens")

@@ -55,6 +55,11 @@ class Datastore:
         order = np.lexsort(windows.T[::-1]).astype(np.int64)  # the first token is the primary key
         return cls(tokens, owner, tuple(keys), order, source)
 
+    @classmethod
+    def of_outputs(cls, answers: Sequence[tuple[Sequence[int], Sequence[int]]], source: str = "") -> "Datastore":
+        """The outputs of (prompt tokens, output tokens) pairs, each keyed by its prompt."""
+        return cls.build([out for _, out in answers], [fingerprint(prompt) for prompt, _ in answers], source)
+
     def save(self, path: Path) -> None:
         """Write the datastore to ``path`` in one step (a crash leaves no half-written file)."""
         def write(tmp: Path) -> None:

@@ -39,9 +39,9 @@ from simlab.common.errors import SimlabError
 from simlab.policies.base import BOOL, COUNT, Lookup, Param, Plan, Policy, RoundState, Serial
 
 # What one lookup of this implementation costs on the host's CPU: seconds = FIXED + PER_TOKEN x
-# context tokens, fitted to timings of PromptLookup.propose over the shipped traces' contexts on
-# the project's 2-core box (tools/lookup_cost.py prints them; docs/policies/lookup.md).
-PLD_COST = (6.0e-6, 2.0e-9)
+# context tokens, fitted to timings of PromptLookup.propose at every position of the shipped Qwen
+# traces on the project's 2-core box (tools/lookup_cost.py; results/lookup/README.md).
+PLD_COST = (3.0e-6, 3.7e-9)
 
 
 def lookup_params(num_tokens: int, ngram_min: int, ngram_max: int, cut_at_eos: bool) -> tuple[Param, ...]:

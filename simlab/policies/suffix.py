@@ -25,7 +25,8 @@ Probabilities and scores are float32 sums and products, as Arctic computes them.
 Where the sources say nothing simlab needs: a proposal never passes the budget's last position
 (the budget's room is what ``max_spec_tokens`` is given, where vLLM gives ``max_model_len``'s);
 the global cache keeps every response of the run (vLLM evicts past 10,000 requests); the
-lookup's CPU time is priced from this implementation's timings (``docs/policies/lookup.md``).
+lookup's CPU time is priced as Arctic Inference's C++ cache takes it (what vLLM runs), not as this
+Python model of it does (``docs/policies/lookup.md``).
 """
 
 from __future__ import annotations
@@ -39,8 +40,10 @@ from simlab.policies.base import BOOL, COUNT, POSITIVE, PROBABILITY, Param, Prom
 from simlab.policies.lookup import LookupPolicy
 
 F32 = np.float32
-# seconds = FIXED + PER_TOKEN x context tokens per lookup, timed as PLD_COST is (tools/lookup_cost.py)
-SUFFIX_COST = (1.5e-4, 0.0)
+# seconds per lookup: what vLLM runs, Arctic Inference's C++ cache (taking a round's tokens and
+# speculating), its median at every position of two shipped Qwen traces, 44 and 86 us
+# (results/lookup/arctic_check.py); this module's Python model of it takes about ten times that
+SUFFIX_COST = (6.5e-5, 0.0)
 
 
 class SuffixTree:
@@ -135,7 +138,7 @@ class SuffixDecoding(LookupPolicy):
         Param("global_cache", True, "also draft from every earlier response of the run", BOOL),
     )
     choices = ("the budget's room caps max_spec_tokens; the global cache keeps the whole run (no eviction); the "
-               "lookup's CPU time is priced from this implementation's timings")
+               "lookup's CPU time is priced as Arctic Inference's C++ cache takes it")
     COST = SUFFIX_COST
 
     def __init__(self, context, **values):

@@ -119,15 +119,19 @@ class LiveReport:
         self._timed(s.reprobe)
 
     def _hf(self, outcome: PromptOutcome) -> None:
-        from simlab.live.hf import assisted_generate
+        from simlab.live.hf import assisted_generate, lookup_generate
 
         s = self.session
-        gamma = s.cfg.params.get("gamma")
-        if s.cfg.policy != "sd" or gamma is None:
-            gamma = gamma or 5
         ex = s.executor
-        hf = assisted_generate(ex.target_model, ex.draft_model, s.ids[outcome.prompt_id], s.cfg.max_new_tokens,
-                               int(gamma), s.eos)
+        if s.cfg.policy == "pld":  # Hugging Face's prompt lookup with the policy's settings
+            pld = s.make_policy("pld", s.cfg.params)
+            gamma = pld.num_tokens
+            hf = lookup_generate(ex.target_model, s.ids[outcome.prompt_id], s.cfg.max_new_tokens, pld.num_tokens,
+                                 pld.ngram_max, s.eos)
+        else:
+            gamma = s.cfg.params.get("gamma") or 5
+            hf = assisted_generate(ex.target_model, ex.draft_model, s.ids[outcome.prompt_id], s.cfg.max_new_tokens,
+                                   int(gamma), s.eos)
         run = outcome.policy
         prefill = sum(f.end - f.start for f in run.forwards if f.what == "prefill")
         ours = prefill + run.counts.wall_time_s

@@ -13,8 +13,12 @@ numpy/pandas: policies may import this (SPIDE's online table uses the same bins)
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # pandas only where a table is built: SPIDE's policy imports this module's bins
+    import pandas as pd
 
 # The paper's last bin, "1.0", holds the confidences that are 1.0 at the precision of its models:
 # "all models are loaded with bfloat-16 precision" (Appendix, Table 6), and bfloat16 rounds
@@ -42,6 +46,8 @@ def spide_bin(confidence) -> np.ndarray:
 
 def mapping_table(confidence, accepted) -> pd.DataFrame:
     """Counts per SPIDE bin (all 20 rows, empty bins included) of drafted tokens and accepts."""
+    import pandas as pd
+
     bins = spide_bin(confidence)
     acc = np.asarray(accepted, dtype=bool)
     n = len(SPIDE_EDGES)

@@ -50,7 +50,7 @@ def test_simulate_prints_a_table_with_every_metric_in_plain_words_and_what_each_
     for key in SUMMARY_KEYS:
         label, meaning = PLAIN[key]
         assert any(line.startswith(f"│ {label} │") for line in lines), label  # its row
-        assert any(line.startswith(f"{label} {meaning.split()[0]}") for line in lines), label  # its definition below
+        assert any(line.startswith(f"{label} {meaning.split()[0]}") for line in lines), label  # what it is, below
     assert "SYNTHETIC" in text
 
 

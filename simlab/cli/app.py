@@ -24,6 +24,7 @@ app = typer.Typer(
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 400},
 )
+CommandTable.app = app  # what a command is built from once its module has registered it
 
 
 @app.callback()

@@ -52,7 +52,10 @@ def load(names=None) -> None:
 
 
 class CommandTable(TyperGroup):
-    """The root group: every command listed from :data:`COMMANDS`, each built when it is resolved."""
+    """The root group: every command listed from :data:`COMMANDS`, each built when it is resolved.
+    ``app`` is the Typer app the command modules register on (simlab/cli/app.py sets it)."""
+
+    app: typer.Typer | None = None
 
     def list_commands(self, ctx) -> list[str]:
         return list(COMMANDS)
@@ -66,8 +69,6 @@ class CommandTable(TyperGroup):
     def resolve_command(self, ctx, args):
         name = args[0] if args else None
         if name in COMMANDS and name not in self.commands:
-            from simlab.cli.app import app
-
             load([name])
-            self.add_command(typer.main.get_command(app).commands[name], name)
+            self.add_command(typer.main.get_command(self.app).commands[name], name)
         return super().resolve_command(ctx, args)

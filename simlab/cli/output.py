@@ -92,14 +92,20 @@ def metrics_table(title: str, rows: dict[str, Any], caption: str | None = None) 
     return table
 
 
-def meanings(keys: Iterable[str], headers: dict[str, str] | None = None) -> str:
-    """What each metric of ``keys`` is, one line each, to print under the table that shows them
+def meanings(keys: Iterable[str], headers: dict[str, str] | None = None) -> Table:
+    """What each metric of ``keys`` is, one row each, to print under the table that shows them
     (under ``headers[key]`` where the table's column has a shorter name than the metric's)."""
+    from rich.table import Table
+
     from simlab.common.metrics import PLAIN
 
-    shown = {k: (headers or {}).get(k, PLAIN[k][0]) for k in keys if k in PLAIN}
-    width = max(map(len, shown.values()), default=0)
-    return "\n".join(f"  {name:<{width}}  {PLAIN[k][1]}" for k, name in shown.items())
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(no_wrap=True)
+    grid.add_column()
+    for k in keys:
+        if k in PLAIN:
+            grid.add_row(" ".join((headers or {}).get(k, PLAIN[k][0]).split()), PLAIN[k][1])
+    return grid
 
 
 Force = Annotated[bool, typer.Option("--force", help="Overwrite (replace) an existing output.")]

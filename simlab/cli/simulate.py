@@ -119,7 +119,8 @@ def simulate(
     title = f"{policy} ({params_text})" if params_text else policy
     console.print(metrics_table(f"{title} — {topology_label(sim.topology, topology)}",
                                 {k: summary[k] for k in SUMMARY_KEYS}, caption))
-    console.print("what the figures are:\n" + meanings(SUMMARY_KEYS), highlight=False, soft_wrap=True)
+    console.print("what the figures are:")
+    console.print(meanings(SUMMARY_KEYS), highlight=False)
     if summary.get("corun_latency", "measured") != "measured" and res.summary.parallel_rounds:
         console.print("[yellow]note:[/] one-device topology without co-running latency samples: parallel rounds "
                       "use solo latencies (optimistic)")

@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     from rich.table import Table
 
 # Columns of the printed table and their headers (every metric goes to --out).
-SHOWN = {"speedup": "speedup", "cost": "target calls vs best SD", "mat": "accepted / call",
-         "mean_acceptance_length": "tokens / draft", "target_calls": "target calls"}
+SHOWN = {"speedup": "speedup", "cost": "calls\nvs SD", "mat": "kept\n/call",
+         "mean_acceptance_length": "tokens\n/draft", "target_calls": "target\ncalls"}
 PARETO_MARK = "★"
 SERVING = "Serving under load (with --rate)"
 
@@ -98,7 +98,8 @@ def sweep(
         shown = topology_label(Topology(table["topology"].iat[0]), topology)
         console.print(f"latency: {table['latency'].iat[0]}; topology: {shown}; seed: {seed}")
         console.print(results_table(table, shown))
-        console.print("what the columns are:\n" + meanings(SHOWN, SHOWN), highlight=False, soft_wrap=True)
+        console.print("what the columns are:")
+        console.print(meanings(SHOWN, SHOWN), highlight=False)
     console.print(f"{len(table)} configurations: {res.cached} from the cache, {res.computed} {'served' if load else 'simulated'}; "
                   f"{res.seconds:.1f} s with {res.workers} {executor.value} worker{'s' * (res.workers != 1)}"
                   + (f"; cached in {res.store}" if res.store else ""))

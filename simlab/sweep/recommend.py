@@ -24,7 +24,6 @@ and what does one set in the engine (``simlab recommend``).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -67,8 +66,8 @@ def hf_settings(policy: str, params: dict[str, Any]) -> str | None:
     text = ("assistant.generation_config.update(" + ", ".join(f"{k}={v!r}" for k, v in fields.items())
             + "); model.generate(..., assistant_model=assistant)")
     if policy == "hf-confidence":
-        text += ("  # re-tuning the threshold: " + ("install scikit-learn" if params["retune"] else
-                                                  "only without scikit-learn, with which transformers re-tunes"))
+        text += ("  # the re-tuning needs scikit-learn installed" if params["retune"] else
+                 "  # transformers re-tunes this threshold whenever scikit-learn is installed: uninstall it to keep it")
     return text
 
 
@@ -153,7 +152,7 @@ def resolved(policy: str, row: Any) -> dict[str, Any]:
     out = {}
     for p in REGISTRY[policy].params:
         value = getattr(row, p.name, None) if p.name in row._fields else None
-        missing = value is None or (isinstance(value, float) and math.isnan(value))
+        missing = value is None or bool(pd.isna(value))
         out[p.name] = p.default if missing else (p.kind.type(value) if p.kind.type in (int, float, bool) else value)
     return out
 

@@ -6,16 +6,13 @@ from __future__ import annotations
 import enum
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
-import pandas as pd
 import typer
-from rich.markup import escape
-from rich.table import Table
 
 from simlab.cli import serve_options as so
 from simlab.cli.app import EXIT_INTERRUPTED, app
-from simlab.cli.output import Force, console, fmt, frame_output
+from simlab.cli.output import Force, console, fmt, frame_output, meanings
 from simlab.cli.serve import show_rates
 from simlab.cli.simulate import TopologyOption, load_inputs, topology_label, trace_label
 from simlab.common.errors import SimlabError
@@ -23,9 +20,13 @@ from simlab.common.table_file import write_frame
 from simlab.serve.scheduler import DEFAULT_MAX_BATCH, DEFAULT_TOKEN_BUDGET
 from simlab.sim.devices import Topology
 
+if TYPE_CHECKING:
+    import pandas as pd
+    from rich.table import Table
+
 # Columns of the printed table and their headers (every metric goes to --out).
-SHOWN = {"speedup": "speedup", "cost": "cost", "mat": "MAT", "mean_acceptance_length": "accept len",
-         "target_calls": "target calls"}
+SHOWN = {"speedup": "speedup", "cost": "calls\nvs SD", "mat": "kept\n/call",
+         "mean_acceptance_length": "tokens\n/draft", "target_calls": "target\ncalls"}
 PARETO_MARK = "★"
 SERVING = "Serving under load (with --rate)"
 
@@ -39,7 +40,7 @@ class Executor(str, enum.Enum):
 def sweep(
     policy: Annotated[list[str], typer.Option("--policy", help="NAME[:KEY=VALUES,...]; VALUES is a value, a list a,b,c, "
                                               "a range 1..12 or 0.5..0.95:0.05. Repeatable.")] = [],
-    grid: Annotated[Optional[Path], typer.Option("--grid", help=escape("TOML grid file with [[policy]] tables."))] = None,
+    grid: Annotated[Optional[Path], typer.Option("--grid", help="TOML grid file with [[policy]] tables.")] = None,
     trace: Annotated[Optional[Path], typer.Option("--trace", help="Trace directory.", show_default="the shipped trace")] = None,
     latency: Annotated[Optional[Path], typer.Option("--latency", help="Latency profile JSON.", show_default="the trace's own samples")] = None,
     topology: TopologyOption = None,
@@ -97,6 +98,8 @@ def sweep(
         shown = topology_label(Topology(table["topology"].iat[0]), topology)
         console.print(f"latency: {table['latency'].iat[0]}; topology: {shown}; seed: {seed}")
         console.print(results_table(table, shown))
+        console.print("what the columns are:")
+        console.print(meanings(SHOWN, SHOWN), highlight=False)
     console.print(f"{len(table)} configurations: {res.cached} from the cache, {res.computed} {'served' if load else 'simulated'}; "
                   f"{res.seconds:.1f} s with {res.workers} {executor.value} worker{'s' * (res.workers != 1)}"
                   + (f"; cached in {res.store}" if res.store else ""))
@@ -133,11 +136,12 @@ def _serve_load(rate, requests, max_batch, token_budget, gamma_by_batch, sd_off_
 
 
 def results_table(table: pd.DataFrame, topology: str) -> Table:
+    from rich.table import Table
+
     gamma = table["reference_gamma"].iat[0]
-    view = Table(title=f"sweep — topology {topology}", caption=f"{PARETO_MARK} Pareto-optimal: nothing else is faster at no more cost, or cheaper at no "
-                         f"less speed. cost: target calls / sd at its best γ={gamma}; MAT: accepted drafts per target "
-                         "call; accept len: vLLM's mean acceptance length, 1 + accepted / drafts",
-                 header_style="bold")
+    view = Table(title=f"sweep — topology {topology}; plain SD's best γ on this trace: {gamma}",
+                 caption=f"{PARETO_MARK} Pareto-optimal: nothing else is faster at no more target calls, or uses fewer at "
+                         "no less speed", header_style="bold")
     view.add_column(PARETO_MARK)
     view.add_column("policy", no_wrap=True)
     for header in SHOWN.values():

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import torch
 
+from simlab.policies.hf import assistant_settings
+
 
 @dataclass(frozen=True)
 class HFRun:
@@ -34,8 +36,7 @@ class HFRun:
 def _constant_schedule(draft, gamma: int):
     """The assistant drafts exactly ``gamma`` tokens a round, with no confidence stop."""
     config = draft.generation_config
-    wanted = {"num_assistant_tokens": gamma, "num_assistant_tokens_schedule": "constant",
-              "assistant_confidence_threshold": 0.0}
+    wanted = assistant_settings("sd", {"gamma": gamma})
     saved = {key: getattr(config, key, None) for key in wanted}
     for key, value in wanted.items():
         setattr(config, key, value)

@@ -277,7 +277,13 @@ class LiveReport:
         if df.empty:
             console.print("no prompt finished")
             return
-        t = Table(title=f"live {summ['policy']} {summ['params']} — {summ['draft']} -> {summ['target']} on {summ['hardware']}")
+        t = Table(title=f"live {summ['policy']} {summ['params']} — {summ['draft']} -> {summ['target']} on {summ['hardware']}",
+                  caption_justify="left", caption=(
+                      "meas: measured; pred: simulated; speedup: over the same code decoding with the target alone; err: "
+                      "predicted / measured speedup - 1; calls: target forward passes; MAT: accepted draft tokens per target "
+                      "call; lossless: the tokens equal the target's own greedy output; spread: (max - min) / median speedup "
+                      "over --repeats; AD drift: the target-alone decode's time against its probed price; others: the most "
+                      "CPU other processes took; disturbed: others above 10%; drifted: AD drift beyond 10%"))
         cols = [("prompt", "prompt_id", "{}"), ("tokens", "measured_tokens", "{}"),
                 ("tok/s meas", "measured_tokens_per_s", "{:.2f}"), ("tok/s pred", "predicted_tokens_per_s", "{:.2f}"),
                 ("speedup meas", "measured_speedup", "{:.3f}"), ("speedup pred", "predicted_speedup", "{:.3f}"),

@@ -9,6 +9,9 @@ Three figures, each beside its goal:
   the figure is per core and less disturbed by other work than wall time);
 - vanilla SD at a fixed γ (the cheapest policy, the floor of every sweep), likewise.
 
+(``simlab bench`` adds the serving row, :mod:`simlab.serve.bench`, and the start-up rows,
+:mod:`simlab.cli.bench`.)
+
 The self-speculative policies (``layerskip``, ``del``) need a trace with early-exit signals,
 which synthetic traces lack: they are timed on the shipped ``smollm2-selfspec`` trace. Tree
 policies need tree data (``simlab record --topk --tree-depth``), which only the shipped
@@ -99,14 +102,14 @@ def time_simulate(trace_dir: Path, tokens: int, repeats: int = 1) -> BenchResult
     best = (float("inf"), float("inf"))
     command = [sys.executable, "-m", "simlab", "simulate", "--trace", str(trace_dir), "--policy", "sd", "--json"]
     for _ in range(repeats):
-        t0, cpu0 = time.perf_counter(), _children_cpu_seconds()
+        t0, cpu0 = time.perf_counter(), children_cpu_seconds()
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
-        best = min(best, (time.perf_counter() - t0, _children_cpu_seconds() - cpu0))
+        best = min(best, (time.perf_counter() - t0, children_cpu_seconds() - cpu0))
     return BenchResult("simulate, whole process (wall clock)", tokens, best[0], SIMULATE_GOAL,
                        f"synthetic {tokens:,} tokens", cpu_seconds=best[1])
 
 
-def _children_cpu_seconds() -> float:
+def children_cpu_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
 

@@ -5,8 +5,25 @@ for new counterexamples locally."""
 
 import os
 
+import pytest
 from hypothesis import settings
 
 settings.register_profile("derandomized", derandomize=True, database=None, print_blob=True)
 settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "derandomized"))
+
+
+def pytest_addoption(parser):
+    # the mutation sample runs the fast subset once per mutant (about a minute each on 2 cores):
+    # a named run, `python -m pytest tests/test_mutation_sample.py --mutants`, not the default suite's
+    parser.addoption("--mutants", action="store_true",
+                     help="also run tests/test_mutation_sample.py's mutant runs (tens of minutes)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--mutants"):
+        return
+    skip = pytest.mark.skip(reason="a mutant run: python -m pytest tests/test_mutation_sample.py --mutants")
+    for item in items:
+        if item.get_closest_marker("mutants"):
+            item.add_marker(skip)

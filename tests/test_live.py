@@ -119,10 +119,10 @@ def catch_ups(run) -> list[tuple[int, int]]:
     """(position, tokens) of every round's first draft forward that fed more than one token: a
     draft forward right after a target forward (later draft steps feed one token, a tree's
     expansions follow its root's forward; a parallel round's verification, logged when it ends,
-    may fall between its one-token draft steps)."""
+    may fall between its one-token draft steps; a lookup is no forward of the draft model)."""
     out, after_target = [], True
     for f in run.forwards:
-        if f.what == "prefill":
+        if f.what in ("prefill", "lookup"):
             continue
         if f.device == "draft" and after_target and f.tokens > 1:
             out.append((f.position, f.tokens))

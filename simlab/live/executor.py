@@ -80,10 +80,10 @@ class Forward:
     """One timed model forward, for the decode log."""
 
     device: str  # "draft" or "target"
-    what: str  # "prefill", "draft", "verify", "draft (parallel)", "verify (parallel)", "shadow"
+    what: str  # "prefill", "draft", "verify", "draft (parallel)", "verify (parallel)", "shadow", "lookup"
     start: float  # seconds since the prompt's decode phase began (negative for prefills)
     end: float
-    tokens: int  # new tokens fed (a shadow read: the rows each exit head runs over)
+    tokens: int  # new tokens fed (a shadow read: the rows each exit head runs over; a lookup: those it proposed)
     position: int  # first generated position this forward concerns
 
 

@@ -14,6 +14,7 @@ import pandas as pd
 
 from simlab.common.atomic import replace_file
 from simlab.common.errors import SimlabError
+from simlab.common.inputs import input_file
 from simlab.common.metrics import LIST_COLUMNS, upgrade_columns
 
 
@@ -37,9 +38,7 @@ def write_frame(df: pd.DataFrame, path: str | Path) -> Path:
 
 def read_frame(path: str | Path) -> pd.DataFrame:
     """Read a table written by :func:`write_frame` (or any CSV/Parquet file)."""
-    p = frame_path(path, "a table file")
-    if not p.is_file():
-        raise SimlabError(f"table not found: {p}")
+    p = input_file(frame_path(path, "a table file"), "table")
     try:
         df = pd.read_csv(p) if p.suffix.lower() == ".csv" else pd.read_parquet(p)
         for c in LIST_COLUMNS:

@@ -59,6 +59,8 @@ def load_prompts(spec: str) -> list[Prompt]:
         prompts = _mtbench()
     else:
         path = Path(name).expanduser()
+        if path.is_dir():
+            raise SimlabError(f"prompt file {path} is a directory; it must name a .jsonl or .txt file")
         if not path.is_file():
             raise SimlabError(f"unknown prompt source {spec!r}: use humaneval[:N], mtbench[:N], or a .jsonl/.txt file")
         prompts = _from_file(path)

@@ -25,6 +25,7 @@ from simlab.common.locations import CALIBRATE, TRACES
 from simlab.sim.run import Simulator
 
 SELFSPEC = TRACES / "smollm2-selfspec"
+TREES = TRACES / "smollm2-tree"  # top-4 candidates and EAGLE-2 trees of top-k 4, depth 4
 PROFILE = CALIBRATE / "qwen-coder-cpu.json"
 
 
@@ -46,6 +47,8 @@ def base(tmp_path_factory) -> Path:
     main(["synth", "--prompts", "3", "--tokens", "24", "--out", str(root / "trace")])
     main(["sweep", "--trace", str(root / "trace"), "--policy", "sd:gamma=1..3", "--workers", "1", "--no-cache",
           "--out", str(root / "sweep.csv")])
+    main(["sweep", "--trace", str(root / "trace"), "--policy", "sd:gamma=1..2", "--rate", "1,2", "--requests", "3",
+          "--workers", "1", "--no-cache", "--out", str(root / "rates.csv")])
     return root
 
 
@@ -119,6 +122,43 @@ class Ctx:
         df.to_csv(s, index=False)
         return s
 
+    def text(self, name: str, content: str | bytes) -> Path:
+        """A file of ``content`` (bytes: written as they are) in the scratch folder."""
+        f = self.tmp / name
+        f.write_bytes(content) if isinstance(content, bytes) else f.write_text(content)
+        return f
+
+    def folder(self, name: str) -> Path:
+        """A directory named like a file (``sweep.csv``)."""
+        (self.tmp / name).mkdir()
+        return self.tmp / name
+
+    def table(self, edit: Callable[[pd.DataFrame], None], source: str = "sweep") -> Path:
+        """The base sweep table (``source``: or the rate sweep) with ``edit`` applied."""
+        df = pd.read_csv(self.base / f"{source}.csv")
+        edit(df)
+        out = self.tmp / f"edited-{source}.csv"
+        df.to_csv(out, index=False)
+        return out
+
+    def tree_trace(self, table: str, edit: Callable[[pd.DataFrame], None]) -> Path:
+        """A copy of the shipped tree trace with one of its tree tables edited."""
+        t = self.tmp / "trees"
+        if not t.exists():
+            shutil.copytree(TREES, t)
+        df = pd.read_parquet(t / f"{table}.parquet")
+        edit(df)
+        df.to_parquet(t / f"{table}.parquet", index=False)
+        return t
+
+    def model(self, layers: int) -> Path:
+        """A model directory whose config.json declares ``layers`` decoder layers (no weights:
+        what is checked before a model loads)."""
+        d = self.tmp / "model"
+        d.mkdir(exist_ok=True)
+        (d / "config.json").write_text(json.dumps({"model_type": "llama", "num_hidden_layers": layers}))
+        return d
+
     def not_a_trace(self) -> Path:
         d = self.tmp / "mine"
         d.mkdir(exist_ok=True)
@@ -133,6 +173,18 @@ def _negative_coefficient(profile: dict) -> None:
 def _garbage(path: Path) -> Path:
     path.write_bytes(os.urandom(64))
     return path.parent
+
+
+def _set(column: str, value, row: int = 0) -> Callable[[pd.DataFrame], None]:
+    """An edit that puts ``value`` in one cell of a table (the column as objects, so text fits)."""
+    def edit(df: pd.DataFrame) -> None:
+        df[column] = df[column].astype(object)
+        df.loc[row, column] = value
+    return edit
+
+
+SERVE = ("serve", "--requests", "3", "--trace")
+LIVE = ("live", "--target", "smollm2", "--draft-layer", "3", "--prompts", "humaneval:1", "--no-compare")
 
 
 SIM = ("simulate", "--json", "--trace")
@@ -207,7 +259,91 @@ CASES: list[tuple[str, Callable[[Ctx], list], int, str]] = [
      "latency model 'qwen-coder-cpu' gives"),
     ("profile-not-json", lambda c: [*SIM, c.trace, "--latency", c.file], 2, "not valid JSON"),
     ("frontier-all-nan", lambda c: ["plot", "frontier", c.nan_sweep(), "--out", c.tmp / "f.png"], 2,
-     "no configuration with a finite speedup"),
+     "column 'speedup' has 3 cell(s) that are not a finite number > 0; the first is blank in row 1"),
+    # -- plots of tables with blank, non-numeric or impossible cells: one line, and no figure ---------
+    ("frontier-speedup-text", lambda c: ["plot", "frontier", c.table(_set("speedup", "fast")), "--out", c.tmp / "f.png"],
+     2, "column 'speedup' has 1 cell(s) that are not a finite number > 0; the first is 'fast' in row 1"),
+    ("frontier-cost-negative", lambda c: ["plot", "frontier", c.table(_set("cost", -1.0, 2)), "--out", c.tmp / "f.png"],
+     2, "column 'cost' has 1 cell(s) that are not a finite number > 0; the first is -1.0 in row 3"),
+    ("frontier-param-text", lambda c: ["plot", "frontier", c.table(_set("gamma", "x")), "--out", c.tmp / "f.png"], 2,
+     "column 'gamma' (policy 'sd') has 1 cell(s) that are not a finite number; the first is 'x' in row 1"),
+    ("tau-speedup-blank", lambda c: ["plot", "tau", c.table(_set("speedup", None)), "--param", "gamma", "--out",
+                                     c.tmp / "t.png"], 2, "column 'speedup'"),
+    ("tau-param-text", lambda c: ["plot", "tau", c.table(_set("gamma", "x", 1)), "--param", "gamma", "--out",
+                                  c.tmp / "t.png"], 2, "column 'gamma' (policy 'sd')"),
+    ("acceptance-share-above-1", lambda c: ["plot", "acceptance", c.table(_set("acceptance_per_position", "[1.5]")),
+                                            "--out", c.tmp / "a.png"], 2,
+     "column 'acceptance_per_position' has 1 cell(s) that are not a finite number in [0, 1]; the first is 1.5 in row 1"),
+    ("rates-rate-negative", lambda c: ["plot", "rates", c.table(_set("rate_per_s", -2.0), "rates"), "--out",
+                                       c.tmp / "r.png"], 2, "column 'rate_per_s'"),
+    ("rates-goodput-text", lambda c: ["plot", "rates", c.table(_set("goodput_requests_per_s", "lots"), "rates"),
+                                      "--out", c.tmp / "r.png"], 2, "the first is 'lots' in row 1"),
+    ("rates-latency-blank", lambda c: ["plot", "rates", c.table(_set("tpot_p90_s", None), "rates"), "--out",
+                                       c.tmp / "r.png"], 2, "column 'tpot_p90_s'"),
+    ("live-plot-negative", lambda c: ["plot", "live", c.text("live.csv", "measured_tokens_per_s,predicted_tokens_per_s\n"
+                                                                         "-1,2\n"), "--out", c.tmp / "l.png"], 2,
+     "column 'measured_tokens_per_s'"),
+    # -- tree tables: a corrupted one is named, before anything is asked of it ---------------------------
+    ("tree-reparented", lambda c: [*SIM, c.tree_trace("tree", _set("parent", 5, 24)), "--policy", "eagle2"], 2,
+     "tree.parquet is not an EAGLE-2 expansion at prompt 0, position 0"),
+    ("tree-rank-swapped", lambda c: [*SIM, c.tree_trace("tree", _set("rank", 2, 5)), "--policy", "eagle2"], 2,
+     "tree.parquet is not an EAGLE-2 expansion"),
+    ("tree-prob-out-of-order", lambda c: [*SIM, c.tree_trace("tree", _set("prob", 0.01, 4)), "--policy", "ags-tree"],
+     2, "tree.parquet is not an EAGLE-2 expansion"),
+    ("topk-prob-out-of-order", lambda c: [*SIM, c.tree_trace("topk", _set("prob", 0.9, 1)), "--policy", "tree-static"],
+     2, "topk.parquet at prompt 0, position 0 does not hold a top-4"),
+    # -- arrivals, rates and sizes that cannot run ------------------------------------------------------
+    ("arrivals-binary", lambda c: [*SERVE, c.trace, "--arrivals", c.text("a.txt", b"\x00\xff\xfe\x81 arrivals")], 2,
+     "is not a text file"),
+    ("arrivals-empty", lambda c: [*SERVE, c.trace, "--arrivals", c.text("a.txt", "")], 2, "holds no arrival times"),
+    ("arrivals-unsorted", lambda c: [*SERVE, c.trace, "--arrivals", c.text("a.txt", "2\n1\n3\n")], 2,
+     "a.txt:2: arrival times must be sorted, got 1.0 after 2.0"),
+    ("arrivals-negative", lambda c: [*SERVE, c.trace, "--arrivals", c.text("a.txt", "-1\n2\n3\n")], 2,
+     "a.txt:1: arrival times must be finite and >= 0, got -1"),
+    ("arrivals-past-the-clock", lambda c: [*SERVE, c.trace, "--arrivals", c.text("a.txt", "0\n1e300\n")], 2,
+     "a.txt:2: arrival times must be at most 1e+09 s"),
+    ("arrivals-directory", lambda c: [*SERVE, c.trace, "--arrivals", c.tmp], 2, "is a directory; it must name a file"),
+    ("rate-underflows-the-clock", lambda c: [*SERVE, c.trace, "--rate", "1e-300"], 2,
+     "--rate 1e-300 is too low: 3 arrivals reach"),
+    ("rates-underflow-the-clock", lambda c: [*SERVE, c.trace, "--rate", "1e-300,1"], 2, "--rate 1e-300 is too low"),
+    ("sweep-rate-underflows-the-clock", lambda c: ["sweep", "--trace", c.trace, "--policy", "sd", "--rate", "1e-300",
+                                                   "--requests", "3", "--no-cache"], 2, "--rate 1e-300 is too low"),
+    ("requests-a-billion", lambda c: [*SERVE, c.trace, "--requests", "1000000000"], 2,
+     "--requests must be at most 1,000,000"),
+    ("gamma-a-billion", lambda c: [*SIM, c.trace, "--gamma", "1000000000"], 2,
+     "gamma must be at most 100,000 (longer than any context a trace holds), got 1000000000"),
+    ("serve-gamma-a-billion", lambda c: [*SERVE, c.trace, "--gamma", "1000000000"], 2, "gamma must be at most 100,000"),
+    ("sequoia-too-many-nodes", lambda c: [*SIM, TREES, "--policy", "tree-static", "--param", "nodes=100000"], 2,
+     "Sequoia's optimiser takes at most 128 nodes and 16 levels"),
+    ("tune-gamma-past-the-budget", lambda c: ["serve", "tune", "--trace", c.trace, "--max-gamma", "100", "--batch", "1",
+                                              "--out", c.tmp / "t.json"], 2,
+     "--max-gamma 100: no prompt of this trace drafts more than 22 tokens a round"),
+    # -- a directory where a file is expected -------------------------------------------------------------
+    ("latency-directory", lambda c: [*SIM, c.trace, "--latency", c.tmp], 2,
+     "latency profile " + "{tmp} is a directory; it must name a file"),
+    ("plot-table-directory", lambda c: ["plot", "frontier", c.folder("d.csv"), "--out", c.tmp / "f.png"], 2,
+     "table " + "{tmp}/d.csv is a directory; it must name a file"),
+    ("timeline-directory", lambda c: ["plot", "timeline", c.tmp, "--out", c.tmp / "t.png"], 2,
+     "timeline " + "{tmp} is a directory"),
+    ("prompts-directory", lambda c: [*LIVE, "--prompts", c.tmp], 2, "is a directory; it must name a .jsonl or .txt file"),
+    # -- live options, refused before any model loads -----------------------------------------------------
+    ("live-device-tpu", lambda c: [*LIVE, "--device", "tpu"], 2, "--device must be cpu, cuda or cuda:N, got 'tpu'"),
+    ("live-draft-device-tpu", lambda c: [*LIVE, "--draft-device", "tpu"], 2, "--draft-device must be cpu"),
+    ("live-temperature-nan", lambda c: [*LIVE, "--temperature", "nan"], 2,
+     "--temperature must be a finite number >= 0 (0: greedy), got nan"),
+    ("live-temperature-inf", lambda c: [*LIVE, "--temperature", "inf"], 2, "got inf"),
+    ("live-draft-layer-zero", lambda c: ["live", "--target", c.model(4), "--draft-layer", "0", "--no-compare"], 2,
+     "--draft-layer must be a layer number >= 1"),
+    ("live-draft-layer-negative", lambda c: ["live", "--target", c.model(4), "--draft-layer", "-2", "--no-compare"], 2,
+     "got -2"),
+    ("live-draft-layer-too-deep", lambda c: ["live", "--target", c.model(4), "--draft-layer", "5", "--no-compare",
+                                             "--prompts", c.text("p.txt", "def f():\n")], 2,
+     "--draft-layer 5: the target {tmp}/model has 4 decoder layers"),
+    ("live-oracle", lambda c: [*LIVE, "--policy", "oracle"], 2, "sees the future; it exists only in simulation"),
+    ("record-device-tpu", lambda c: ["record", "--target", c.model(4), "--exit-layers", "2", "--device", "tpu", "--out",
+                                     c.tmp / "t"], 2, "--device must be cpu, cuda or cuda:N"),
+    ("record-temperature-inf", lambda c: ["record", "--target", c.model(4), "--exit-layers", "2", "--temperature", "inf",
+                                          "--out", c.tmp / "t"], 2, "--temperature must be a finite number"),
     # -- output paths, checked before any work ------------------------------------------------------
     ("simulate-out-parent-is-file", lambda c: [*SIM, c.trace, "--out", c.file / "x.csv"], 2, "is not a directory"),
     ("simulate-out-is-directory", lambda c: [*SIM, c.trace, "--out", c.tmp], 2,
@@ -256,7 +392,7 @@ def test_bad_input_is_refused_in_one_line(base, tmp_path, capsys, make_args, sta
     args = make_args(Ctx(base, tmp_path))
     code, _, err = run_cli(capsys, *args)
     assert code == status, err
-    assert fragment in err, err
+    assert fragment.replace("{tmp}", str(tmp_path)) in err, err
     if status == 2:
         assert err.startswith("simlab: error: ") and err.count("\n") == 1, err
 

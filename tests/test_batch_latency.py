@@ -256,3 +256,45 @@ def test_prompts_beside_a_verification_add_what_they_add_to_its_forward():
     lat = BatchLatency(LatencyGrid(_prefill_model(PREFILLS), 600))
     assert lat.beside([12, 8], 4) == pytest.approx(lat.prefill([24]) - lat.prefill([4]))
     assert lat.beside([12, 8], 4, drafts=False) == pytest.approx(0.05 * 20)
+
+
+# -- draft trees in a batch (tree policies under simlab serve) --------------------------------
+
+def tree_batch() -> BatchLatency:
+    # chain verify 0.1 s per token; tree verifications measured 1.5x the chain at k = 2 and 5
+    # (held at the nearest probed size outside: docs/policies/trees.md); the draft's expansion of
+    # 3 nodes measured at 0.2 s, its chain proxy verify(3) / verify(1) = 3 steps of 0.05 s
+    samples = latency_table(draft=0.05, verify={k: 0.1 * k for k in range(1, 40)}, ctx=(0, 1000),
+                            tree={2: 0.3, 5: 0.75}, expand={3: 0.2})
+    return BatchLatency(LatencyGrid(TableLatency.from_samples(samples), 600))
+
+
+def test_a_tree_alone_is_priced_as_the_simulator_prices_it():
+    lat = tree_batch()
+    grid = lat.grid
+    assert lat.target([5], [10], [True]) == grid.target_tree(5, 10) == pytest.approx(0.75)
+    assert lat.draft_phase([2], [10], widths=[(1, 3)]) == (grid.tree_draft_seconds(10, (1, 3)), 2)
+    # level 1 one node (a step, 0.05 s), level 2 three nodes: the measured 0.2 s
+    assert lat.draft_phase([2], [10], widths=[(1, 3)])[0] == pytest.approx(0.05 + 0.2)
+
+
+def test_a_batch_with_trees_verifies_as_the_chain_batch_times_its_largest_trees_ratio():
+    lat = tree_batch()  # no batch axis: the token-count rule, 0.1 s per token of the batch
+    # a chain of 3 tokens beside a tree of 5 (ratio 0.75 / 0.5 = 1.5) and one of 2 (ratio 1.5):
+    # 10 tokens, 1.0 s, times the 5-token tree's ratio
+    assert lat.target([3, 5, 2], [10, 20, 30], [False, True, True]) == pytest.approx(1.0 * 1.5)
+    # without a tree the same forward is the chain batch's
+    assert lat.target([3, 5, 2], [10, 20, 30], [False, False, False]) == pytest.approx(1.0)
+
+
+def test_a_batched_tree_level_costs_the_batched_step_times_its_widest_rows_factor():
+    lat = tree_batch()
+    # two trees of widths (1, 3) and a chain of one token, at contexts 10, 20, 30: step 1 runs all
+    # three (0.05 x 3 = 0.15 s, every row one node); step 2 the two trees (0.05 x 2 = 0.1 s) over
+    # 3 nodes each, the expansion's factor 0.2 / 0.05 = 4 steps: 0.4 s
+    seconds, steps = lat.draft_phase([2, 2, 1], [10, 20, 30], widths=[(1, 3), (1, 3), None])
+    assert steps == 2
+    assert seconds == pytest.approx(0.15 + 0.4)
+    # a chain still drafting beside a tree's wide level: the padded forward is the tree's width
+    seconds, _ = lat.draft_phase([2, 2], [10, 20], widths=[(1, 3), None])
+    assert seconds == pytest.approx(0.1 + 0.1 * 4)

@@ -60,6 +60,74 @@ def test_a_request_served_alone_decodes_exactly_like_simulate(shipped_sim, polic
         assert c.wall_time_s == r.finish - r.first_token == pytest.approx(want.wall_time_s, rel=0, abs=CLOCK_ROUNDING)
 
 
+TREE_TRACE = ROOT / "traces" / "smollm2-tree"  # top-4 candidates, EAGLE-2 trees of top-k 4, depth 4
+
+
+@pytest.fixture(scope="module")
+def tree_sim():
+    return Simulator(read_trace(TREE_TRACE))
+
+
+@pytest.mark.parametrize("policy,params", [("tree-static", {}), ("tree-static", {"shape": "3x2x1"}), ("eagle2", {}),
+                                           ("eagle2", {"nodes": 4}), ("ags-tree", {})])
+def test_a_tree_request_served_alone_decodes_exactly_like_simulate(tree_sim, policy, params):
+    sim = tree_sim
+    expected = sim.run(policy, params, with_cost=False).per_prompt.set_index("prompt_id")
+    run = serve_once(sim, alone(len(sim.replay.prompts)), ServeConfig(policy, params), policy, params)
+    for r in run.requests:
+        want = expected.loc[r.replay.prompt_id]
+        c = r.counts
+        assert (c.tokens, c.target_calls, c.draft_calls, c.accepted) == (
+            want.tokens, want.target_calls, want.draft_calls, round(want.mat * want.target_calls))
+        assert c.wall_time_s == pytest.approx(want.wall_time_s, rel=0, abs=CLOCK_ROUNDING)
+    # served alone, per-position acceptance is simulate's too (a tree's draft length: its depth)
+    single = sim.run(policy, params, with_cost=False).positions
+    assert (run.positions.checked, run.positions.accepted) == (single.checked, single.accepted)
+
+
+@settings(derandomize=True, max_examples=12, deadline=None)
+@given(times=st.lists(st.floats(0, 20, allow_nan=False), min_size=1, max_size=10).map(sorted),
+       max_batch=st.integers(1, 4), policy=st.sampled_from(["tree-static", "eagle2", "ags-tree"]),
+       mixed=st.booleans())
+def test_batched_trees_conserve_requests_and_tokens_and_never_overlap_forwards(tree_sim, times, max_batch, policy,
+                                                                             mixed):
+    run = serve_once(tree_sim, times, ServeConfig(scheduler=Scheduler(max_batch, 2048, mixed)), policy, {}, record=True)
+    single = tree_sim.run(policy, {}, with_cost=False).per_prompt.set_index("prompt_id")
+    assert sorted(r.request_id for r in run.requests) == list(range(len(times)))
+    assert all(r.finished_steps == 1 for r in run.requests)
+    for r in run.requests:
+        assert r.arrival <= r.admitted <= r.first_token <= r.finish
+        assert r.committed == r.replay.n_tokens
+        assert r.counts.accepted + r.counts.target_calls == r.replay.n_tokens - 1 == r.counts.tokens
+        # no tree policy adapts across rounds: batching changes when a request decodes, not what
+        want = single.loc[r.replay.prompt_id]
+        assert (r.counts.target_calls, r.counts.draft_calls) == (want.target_calls, want.draft_calls)
+    slices = sorted(run.slices, key=lambda s: s.start)
+    assert all(a.end <= b.start + 1e-12 for a, b in zip(slices, slices[1:]))
+    assert all(s.args["batch"] <= max_batch for s in slices)
+    assert sum(s.args.get("accepted", 0) for s in slices) == sum(r.counts.accepted for r in run.requests)
+
+
+def test_a_cap_cuts_a_tree_to_its_depth_and_a_cap_of_zero_makes_a_plain_step(tree_sim):
+    context = tree_sim.context()
+    state = RoundState(1, 20, 0, 10)
+    fixed = CappedPolicy(REGISTRY["tree-static"](context, shape="3x2x1"))
+    grown = CappedPolicy(REGISTRY["eagle2"](context))
+    fixed.cap = grown.cap = 2
+    assert fixed.plan(state).tree.depth == 2 and fixed.plan(state).tree.size == 3 + 3 * 2
+    assert (grown.plan(state).tree, grown.plan(state).topk, grown.plan(state).max_depth) == (None, 4, 2)
+    fixed.cap = grown.cap = 0
+    assert fixed.plan(state) == grown.plan(state) == Serial(0, True)
+    fixed.cap = grown.cap = 9  # deeper than the trees: no cut
+    assert fixed.plan(state).tree.depth == 3 and grown.plan(state).max_depth == 4
+    # served under --sd-off-above 1, a batch of two trees verifies one token each
+    run = serve_once(tree_sim, [0.0] * 4, ServeConfig(batch=BatchSpec(off_above=1), scheduler=Scheduler(2)), "eagle2",
+                     {}, record=True)
+    big = [s for s in verify_slices(run) if s.args["batch"] == 2]
+    assert big and all(s.args["tokens"] == 2 for s in big)
+    assert all(r.committed == r.replay.n_tokens for r in run.requests)
+
+
 def test_a_request_served_alone_counts_per_position_acceptance_by_hand():
     # pattern 1101110 under sd, γ = 2 (as tests/test_metrics.py): round 1 checks positions 1, 2
     # and rejects 2; round 2 checks and accepts 3, 4; round 3 drafts nothing

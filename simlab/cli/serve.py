@@ -103,6 +103,7 @@ def serve(
         for flag, given in (("--timeline", timeline), ("--live", live), ("--reprobe", reprobe)):
             if given:
                 raise SimlabError(f"several --rate values sweep Poisson loads; drop {flag}")
+        poisson_arrivals(rates[0], requests or DEFAULT_REQUESTS, seed)  # the lowest rate's arrivals fit the clock
         return _serve_rates(trace, latency, rates, requests or DEFAULT_REQUESTS, seed, config, baseline, json_out, out)
     times = read_arrivals(arrivals) if arrivals else poisson_arrivals(rates[0], requests or DEFAULT_REQUESTS, seed)
     if requests is not None:

@@ -115,6 +115,7 @@ def _serve_load(rate, requests, max_batch, token_budget, gamma_by_batch, sd_off_
     from simlab.serve.metrics import Slo
     from simlab.serve.rates import parse_rates
     from simlab.serve.scheduler import Scheduler
+    from simlab.serve.workload import poisson_arrivals
     from simlab.sweep.serving import ServeLoad
 
     if rate is None:
@@ -130,7 +131,9 @@ def _serve_load(rate, requests, max_batch, token_budget, gamma_by_batch, sd_off_
     if topology is not None:
         raise SimlabError("--topology sets how one request is simulated; a serving sweep (--rate) runs serve's engine, "
                           "which has no topology: drop one of them")
-    return ServeLoad(tuple(parse_rates(rate)), requests, Scheduler(max_batch, token_budget, mixed_prefill),
+    rates = tuple(parse_rates(rate))
+    poisson_arrivals(rates[0], requests)  # the lowest rate's arrivals fit the clock (the draw scales with 1 / rate)
+    return ServeLoad(rates, requests, Scheduler(max_batch, token_budget, mixed_prefill),
                      BatchSpec(gamma_by_batch_pairs(gamma_by_batch) if gamma_by_batch else None, sd_off_above, smartspec),
                      Slo(slo_ttft, slo_tpot), baseline)
 

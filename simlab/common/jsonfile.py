@@ -9,16 +9,16 @@ from pathlib import Path
 
 from simlab.common.atomic import replace_file
 from simlab.common.errors import SimlabError
+from simlab.common.inputs import read_text
 
 
 def read_json(path: str | os.PathLike, what: str) -> dict:
     """The JSON object in ``path``; ``what`` names the file in messages ("latency profile")."""
     p = Path(path)
-    if not p.is_file():
-        raise SimlabError(f"{what} not found: {p}")
+    text = read_text(p, what)
     try:
-        data = json.loads(p.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
         raise SimlabError(f"{what} {p} is not valid JSON ({exc})") from exc
     if not isinstance(data, dict):
         raise SimlabError(f"{what} {p} must hold a JSON object")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import re
 from typing import Any
 
 from simlab.common.errors import SimlabError
@@ -25,3 +27,22 @@ def check_seed(seed: int) -> int:
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise SimlabError(f"--seed must be a non-negative integer, got {seed!r}")
     return seed
+
+
+DEVICE = re.compile(r"cpu|cuda(:\d+)?")
+
+
+def check_device(device: str | None, option: str = "--device") -> str | None:
+    """A device simlab loads models on: ``cpu`` or ``cuda`` (``cuda:N``); None (the default)
+    passes. Checked before any model loads (torch would refuse another name only then)."""
+    if device is not None and not DEVICE.fullmatch(device):
+        raise SimlabError(f"{option} must be cpu, cuda or cuda:N, got {device!r}")
+    return device
+
+
+def check_temperature(temperature: float) -> float:
+    """A sampling temperature: a finite number >= 0 (0: greedy)."""
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not math.isfinite(temperature) \
+            or temperature < 0:
+        raise SimlabError(f"--temperature must be a finite number >= 0 (0: greedy), got {temperature!r}")
+    return float(temperature)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from simlab.common.atomic import replace_file
 from simlab.common.errors import SimlabError
+from simlab.common.inputs import input_file
 from simlab.common.metrics import LIST_COLUMNS, upgrade_columns
 
 if TYPE_CHECKING:  # pandas is imported where a table is read or written: `simlab --help` needs none
@@ -40,9 +41,7 @@ def read_frame(path: str | Path) -> pd.DataFrame:
     """Read a table written by :func:`write_frame` (or any CSV/Parquet file)."""
     import pandas as pd
 
-    p = frame_path(path, "a table file")
-    if not p.is_file():
-        raise SimlabError(f"table not found: {p}")
+    p = input_file(frame_path(path, "a table file"), "table")
     try:
         df = pd.read_csv(p) if p.suffix.lower() == ".csv" else pd.read_parquet(p)
         for c in LIST_COLUMNS:

@@ -93,8 +93,18 @@ class BatchLatency:
             self.beyond = True
         return float(_interp_k(b, self.sizes, [price(self.grids[x]) for x in self.sizes]))
 
-    def target(self, ks: Sequence[int], ctxs: Sequence[int]) -> float:
-        """One target forward: sequence i brings ``ks[i]`` tokens at context ``ctxs[i]``."""
+    def target(self, ks: Sequence[int], ctxs: Sequence[int], trees: Sequence[bool] | None = None) -> float:
+        """One target forward: sequence i brings ``ks[i]`` tokens at context ``ctxs[i]``;
+        ``trees[i]``: those tokens are a draft tree's root and nodes, verified under a tree mask.
+        Alone, a tree is the single-sequence ``target_tree``. In a batch the forward is the chain
+        forward of the same tokens times the tree/chain ratio of the batch's largest tree (the
+        most tokens; then the longest context) at its context: the mask is the padded batch's, as
+        wide as its widest row, and no probe times batches of trees."""
+        if trees is not None and any(trees):
+            if len(ks) == 1:
+                return self.grid.target_tree(ks[0], ctxs[0])
+            k, c = max((k, c) for k, c, tree in zip(ks, ctxs, trees) if tree)
+            return self.target(ks, ctxs) * (self.grid.target_tree(k, c) / self.grid.target_forward(k, c))
         if len(ks) == 1:
             return self.grid.target_forward(ks[0], ctxs[0])
         if self.roofline is not None:
@@ -132,7 +142,8 @@ class BatchLatency:
         return self.grid.draft_step(c, layer) * self.grid.target_forward(sum(ks), c) / self.grid.target_forward(1, c)
 
     def draft_phase(self, drafts: Sequence[int], ctxs: Sequence[int], layer: int = NO_LAYER,
-                    feeds: Sequence[int] | None = None) -> tuple[float, int]:
+                    feeds: Sequence[int] | None = None,
+                    widths: Sequence[Sequence[int] | None] | None = None) -> tuple[float, int]:
         """Ragged drafting: sequence i drafts ``drafts[i]`` tokens from context ``ctxs[i]``. Draft
         step j runs over the sequences that draft at least j tokens, so the phase lasts as many
         steps as the longest draft. The first step feeds sequence i ``feeds[i]`` tokens (what its
@@ -143,25 +154,38 @@ class BatchLatency:
         step grown as the target's batched forward grows from one to ``widest`` tokens per
         sequence at this batch size (the proxy of ``catch_up_seconds``, measured at the batch's own
         size: on a CPU a second token costs one sequence 2.1x, two sequences 1.0x, Qwen2.5-Coder-1.5B).
+        A tree round's sequence (``widths[i]`` not None) drafts one level per step, step j a
+        forward over ``widths[i][j]`` nodes: alone, the simulator's
+        :meth:`~simlab.latency.grid.LatencyGrid.tree_draft_seconds`; in a batch, step j is the
+        batched step times the largest of its rows' tree factors
+        (:meth:`~simlab.latency.grid.LatencyGrid.draft_tree_factor` of a row's width at its
+        context; 1 for a chain's token or a one-node level): the padded forward is as wide as its
+        widest row, the rule the first step's feed follows.
         Returns (seconds, draft forwards)."""
         feeds = feeds or [1] * len(drafts)
-        active = [(c, k, f) for c, k, f in zip(ctxs, drafts, feeds) if k > 0]
+        widths = widths or [None] * len(drafts)
+        active = [(c, k, f, w) for c, k, f, w in zip(ctxs, drafts, feeds, widths) if k > 0]
         if not active:
             return 0.0, 0
+        grid = self.grid
         if len(active) == 1:
-            c, k, f = active[0]
-            seconds = self.grid.draft_seconds(c, k, layer)
+            c, k, f, w = active[0]
+            seconds = grid.draft_seconds(c, k, layer) if w is None else grid.tree_draft_seconds(c, w)
             if f > 1:
-                seconds += self.grid.catch_up_seconds(c, f, layer)
+                seconds += grid.catch_up_seconds(c, f, layer)
             return seconds, k
-        longest = max(k for _, k, _ in active)
-        widest = max(f for _, _, f in active)
+        longest = max(k for _, k, _, _ in active)
+        widest = max(f for _, _, f, _ in active)
         seconds = 0.0
         for j in range(longest):
-            step = [c + j for c, k, _ in active if k > j]
+            step = [c + j for c, k, _, _ in active if k > j]
             price = self.draft([1] * len(step), step, layer)
-            if j == 0 and widest > 1 and self.grid.catch_up_seconds(max(step), widest, layer):
+            if j == 0 and widest > 1 and grid.catch_up_seconds(max(step), widest, layer):
                 price *= max(self.target([widest] * len(step), step) / self.target([1] * len(step), step), 1.0)
+            trees = [grid.draft_tree_factor(w[j], c + j) if w[j] > 1 else 1.0
+                     for c, k, _, w in active if w is not None and k > j]
+            if trees:
+                price *= max(trees if len(trees) == len(step) else [*trees, 1.0])
             seconds += price
         return seconds, longest
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from simlab.common.errors import SimlabError
+from simlab.common.params import check_device, check_temperature
 from simlab.sim.devices import Topology
 from simlab.trees.draft_tree import parse_shape
 
@@ -47,7 +48,7 @@ class LiveSetup:
     def __init__(self, cfg: LiveConfig):
         import torch
 
-        from simlab.models.load import load_tokenizer, resolve
+        from simlab.models.load import layer_count, load_tokenizer, resolve
         from simlab.policies import REGISTRY
         from simlab.record import machine
         from simlab.record.prompts import load_prompts, render
@@ -65,8 +66,13 @@ class LiveSetup:
                               f"in (0, 1) such as 0.03 (got {cfg.reprobe_drift})")
         if cfg.spread_seeds < 1:
             raise SimlabError(f"--spread-seeds must be at least 1, got {cfg.spread_seeds}")
-        if cfg.temperature < 0:
-            raise SimlabError(f"--temperature must be >= 0, got {cfg.temperature}")
+        check_temperature(cfg.temperature)
+        for option, device in (("--device", cfg.device), ("--draft-device", cfg.draft_device),
+                               ("--target-device", cfg.target_device)):
+            check_device(device, option)
+        if cfg.draft_layer is not None and cfg.draft_layer < 1:
+            raise SimlabError(f"--draft-layer must be a layer number >= 1 (the target's first N layers draft), "
+                              f"got {cfg.draft_layer}")
         if cfg.policy not in REGISTRY:
             raise SimlabError(f"unknown policy {cfg.policy!r}; known policies: {', '.join(sorted(REGISTRY))}")
         if REGISTRY[cfg.policy].needs_future:
@@ -82,6 +88,9 @@ class LiveSetup:
         self.probe_plan = self._probe_plan() if cfg.probe is not None else None
         self.prompts = load_prompts(cfg.prompts)
         self.target_ref = resolve(cfg.target)
+        layers = layer_count(self.target_ref) if cfg.draft_layer is not None else None
+        if layers is not None and cfg.draft_layer > layers:
+            raise SimlabError(f"--draft-layer {cfg.draft_layer}: the target {cfg.target} has {layers} decoder layers")
         self.draft_ref = resolve(cfg.draft) if cfg.draft else None
         device = cfg.device or machine.default_device()
         self.target_device = cfg.target_device or device

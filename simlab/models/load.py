@@ -8,6 +8,7 @@ touches only the file system, so a bad argument fails before any model is loaded
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,20 @@ class ModelRef:
         from transformers import GgufConfig
 
         return {"gguf_file": self.gguf_file, "quantization_config": GgufConfig(dequantize=True)}
+
+
+def layer_count(ref: ModelRef) -> int | None:
+    """The decoder layers the model's ``config.json`` declares, read without loading the model (so
+    a layer number can be checked first); None where there is no such file to read (a hub id, a
+    GGUF file) or it does not say."""
+    config = Path(ref.path) / "config.json"
+    if ref.gguf_file or not config.is_file():
+        return None
+    try:
+        layers = json.loads(config.read_text()).get("num_hidden_layers")
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+        return None
+    return layers if isinstance(layers, int) else None
 
 
 def resolve(spec: str) -> ModelRef:

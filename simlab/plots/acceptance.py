@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from simlab.common.errors import SimlabError
-from simlab.plots.table import require, setup_name
+from simlab.plots.table import check_numbers, require, setup_name
 
 
 def acceptance_figure(table: pd.DataFrame, title: str | None = None, policies: list[str] | None = None) -> Figure:
@@ -22,6 +22,8 @@ def acceptance_figure(table: pd.DataFrame, title: str | None = None, policies: l
     require(table, ("policy", "label", "acceptance_per_position"), "a sweep table from `simlab sweep --out`")
     rows = table[table["policy"].isin(policies)] if policies else table
     rows = rows[rows["acceptance_per_position"].map(len) > 0]
+    for i, rates in rows["acceptance_per_position"].items():  # shares of drafts: each in [0, 1]
+        check_numbers(pd.Series(list(rates), index=[i] * len(rates), dtype=float), "acceptance_per_position", "in [0, 1]")
     if rows.empty:
         raise SimlabError("no configuration drafted anything" + (f" among policies {policies}" if policies else ""))
     fig = Figure(figsize=(8.5, 4.5))

@@ -16,14 +16,12 @@ The oracle is labelled as what it is: the fastest *serial* schedule, which paral
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
-from simlab.common.errors import SimlabError
 from simlab.plots.labels import place_labels
-from simlab.plots.table import require, series_of, setup_name
+from simlab.plots.table import SWEEP_NUMBERS, require, series_of, setup_name
 from simlab.sweep.frontier import pareto_front
 
 REFERENCE_STYLE = {"color": "tab:red", "linestyle": "--", "linewidth": 1}
@@ -36,11 +34,7 @@ SYMBOLS = {"gamma": "γ", "tau": "τ"}  # parameters named as the papers write t
 
 
 def frontier_figure(table: pd.DataFrame, title: str | None = None) -> Figure:
-    require(table, ("policy", "label", "speedup", "cost", "reference_gamma", "reference_speedup"), "a sweep table")
-    finite = np.isfinite(pd.to_numeric(table["speedup"], errors="coerce")) & np.isfinite(
-        pd.to_numeric(table["cost"], errors="coerce"))
-    if not finite.any():
-        raise SimlabError("the sweep table has no configuration with a finite speedup and cost; nothing to plot")
+    require(table, ("policy", "label"), "a sweep table", SWEEP_NUMBERS)
     fig = Figure(figsize=(9.5, 5.5))
     ax = fig.add_subplot()
     names = {}  # row index -> how the point is named if it is labelled

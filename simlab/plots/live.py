@@ -29,7 +29,7 @@ def relative_error(table: pd.DataFrame, metric: str) -> pd.Series:
 
 def live_figure(table: pd.DataFrame, metric: str = "tokens_per_s", title: str | None = None) -> Figure:
     m, p = MEASURED + metric, PREDICTED + metric
-    require(table, (m, p), f"a live results table with columns {m} and {p}")
+    require(table, (), f"a live results table with columns {m} and {p}", {m: ">= 0", p: ">= 0"})
     fig = Figure(figsize=(5.5, 5.5))
     ax = fig.add_subplot()
     groups = table.groupby("policy", sort=False) if "policy" in table.columns else [(None, table)]

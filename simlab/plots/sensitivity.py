@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 
 from simlab.common.errors import SimlabError
 from simlab.plots.frontier import PARITY_STYLE, REFERENCE_STYLE
-from simlab.plots.table import require, setup_name
+from simlab.plots.table import SWEEP_NUMBERS, check_numbers, require, setup_name
 from simlab.sweep.result_table import param_columns, varying
 
 SPEED_COLOR, COST_COLOR = "tab:blue", "tab:orange"
@@ -23,7 +23,7 @@ SPEED_COLOR, COST_COLOR = "tab:blue", "tab:orange"
 
 def select(table: pd.DataFrame, param: str, policy: str | None, where: dict[str, Any]) -> tuple[str, pd.DataFrame]:
     """The policy's rows, filtered by ``where`` and sorted by ``param``; one row per value."""
-    require(table, ("policy", "speedup", "cost", "reference_speedup"), "a sweep table")
+    require(table, ("policy",), "a sweep table", {k: v for k, v in SWEEP_NUMBERS.items() if k != "reference_gamma"})
     if param not in table.columns:
         raise SimlabError(f"the sweep has no parameter {param!r}; its parameters are {param_columns(table)}")
     with_param = table[table[param].notna()]
@@ -43,6 +43,7 @@ def select(table: pd.DataFrame, param: str, policy: str | None, where: dict[str,
     if others:
         raise SimlabError(f"{others} also vary for {policy!r}; pin them with --where, e.g. --where "
                           f"{others[0]}={rows[others[0]].dropna().iat[0]}")
+    check_numbers(rows[param], param, of=f" (policy {policy!r})")  # the x axis
     return policy, rows.sort_values(param, kind="stable")
 
 

@@ -26,7 +26,7 @@ def rates_figure(tables: list[pd.DataFrame], latency: str = "tpot", title: str |
     name, scale, unit = LATENCIES[latency]
     p50, p90 = f"{latency}_p50_s", f"{latency}_p90_s"
     for t in tables:
-        require(t, ("rate_per_s", "label", "goodput_requests_per_s", p50, p90), WHAT)
+        require(t, ("label",), WHAT, {"rate_per_s": "> 0", "goodput_requests_per_s": ">= 0", p50: ">= 0", p90: ">= 0"})
     rows = pd.concat(tables, ignore_index=True).drop_duplicates(["label", "rate_per_s", "goodput_requests_per_s", p50, p90])
     clash = rows[rows.duplicated(["label", "rate_per_s"], keep=False)]
     if not clash.empty:

@@ -367,10 +367,19 @@ class Policy(ABC):
         return {"policy": self.name, **{p.name: getattr(self, p.name) for p in self.params}}
 
 
+# The largest count a parameter takes (a draft length, a tree's nodes or depth): no context a trace
+# holds reaches it, and a count past it would only make a policy tabulate what no round can use
+# (a draft of a billion tokens once hung `simulate` pricing every length up front).
+MAX_COUNT = 100_000
+
+
 def check_positive_int(name: str, value: Any, minimum: int = 1) -> int:
     """Validate an integer parameter once, in the constructor (scikit-learn style)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) or value < minimum:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value in (
+            float("inf"), float("-inf")) or value != int(value) or value < minimum:
         raise SimlabError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    if value > MAX_COUNT:
+        raise SimlabError(f"{name} must be at most {MAX_COUNT:,} (longer than any context a trace holds), got {value!r}")
     return int(value)
 
 

@@ -59,8 +59,9 @@ class LlamaCpp(Policy):
         super().__init__(context, **values)
         fixed = self.p_min == 0.0
         self._plan = Serial(self.draft_max, fixed=fixed, min_draft=self.draft_min)
-        # speculative-simple.cpp's per-round cap n_predict - n_predict_so_far - 1, for the caps 1..draft_max - 1
-        self._capped = {cap: Serial(cap, fixed=fixed, min_draft=self.draft_min) for cap in range(1, self.draft_max)}
+        # speculative-simple.cpp's per-round cap n_predict - n_predict_so_far - 1, for the caps 1..draft_max - 1,
+        # each planned once, when first met (a prompt meets a few of them)
+        self._capped: dict[int, Serial] = {}
 
     def reset(self, prompt: PromptInfo) -> None:
         # The last round may start at committed = n_predict + 1 and draft draft_max tokens; the
@@ -80,7 +81,13 @@ class LlamaCpp(Policy):
         # committed - 1 and the cap is n_predict - committed. A cap of 0 or less is clamped to 0,
         # which draft() reads as "no limit" (`dp.n_max > 0 && ...`): the round drafts draft_max.
         # A cap below draft_min still drafts, then draft() discards what it drafted.
-        return self._capped.get(self.n_predict - state.committed, self._plan)
+        cap = self.n_predict - state.committed
+        if not 1 <= cap < self.draft_max:
+            return self._plan
+        plan = self._capped.get(cap)
+        if plan is None:
+            plan = self._capped[cap] = Serial(cap, fixed=self._plan.fixed, min_draft=self.draft_min)
+        return plan
 
     def done(self, committed: int) -> bool:
         # speculative-simple.cpp: `if (n_predict > params.n_predict || has_eos) break;`

@@ -167,7 +167,7 @@ class Oracle(Policy):
     def __init__(self, context, **values):
         super().__init__(context, **values)
         self._choice: list[int] = []
-        self._plans = [Serial(k, fixed=True) for k in range(self.max_draft + 1)]  # a plan per k, built once
+        self._plans: dict[int, Serial] = {}  # a plan per k, built when first chosen
 
     def reset(self, prompt: PromptInfo) -> None:
         if prompt.replay is None:
@@ -192,4 +192,8 @@ class Oracle(Policy):
         return choice
 
     def plan(self, state: RoundState) -> Plan:
-        return self._plans[self._choice[state.committed]]
+        k = self._choice[state.committed]
+        plan = self._plans.get(k)
+        if plan is None:
+            plan = self._plans[k] = Serial(k, fixed=True)
+        return plan

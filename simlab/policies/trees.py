@@ -39,6 +39,10 @@ def _shape(name: str, value: Any) -> str:
 
 
 SHAPE = Kind(str, "children per depth, e.g. 4x2x1 or 4,2,1", _shape)
+# Sequoia's programme (simlab.trees.sequoia) takes time quadratic in its nodes and recurses once
+# per level: these bounds keep it to a second or two on a CPU (Sequoia sizes trees for GPUs, up to 768 nodes).
+SEQUOIA_MAX_NODES = 128
+SEQUOIA_MAX_DEPTH = 16
 
 
 def _check_greedy(context: PolicyContext, name: str) -> None:
@@ -73,6 +77,10 @@ class StaticTree(Policy):
             tree = static_tree(parse_shape(self.shape))
         elif context.rank_acceptance is None:
             raise SimlabError(f"policy {self.name!r}: give a shape, or a trace for Sequoia's optimiser")
+        elif self.nodes > SEQUOIA_MAX_NODES or self.depth > SEQUOIA_MAX_DEPTH:
+            raise SimlabError(f"policy {self.name!r}: Sequoia's optimiser takes at most {SEQUOIA_MAX_NODES} nodes and "
+                              f"{SEQUOIA_MAX_DEPTH} levels (its programme is quadratic in nodes), got nodes={self.nodes}, "
+                              f"depth={self.depth}; give a shape for a larger tree")
         else:
             _, tree = best_tree(context.rank_acceptance(), self.nodes, self.depth)
         widest = max(tree.ranks, default=0) + 1

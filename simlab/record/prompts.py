@@ -72,6 +72,8 @@ def load_prompts(spec: str) -> list[Prompt]:
         prompts = _mtbench_turn2()
     else:
         path = Path(name).expanduser()
+        if path.is_dir():
+            raise SimlabError(f"prompt file {path} is a directory; it must name a .jsonl or .txt file")
         if not path.is_file():
             raise SimlabError(f"unknown prompt source {spec!r}: use humaneval[:N], mtbench[:N], humaneval-edit[:N], "
                               "mtbench-turn2[:N], or a .jsonl/.txt file")

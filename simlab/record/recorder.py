@@ -36,7 +36,7 @@ from tqdm import tqdm
 from simlab.common.atomic import check_output
 from simlab.common.cpu_load import OtherLoad
 from simlab.common.errors import SimlabError
-from simlab.common.params import check_seed
+from simlab.common.params import check_device, check_seed, check_temperature
 from simlab.models.load import ModelRef, eos_token_ids, load_model, load_tokenizer, resolve, torch_dtype
 from simlab.record import machine
 from simlab.record.decode import neutralise
@@ -116,8 +116,8 @@ def _check_args(cfg: RecordConfig) -> None:
     if cfg.rollout is not None and cfg.rollout < 0:
         raise SimlabError(f"--rollout must be >= 0, got {cfg.rollout}")
     check_seed(cfg.seed)
-    if not cfg.temperature >= 0:
-        raise SimlabError(f"--temperature must be >= 0, got {cfg.temperature}")
+    check_temperature(cfg.temperature)
+    check_device(cfg.device)
     if cfg.draft is None and cfg.exit_layers is None:
         raise SimlabError("pass --draft, or --exit-layers for a self-speculative trace (the target's first layers)")
     if cfg.topk < 0 or cfg.tree_depth < 0:

@@ -5,7 +5,8 @@ drafts; under load the right length also depends on how many requests share the 
 batch-level policy looks at the step — its batch size and, for SmartSpec, the acceptance seen
 so far — and caps every running request's draft length for that step. The request's own
 policy still plans and stops as it would; it only drafts no more than the cap (a cap of 0
-makes the round a plain target step). Three of them:
+makes the round a plain target step; a tree round drafts at most the cap's number of levels).
+Three of them:
 
 - ``table``: a draft length per batch size, as vLLM's dynamic speculation configures it
   (``--gamma-by-batch 1:6,4:4,16:2,32:0``: batches of 1–3 draft ≤ 6, 4–15 ≤ 4, ...), or the
@@ -26,7 +27,7 @@ from typing import Protocol, Sequence
 from simlab.common.errors import SimlabError
 from simlab.common.jsonfile import read_versioned
 from simlab.latency.batch import BatchLatency
-from simlab.policies.base import Outcome, Policy, PromptInfo, RoundState, Serial
+from simlab.policies.base import Outcome, Policy, PromptInfo, RoundState, Serial, TreePlan
 
 # SmartSpec's acceptance estimate: an exponential moving average over verified draft tokens,
 # starting from this prior before a request has any history.
@@ -68,12 +69,29 @@ class CappedPolicy(Policy):
 
     def plan(self, state: RoundState):
         plan = self.inner.plan(state)
-        if self.cap is not None and type(plan) is Serial and plan.max_draft > self.cap:
-            return Serial(self.cap, plan.fixed, plan.layer, plan.min_draft)
+        cap = self.cap
+        if cap is None:
+            return plan
+        kind = type(plan)
+        if kind is Serial and plan.max_draft > cap:
+            return Serial(cap, plan.fixed, plan.layer, plan.min_draft)
+        if kind is TreePlan:  # a tree drafts at most ``cap`` levels; none: a plain target step
+            if cap == 0:
+                return Serial(0, True)
+            if plan.tree is not None and plan.tree.depth > cap:
+                return TreePlan(plan.tree.cut(cap))
+            if plan.tree is None and plan.max_depth > cap:
+                return TreePlan(None, plan.topk, cap)
         return plan
 
     def on_draft(self, signal):
         return self.inner.on_draft(signal)
+
+    def grow(self, candidates):
+        return self.inner.grow(candidates)
+
+    def select(self, candidates):
+        return self.inner.select(candidates)
 
     def observe(self, outcome: Outcome) -> None:
         checked = len(outcome.checked)
@@ -217,11 +235,14 @@ class BatchSpec:
         if self.smartspec is not None and self.smartspec < 1:
             raise SimlabError(f"--smartspec must be a longest draft length >= 1, got {self.smartspec}")
 
-    def build(self, latency: BatchLatency) -> BatchPolicy:
+    def build(self, latency: BatchLatency, longest: int | None = None) -> BatchPolicy:
+        """The batch-level policy; ``longest``: the longest draft any round can make (a trace's
+        longest budget less two), past which SmartSpec has no length to weigh (a cap above every
+        request's own limit drafts what that limit allows)."""
         if self.gamma_by_batch is not None:
             return GammaByBatch.parse(self.gamma_by_batch)
         if self.off_above is not None:
             return OffAbove(self.off_above)
         if self.smartspec is not None:
-            return SmartSpec(latency, self.smartspec)
+            return SmartSpec(latency, self.smartspec if longest is None else max(1, min(self.smartspec, longest)))
         return NoCap()

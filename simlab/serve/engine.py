@@ -10,9 +10,10 @@ An engine step, in model time (docs/serving.md):
    that draft at least j tokens, so ragged draft lengths cost as many steps as the longest
    draft, and a request that stopped drafting waits for the others; the first step feeds each
    request what its draft's cache lacks (:mod:`simlab.sim.draft_cache`: two tokens after a
-   round that accepted every draft), a forward as wide as the widest;
+   round that accepted every draft), a forward as wide as the widest; a tree round drafts one
+   level per draft step, over that level's nodes (:meth:`~simlab.latency.batch.BatchLatency.draft_phase`);
 3. one batched target forward verifies every running request's drafts plus its bonus
-   position (k_i + 1 tokens each); under a policy that reads shadow tokens (DEL) the target
+   position (k_i + 1 tokens each; a tree's n_i nodes plus its root, under a tree mask); under a policy that reads shadow tokens (DEL) the target
    then runs an exit head per exit layer over the positions every request just settled (its
    accepted drafts and the target's token), as it does after a prefill over each admitted
    request's position 0: the single-request executor's price (:mod:`simlab.sim.executor`), the
@@ -144,15 +145,19 @@ class Engine:
         for r in decoders:
             r.policy.cap = cap
             rounds.append(r.next_round())
-        drafts = [k for _, k, _ in rounds]
-        drafted = [r.drafted for r in decoders]  # a dropped draft was drafted too
+        drafts = [k for _, k, _ in rounds]  # a tree round's: its nodes
+        drafted = [r.drafted for r in decoders]  # draft forwards (a dropped draft was drafted too)
         layers = [layer for _, _, layer in rounds if layer is not None]
+        # a tree round's draft forwards are over its levels' widths, its verification under a tree mask
+        trees = [r.tree is not None for r in decoders] if any(r.tree is not None for r in decoders) else None
+        widths = [r.tree.widths if r.tree is not None else None for r in decoders] if trees else None
         seconds, steps = self.latency.draft_phase(drafted, ctxs, max(layers) if layers else NO_LAYER,
-                                                  [r.feed for r in decoders])
+                                                  [r.feed for r in decoders], widths)
         if steps:
-            t = self._book(self.draft_dev, t, seconds, f"draft x{steps}", len(decoders), sum(drafted))
+            tokens = sum(k if r.tree is not None else d for r, k, d in zip(decoders, drafts, drafted))
+            t = self._book(self.draft_dev, t, seconds, f"draft x{steps}", len(decoders), tokens)
         if any(r.policy.drafts for r in decoders):
-            verify = self.latency.target([k + 1 for k in drafts], ctxs)
+            verify = self.latency.target([k + 1 for k in drafts], ctxs, trees)
         else:  # autoregressive decoding: a plain step, with no draft beside it
             verify = self.latency.step(ctxs)
         accepted = 0

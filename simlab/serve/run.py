@@ -86,7 +86,8 @@ def serve_once(sim: Simulator, arrivals: Sequence[float], config: ServeConfig, p
     prompts = sim.replay.prompts
     config.scheduler.check(max(p.prompt_len for p in prompts[: len(arrivals)]))
     latency = latency or BatchLatency(sim.latency)
-    batch_policy = config.batch.build(latency) if policy != BASELINE_POLICY else BatchSpec().build(latency)
+    longest = max(p.budget for p in prompts) - 2  # the longest draft a round can make
+    batch_policy = config.batch.build(latency, longest) if policy != BASELINE_POLICY else BatchSpec().build(latency)
     env = simpy.Environment()
     requests = [ServedRequest(i, prompts[i % len(prompts)], CappedPolicy(make_policy(policy, context, **params)), t)
                 for i, t in enumerate(arrivals)]

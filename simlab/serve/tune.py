@@ -101,6 +101,10 @@ def tune(sim: Simulator, batches: Sequence[int] = DEFAULT_BATCHES, max_gamma: in
     from simlab.serve.run import ServeConfig, serve_once
 
     check_tune(batches, max_gamma, requests_per_slot)
+    longest = max(p.budget for p in sim.replay.prompts) - 2  # the longest draft a round can make
+    if max_gamma > longest:
+        raise SimlabError(f"--max-gamma {max_gamma}: no prompt of this trace drafts more than {longest} tokens a round "
+                          f"(its budget less the committed and the target's token); use at most {longest}")
     for b in batches:  # a budget too small for a batch size fails before anything runs
         Scheduler(b, token_budget).check(max(p.prompt_len for p in sim.replay.prompts[: requests_per_slot * b]))
     latency = BatchLatency(sim.latency)

@@ -31,11 +31,9 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import simpy
 
-from simlab.common.errors import SimlabError
 from simlab.common.metrics import Counts, PositionStats
 from simlab.common.signals import shadow_layers
 from simlab.latency.grid import LatencyGrid
@@ -56,9 +54,9 @@ from simlab.policies.rounds import (
 )
 from simlab.sim.devices import Device, Slice, Topology
 from simlab.sim.draft_cache import DraftCache
+from simlab.sim.tree_round import TreeRounds
 from simlab.trace.replay import PromptReplay, SignalRun, TraceReplay
 from simlab.trace.schema import NO_LAYER, Manifest
-from simlab.trees.draft_tree import ROOT, accepted_length
 
 
 @dataclass
@@ -181,8 +179,7 @@ class SimExecutor:
         parallel_rounds = 0
         checked_hist, accepted_hist = positions.checked_hist, positions.accepted_hist
         drafts_before = positions.drafting_rounds()
-        grown: list[int] = []  # the recorded tree node of each candidate of the current tree round
-        expanded: set[int] = set()  # the recorded tree nodes the current tree round expanded
+        trees = TreeRounds(rp)  # the current tree round's recorded nodes
         cache = DraftCache(pl)  # what the drafts' KV caches hold: a round's first draft forward feeds the rest
         cache_draft, cache_crop = cache.draft, cache.crop
         catch_up = grid.catch_up_row(2)  # the common case: two tokens after a fully accepted round
@@ -214,11 +211,11 @@ class SimExecutor:
                 unpaid_start, unpaid_layer = start, NO_LAYER if layer is None else layer
                 continue
             if kind is ExpandTree:
-                answer = _expand(rp, req, grown, expanded)
+                answer = trees.expand(req)
                 continue
             if kind is VerifyTree:
                 answer, clock = _verify_tree(clock, grid, rp, req, draft_dev, target_dev, counts, positions, tokens,
-                                             cache, expanded)
+                                             cache, trees)
                 continue
             if kind is Propose:  # a lookup over the tokens a decoder holds: the prompt and those committed
                 c, cap, propose, lookup_seconds = req
@@ -348,50 +345,20 @@ class SimExecutor:
         run.slices = draft_dev.slices + target_dev.slices
 
 
-def _expand(rp: PromptReplay, req: ExpandTree, grown: list[int], expanded: set[int]) -> tuple[tuple[int, int, float], ...]:
-    """One level of a growing tree from the EAGLE-2 tree recorded at ``req.start``; ``grown``
-    maps the round's candidates to recorded nodes and ``expanded`` collects the recorded nodes
-    the round expands (both restarted at depth 1)."""
-    if rp.expansions is None:
-        raise SimlabError("a growing tree needs the trace's EAGLE-2 trees; record it with --topk K --tree-depth D")
-    tree = rp.expansions.at(req.start)
-    if req.depth == 1:
-        grown.clear()
-        expanded.clear()
-    out: list[tuple[int, int, float]] = []
-    for e in req.expand:
-        node = ROOT if e == ROOT else grown[e]
-        kids = tree.children.get(node)
-        if kids is None or len(kids) != req.topk:
-            raise SimlabError(f"the trace's EAGLE-2 trees cannot replay this tree: they expand the top "
-                              f"{rp.expansions.topk} candidates of each level into their top-{rp.expansions.topk} "
-                              f"children, {rp.expansions.depth} levels deep (depth {req.depth}, top-k {req.topk} asked)")
-        out += [(e, rank, prob) for rank, prob in tree.answers[node]]
-        expanded.add(node)
-        grown += kids
-    return tuple(out)
-
-
 def _verify_tree(clock: float, grid: LatencyGrid, rp: PromptReplay, req: VerifyTree, draft_dev: Device,
                  target_dev: Device, counts: Counts, positions: PositionStats,
-                 tokens: list[int] | None, cache: DraftCache, expanded: set[int]) -> tuple[int, float]:
-    """Draft forwards over ``req.widths`` nodes per level, then one target forward over the tree.
-    The root's forward feeds what the draft's cache lacks (:mod:`simlab.sim.draft_cache`); the
-    draft then keeps the accepted nodes it fed, those it expanded (a leaf is never fed)."""
+                 tokens: list[int] | None, cache: DraftCache, trees: TreeRounds) -> tuple[int, float]:
+    """Draft forwards over ``req.widths`` nodes per level, then one target forward over the tree;
+    the accepted path and the draft cache's account are :meth:`TreeRounds.settle`'s."""
     c, tree, widths = req.start, req.tree, req.widths
     ctx = rp.prompt_len + c
     n = tree.size
-    grown = rp.expansions.at(c) if req.grown else None
-    ranks: Sequence[int] = grown.path_ranks if grown is not None else rp.ranks[c : c + tree.depth]
-    accepted = min(accepted_length(tree, ranks), rp.n_tokens - c - 1)  # the end token is the target's
+    accepted, feed = trees.settle(req, cache)
     if widths:
-        fed = accepted and accepted - (not _deepest_fed(tree, grown, ranks[:accepted], expanded))
-        feed = cache.draft(NO_LAYER, ctx, 1 + fed)
         seconds = grid.tree_draft_seconds(ctx, widths)
         if feed > 1:
             seconds += grid.catch_up_seconds(ctx, feed)
         clock = draft_dev.book(clock, seconds, "draft", c, n, None, feed)
-    cache.crop(ctx + accepted)
     clock = target_dev.book(clock, grid.target_tree(n + 1, ctx), "verify", c, n + 1, accepted)
     counts.target_calls += 1
     counts.accepted += accepted
@@ -402,18 +369,3 @@ def _verify_tree(clock: float, grid: LatencyGrid, rp: PromptReplay, req: VerifyT
     if tokens is not None:
         tokens.extend(rp.target_tokens[c : c + accepted + 1])
     return accepted, clock
-
-
-def _deepest_fed(tree, grown, path: Sequence[int], expanded: set[int]) -> bool:
-    """Whether the draft fed the node the accepted ``path`` (ranks from the root) ends at: for a
-    grown round (``grown``: the trace's EAGLE-2 tree at the round's start) a recorded node in
-    ``expanded``; for a fixed tree a node with children (the draft expands every such node)."""
-    node = ROOT
-    if grown is not None:
-        for rank in path:  # a recorded node's children are its top-k, in rank order
-            node = grown.children[node][rank]
-        return node in expanded
-    child = tree.child
-    for rank in path:
-        node = child[(node, rank)]
-    return node in tree.parents

@@ -9,6 +9,7 @@ from typing import Iterable
 
 from simlab.common.atomic import replace_file
 from simlab.common.errors import SimlabError
+from simlab.common.inputs import input_file
 from simlab.sim.devices import Slice
 
 DEVICES = ("draft", "target")
@@ -54,9 +55,7 @@ def read_chrome_trace(path: str | Path) -> tuple[str, list[Slice]]:
     """The title and the slices of a Chrome trace JSON file (the inverse of
     :func:`write_chrome_trace`; a live decode log in the same format reads the same way).
     A row's device is its thread name, or ``tid N`` when the file names none."""
-    p = Path(path)
-    if not p.is_file():
-        raise SimlabError(f"timeline not found: {p}")
+    p = input_file(path, "timeline")
     try:
         events = json.loads(p.read_text())["traceEvents"]
         title = next((e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"), p.stem)

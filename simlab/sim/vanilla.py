@@ -115,7 +115,7 @@ class FixedGammaSD:
         after_full = np.zeros(len(k), dtype=bool)
         after_full[1:] = (accepted[:-1] == gamma) & (self.prompt[stretch[1:]] == self.prompt[stretch[:-1]])
         draft = catch_up(self.grid, draft, ctx, after_full & (k > 0))
-        verify = self._verify_rows(gamma + 1)[k, ctx]
+        verify = self._verify_rows(int(k.max(initial=0)) + 1)[k, ctx]  # the sizes met: γ may exceed any budget
         calls = np.bincount(self.prompt, weights=rounds, minlength=self.n_prompts).astype(np.int64)
         return calls, k, accepted, draft, verify
 

@@ -262,6 +262,56 @@ def _check_trees(trace: Trace, where: str) -> None:
         if bad.any() or len(counts) != n or (counts != size).any():
             raise SimlabError(f"{where}: tree.parquet must hold, at every position, nodes 0..{size - 1} (EAGLE-2 "
                               f"trees of top-k {m.topk}, depth {m.tree_depth}) each after its parent")
+        _check_expansions(t, m.topk, m.tree_depth, where)
+    if topk is not None:
+        _check_topk(trace, m.topk, where)
+
+
+def _check_topk(trace: Trace, k: int, where: str) -> None:
+    """topk.parquet, position by position: the draft's top-K candidates are distinct tokens in
+    order of probability (what a fixed tree's ranks mean)."""
+    t = trace.topk.sort_values(["prompt_id", "pos", "rank"], kind="stable")
+    bad = _unordered(t["token"].to_numpy().reshape(-1, k), t["prob"].to_numpy().reshape(-1, k))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise SimlabError(f"{where}: topk.parquet at {_row(t, i * k)} does not hold a top-{k}: a position's candidates "
+                          "must be distinct tokens in order of probability, rank 0 first")
+
+
+def _check_expansions(t: pd.DataFrame, k: int, depth: int, where: str) -> None:
+    """tree.parquet, position by position (``t`` sorted by prompt, position and node), as the
+    recorder writes EAGLE-2's expansion (simlab.record.tree_expansion): level 1 is the root's
+    top-K; level l >= 2 is K blocks of K children, ranks 0..K-1 in order of probability, the
+    children of level l - 1's K nodes of largest value (the product of probabilities on the path,
+    in float64 parent first, ties to the earlier node), best first. A replay reads its trees from
+    these nodes; a table that breaks the rule replays trees that were never drafted."""
+    size = k + (depth - 1) * k * k
+    parent, rank = t["parent"].to_numpy().reshape(-1, size), t["rank"].to_numpy().reshape(-1, size)
+    token, prob = t["token"].to_numpy().reshape(-1, size), t["prob"].to_numpy().reshape(-1, size)
+    rows = len(parent)
+    bad = (rank != np.tile(np.arange(k), size // k)).any(axis=1) | (parent[:, :k] != -1).any(axis=1)
+    bad |= _unordered(token.reshape(-1, k), prob.reshape(-1, k)).reshape(rows, -1).any(axis=1)
+    value = prob[:, :k].astype(np.float64)  # the newest level's values
+    start = 0  # the newest level's first node
+    for level in range(2, depth + 1):
+        first = k + (level - 2) * k * k
+        blocks = parent[:, first : first + k * k].reshape(rows, k, k)
+        best = np.argsort(-value, axis=1, kind="stable")[:, :k] + start  # the recorder's frontier, best first
+        bad |= (blocks != blocks[:, :, :1]).any(axis=(1, 2)) | (blocks[:, :, 0] != best).any(axis=1)
+        picked = np.take_along_axis(value, np.clip(blocks[:, :, 0] - start, 0, value.shape[1] - 1), axis=1)
+        value = (picked[:, :, None] * prob[:, first : first + k * k].reshape(rows, k, k).astype(np.float64)).reshape(rows, -1)
+        start = first
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise SimlabError(f"{where}: tree.parquet is not an EAGLE-2 expansion at {_row(t, i * size)}: level 1 must be "
+                          f"the root's top-{k}, each further level the top-{k} children (ranks in order of probability) "
+                          f"of the {k} nodes of largest value of the level before, best first")
+
+
+def _unordered(token: np.ndarray, prob: np.ndarray) -> np.ndarray:
+    """Per row of candidates in rank order: whether their probabilities rise or a token repeats."""
+    ordered = np.sort(token, axis=1)
+    return (np.diff(prob, axis=1) > 0).any(axis=1) | (ordered[:, 1:] == ordered[:, :-1]).any(axis=1)
 
 
 def validate_latency(lat: pd.DataFrame, where: str) -> None:

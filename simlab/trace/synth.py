@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from simlab.common.errors import SimlabError
+from simlab.common.inputs import input_file
 from simlab.common.mapping import ONE
 from simlab.common.params import check_seed
 from simlab.trace.io import Trace, empty_table
@@ -106,9 +107,7 @@ def _beta_conf(rng: np.random.Generator, alpha: np.ndarray | float, kappa: float
 
 
 def read_mapping_table(path: str | Path) -> pd.DataFrame:
-    p = Path(path)
-    if not p.is_file():
-        raise SimlabError(f"mapping table not found: {p}")
+    p = input_file(path, "mapping table")
     try:
         df = pd.read_csv(p, comment="#")
     except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:

@@ -16,7 +16,7 @@ from simlab.cli.app import EXIT_INTERRUPTED, app
 from simlab.common.errors import SimlabError
 
 EXIT_USER_ERROR = 2
-PIPELINE_ORDER = ("models", "record", "calibrate", "simulate", "serve", "policies", "sweep", "plot", "live", "llama_cpp", "llama_serve",
+PIPELINE_ORDER = ("models", "record", "calibrate", "simulate", "serve", "policies", "sweep", "plot", "live", "llama_cpp", "llama_serve", "vllm",
                   "synth", "analytic", "bench")
 _NOT_COMMANDS = {"app", "output", "policy_options"}
 # Click's base class of usage errors, as the installed Typer raises it: Typer 0.29 and later

@@ -50,4 +50,5 @@ def policy_context(latency: LatencyGrid | None, context_len: int, topology: Topo
                          corun=topology is Topology.ONE_DEVICE, best_gamma=best_gamma, predictor=predictor,
                          tree_topk=manifest.topk if manifest else 0,
                          tree_depth=manifest.tree_depth if manifest else 0,
-                         temperature=manifest.temperature if manifest else 0.0, rank_acceptance=rank_acceptance)
+                         temperature=manifest.temperature if manifest else 0.0, rank_acceptance=rank_acceptance,
+                         max_new_tokens=manifest.max_new_tokens if manifest else 0)

@@ -26,8 +26,10 @@ SELF_SPECULATIVE = {"layerskip", "del"}  # draft with early-exit layers, not the
 # is no serial schedule the oracle bounds.
 TREES = {name for name, cls in REGISTRY.items() if cls.drafts_trees}
 CHAINS = [name for name in REGISTRY if name not in TREES]
+# (a policy whose rounds run past the budget, vllm's, drafts outside the serial schedules the oracle searches)
 SERIAL_SAME_DRAFT = [name for name, cls in REGISTRY.items()
-                     if not cls.parallel and not cls.needs_future and name not in SELF_SPECULATIVE | TREES]
+                     if not cls.parallel and not cls.needs_future and not cls.past_end
+                     and name not in SELF_SPECULATIVE | TREES]
 ORACLE = {"max_draft": 64}  # more than any prompt's length: the true optimum over serial schedules
 
 

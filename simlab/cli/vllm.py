@@ -76,6 +76,8 @@ def record_command(
     probe_steps: int = typer.Option(8, "--probe-steps", help="Decode steps (at least) each timed request runs."),
     trace_path: Path | None = typer.Option(None, "--trace", help="Instead of recording: vLLM decodes this existing "
                                            "trace's prompts and its token agreement with the trace is reported."),
+    limit: int | None = typer.Option(None, "--limit", help="With --trace: its first N prompts only.",
+                                     show_default="all"),
     chat_template: bool = typer.Option(True, "--chat-template/--no-chat-template",
                                        help="Wrap prompts in the target's chat template."),
     python: str | None = typer.Option(None, "--python", help=PYTHON_HELP),
@@ -85,7 +87,7 @@ def record_command(
 ) -> None:
     """Record a greedy trace with vLLM: its tokens and its steps' latencies, the draft's signals on its path."""
     if trace_path is not None:
-        _agreement(trace_path, python, out, quiet)
+        _agreement(trace_path, python, out, limit, quiet)
         return
     if out is None:
         raise SimlabError("--out is required (the trace directory to write), or pass --trace to check one")
@@ -102,7 +104,7 @@ def record_command(
                f"ends), {len(trace.latency)} latency samples; the draft agrees with vLLM's target on {agree:.1%}")
 
 
-def _agreement(trace_path: Path, python: str | None, out: Path | None, quiet: bool) -> None:
+def _agreement(trace_path: Path, python: str | None, out: Path | None, limit: int | None, quiet: bool) -> None:
     """``record --trace``: vLLM's tokens on an existing trace's prompts beside the trace's."""
     import tempfile
 
@@ -110,6 +112,10 @@ def _agreement(trace_path: Path, python: str | None, out: Path | None, quiet: bo
     from simlab.trace.io import read_trace
 
     trace = read_trace(trace_path)
+    if limit is not None:
+        if limit < 1:
+            raise SimlabError(f"--limit must be >= 1, got {limit}")
+        trace = trace.select_prompts(sorted(trace.prompts["prompt_id"])[:limit])
     work = Path(tempfile.mkdtemp(prefix="simlab-vllm-")) if out is None else out
     result = token_agreement(trace, trace.manifest.target_model, python, work / "agreement.jsonl",
                              progress=lambda n: _bar(quiet)("vLLM", n, len(trace.prompts)))
@@ -118,6 +124,9 @@ def _agreement(trace_path: Path, python: str | None, out: Path | None, quiet: bo
         typer.echo(f"prompt {row.prompt_id:>4}: {row.equal}/{row.positions} tokens equal, first difference {first}")
     typer.echo(f"vLLM's {trace.manifest.target_model} against {trace_path}: {result.equal}/{result.positions} "
                f"positions equal ({result.equal / result.positions:.1%})")
+    if out is not None:
+        result.table.to_csv(out / "agreement.csv", index=False)
+        typer.echo(f"wrote {portable_path(out / 'agreement.csv')}")
 
 
 @vllm_app.command("run")
@@ -153,8 +162,13 @@ def run_command(
         trace = trace.select_prompts(sorted(trace.prompts["prompt_id"])[:prompts])
     m = trace.manifest
     budget = max_tokens or m.max_new_tokens
-    target, draft = resolve(m.target_model), resolve(m.draft_model.split("[")[0])
+    if m.draft_layer != -1:
+        raise SimlabError(f"{trace_path} is self-speculative (its draft is the target's first {m.draft_layer} layers); "
+                          "vLLM's draft_model speculation runs a separate draft model: record a trace of the pair with "
+                          "`simlab vllm record`")
+    target, draft = resolve(m.target_model), resolve(m.draft_model)
     check_tokenizer(trace, target)
+    python = locate(python)  # before anything is written: no vLLM, one line naming the install command
     sizes = positive_ints(batch, "--batch")
     ids = sorted(int(p) for p in trace.prompts["prompt_id"])
     groups = [[p] for p in ids] if 1 in sizes else []
@@ -178,7 +192,7 @@ def run_command(
     c = prediction["counters"]
     typer.echo(f"predicted (before the run, {portable_path(file)}): drafts {c['num_drafts']}, draft tokens "
                f"{c['num_draft_tokens']}, accepted {c['num_accepted_tokens']} {c['num_accepted_tokens_per_pos']}")
-    setup = compare.Setup(locate(python), target.path, draft.path, m.dtype if m.dtype != "gguf" else "float32", k,
+    setup = compare.Setup(python, target.path, draft.path, m.dtype if m.dtype != "gguf" else "float32", k,
                           budget, groups, repeats, prefix_caching)
     measured = compare.measure(trace, setup, out / "runs", log=_log(quiet), progress=_bar(quiet))
     result = compare.compare(prediction, measured, groups)

@@ -35,15 +35,11 @@ import pandas as pd
 from simlab.common.cpu_load import OtherLoad
 from simlab.engines.vllm import jobs
 from simlab.latency.batch import BatchLatency
+from simlab.policies.vllm import speculative_config
 from simlab.sim.run import Simulator
 from simlab.trace.tables import Trace
 
 PREDICTION = "prediction.json"
-
-
-def speculative_config(k: int, draft: str) -> dict:
-    """``--speculative-config`` as vLLM reads it, for a draft model and K drafts a step."""
-    return {"method": "draft_model", "model": draft, "num_speculative_tokens": int(k)}
 
 
 def predict(trace: Trace, k: int, max_tokens: int, groups: Sequence[Sequence[int]]) -> dict:

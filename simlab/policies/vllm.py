@@ -42,6 +42,7 @@ class Vllm(VanillaSD):
         Param("max_tokens", 0, "SamplingParams.max_tokens of the run predicted (0: the trace's own ends, its budget "
               "or end token)", NON_NEGATIVE),
     )
+    past_end = 4  # K past each prompt's end (the default K; each instance its own)
     choices = ("the trace's path runs K positions past each prompt's end (past_end.parquet, `simlab vllm record`); "
                "on a trace without it an acceptance there counts as a rejection (a lower bound); prefix caching, "
                "which adds a step of K placeholder drafts to a request whose prompt is cached but one token, "
@@ -70,4 +71,22 @@ class Vllm(VanillaSD):
     def kept(self, committed: int) -> int:
         # _update_request_with_output: the output is cut at the stop, after acceptance was counted
         return min(committed, self._stop)
+
+
+# the fixed-K policies whose rounds vLLM's draft_model speculation runs, and the parameter that is its K
+FIXED_K = {"vllm": "num_speculative_tokens", "sd": "gamma"}
+
+
+def speculative_config(k: int, draft: str) -> dict:
+    """vLLM's ``--speculative-config`` (``LLM(speculative_config=...)``) for a draft model and K drafts a step."""
+    return {"method": "draft_model", "model": draft, "num_speculative_tokens": int(k)}
+
+
+def config_of(policy: str, params: dict, draft: str) -> dict | None:
+    """The ``--speculative-config`` a result of ``policy`` with ``params`` recommends to a single request
+    (sd's γ and vllm's K are vLLM's ``num_speculative_tokens``); None for a policy vLLM does not run."""
+    key = FIXED_K.get(policy)
+    if key is None or params.get(key) is None:
+        return None
+    return speculative_config(int(params[key]), draft)
 

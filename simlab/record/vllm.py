@@ -147,12 +147,14 @@ def record(cfg: VllmRecordConfig, log: Callable[[str], None] = print,
     # 1. tokens, and the plain decoding steps
     requests = [jobs.Request(f"p{p.prompt_id}", rendered[p.prompt_id].ids) for p in prompts]
     ids = [r.id for r in requests]
-    probe_plain = [[ids[j % len(ids)] for j in range(b)] for b in cfg.probe.batches]
+    # the probes' requests: the recorded prompts again (q...), cycled to fill each batch size, decoding
+    # probe.steps steps (a plain step emits one token; a speculative one up to K + 1)
+    probe_batches = [[f"q{ids[j % len(ids)][1:]}" for j in range(b)] for b in cfg.probe.batches]
     plain = jobs.Engine(target_ref.path, cfg.dtype, max_model_len)
     sampling = {"temperature": 0.0, "ignore_eos": True}
-    batches = [[i] for i in ids] + probe_plain
+    batches = [[i] for i in ids] + probe_batches
     requests_plain = [jobs.Request(r.id, r.prompt_token_ids, {"max_tokens": cfg.max_new_tokens + cfg.tail})
-                      for r in requests]
+                      for r in requests] + _probe_requests(requests, cfg.probe.steps)
     log(f"vllm record: {len(prompts)} prompts through vLLM's {cfg.target} (no speculation), then its plain steps at "
         f"batch sizes {','.join(map(str, cfg.probe.batches))}")
     load = OtherLoad()
@@ -167,11 +169,11 @@ def record(cfg: VllmRecordConfig, log: Callable[[str], None] = print,
     for k in cfg.probe.ks:
         engine = jobs.Engine(target_ref.path, cfg.dtype, max_model_len,
                              {"method": "draft_model", "model": draft_ref.path, "num_speculative_tokens": k})
-        reqs = [jobs.Request(r.id, r.prompt_token_ids, {"max_tokens": cfg.probe.steps * (k + 1)}) for r in requests]
         log(f"vllm record: timing vLLM's steps with K={k} drafts at batch sizes "
             f"{','.join(map(str, cfg.probe.batches))}")
-        out = jobs.run(python, engine, reqs, probe_plain, work / f"probe-k{k}.jsonl", sampling,
-                       progress=lambda n, k=k: progress(f"steps K={k}", n, len(probe_plain)))
+        out = jobs.run(python, engine, _probe_requests(requests, cfg.probe.steps * (k + 1)), probe_batches,
+                       work / f"probe-k{k}.jsonl", sampling,
+                       progress=lambda n, k=k: progress(f"steps K={k}", n, len(probe_batches)))
         probes[k] = list(out.batches.values())
     probe_other = load.share()
     samples = steps.latency_rows(probes, plain=list(generated.batches.values()))
@@ -204,6 +206,10 @@ def record(cfg: VllmRecordConfig, log: Callable[[str], None] = print,
             writer.commit(started)
             progress("signals", i + 1, len(todo))
     return read_trace(cfg.out)
+
+
+def _probe_requests(requests: list[jobs.Request], tokens: int) -> list[jobs.Request]:
+    return [jobs.Request(f"q{r.id[1:]}", r.prompt_token_ids, {"max_tokens": tokens}) for r in requests]
 
 
 def _work_dir(out: Path) -> Path:

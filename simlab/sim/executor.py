@@ -190,6 +190,8 @@ class SimExecutor:
                 req = send(answer)
             except StopIteration as stop:
                 end = stop.value  # the tokens committed: the prompt's end unless the policy stopped first
+                if tokens is not None and len(tokens) > end - 1:  # an engine that cuts its output there (vllm)
+                    del tokens[end - 1:]
                 break
             kind = type(req)
             if kind is DraftRun:

@@ -186,8 +186,11 @@ def _follow(python: str, job_file: Path, out: Path, log: Path, total: int, progr
     if proc.returncode:
         errors = [json.loads(line) for line in out.read_text().splitlines() if '"type": "error"' in line] \
             if out.exists() else []
-        if errors:
-            raise SimlabError(f"vLLM could not start: {errors[-1]['message']} (log: {log})")
+        if errors:  # vLLM's own message, often several lines (a pydantic error): one line, shortened
+            message = " ".join(line.strip() for line in errors[-1]["message"].splitlines() if line.strip())
+            if len(message) > 400:
+                message = message[:400] + "..."
+            raise SimlabError(f"vLLM could not start: {message} (log: {log})")
         tail = (log.read_text().strip().splitlines() or ["(no output)"])[-1]
         raise SimlabError(f"vLLM's runner failed (exit {proc.returncode}): {tail[:300]} (log: {log})")
 

@@ -6,6 +6,8 @@ the target (past the prompt's end too: vLLM verifies against the target's own co
 the request stops once its output reaches max_tokens or its end token, cut there.
 """
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -135,3 +137,22 @@ def test_past_end_rows_are_written_read_and_checked(tmp_path):
     write_trace(trace.__class__(**{**trace.__dict__, "past_end": bad}), tmp_path / "bad")
     with pytest.raises(SimlabError, match="past_end.parquet must continue each prompt's path"):
         read_trace(tmp_path / "bad")
+
+
+def test_simulate_and_sweep_write_vllms_speculative_config(capsys):
+    from simlab.common.locations import TRACES
+    from tests.test_bad_inputs import run_cli
+
+    trace = TRACES / "qwen-coder-humaneval"
+    code, out, _ = run_cli(capsys, "simulate", "--trace", trace, "--policy", "vllm", "--param",
+                           "num_speculative_tokens=3", "--json")
+    config = json.loads(out)["speculative_config"]
+    assert code == 0 and config["method"] == "draft_model" and config["num_speculative_tokens"] == 3
+    assert config["model"].endswith("qwen2.5-coder-0.5b")
+    code, out, _ = run_cli(capsys, "simulate", "--trace", trace, "--policy", "svip", "--json")
+    assert code == 0 and "speculative_config" not in json.loads(out)
+    code, out, _ = run_cli(capsys, "sweep", "--trace", trace, "--policy", "sd:gamma=1..6", "--policy", "svip",
+                           "--workers", "1", "--no-cache")
+    best = max(range(1, 7), key=lambda g: Simulator(read_trace(trace)).run("sd", {"gamma": g}).summary.speedup)
+    assert code == 0 and f'the fastest fixed-K row, sd(gamma={best}),' in out
+    assert f'"num_speculative_tokens": {best}}}' in out

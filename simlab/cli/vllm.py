@@ -189,6 +189,14 @@ def run_command(
                           date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                           load_average_1min=round(os.getloadavg()[0], 2))
         compare.write_prediction(file, prediction)
+    for pid, p in prediction["prompts"].items():
+        tokens = p["output_tokens"] - 1
+        typer.echo(f"predicted prompt {pid}: {len(p['steps'])} steps, drafted {p['num_draft_tokens']}, accepted "
+                   f"{p['num_accepted_tokens']}, {p['output_tokens']} tokens; alone {tokens / p['decode_s']:.2f} "
+                   f"tokens/s, plain {tokens / p['plain_decode_s']:.2f}")
+    for key, g in prediction["groups"].items():
+        typer.echo(f"predicted prompts {key} at once: {g['speculative']['tokens_per_s']:.2f} tokens/s, plain "
+                   f"{g['plain']['tokens_per_s']:.2f} (after every request's first token)")
     c = prediction["counters"]
     typer.echo(f"predicted (before the run, {portable_path(file)}): drafts {c['num_drafts']}, draft tokens "
                f"{c['num_draft_tokens']}, accepted {c['num_accepted_tokens']} {c['num_accepted_tokens_per_pos']}")

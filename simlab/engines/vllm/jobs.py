@@ -146,12 +146,13 @@ def run(python: str, engine: Engine, requests: Sequence[Request], batches: Seque
     missing = sorted({rid for batch in batches for rid in batch} - known)
     if missing:
         raise ValueError(f"batches name requests that are not given: {missing}")
-    job = {"engine": engine.engine_args(), "env": {"VLLM_CPU_KVCACHE_SPACE": str(engine.kv_cache_gib), **engine.env},
+    job = {"engine": _home(engine.engine_args()), "env": {"VLLM_CPU_KVCACHE_SPACE": str(engine.kv_cache_gib),
+                                                          **engine.env},
            "sampling": dict(sampling or {}), "requests": [asdict(r) for r in requests],
-           "batches": [list(b) for b in batches], "out": str(out.absolute())}
+           "batches": [list(b) for b in batches], "out": out.name}
     job_file = out.with_suffix(".job.json")
     have = len(read(out).batches)
-    if have and job_file.exists() and {**json.loads(job_file.read_text()), "out": job["out"]} != job:
+    if have and job_file.exists() and _home({**json.loads(job_file.read_text()), "out": job["out"]}) != job:
         raise SimlabError(f"{out} holds vLLM results of another job (other models, prompts or settings); remove it "
                           "or write elsewhere")
     job_file.write_text(json.dumps(job) + "\n")
@@ -163,6 +164,17 @@ def run(python: str, engine: Engine, requests: Sequence[Request], batches: Seque
         raise SimlabError(f"vLLM stopped after {len(result.batches)} of {len(batches)} batches; see {log} "
                           "(run the same command again to resume)")
     return result
+
+
+def _home(value):
+    """``value`` with every path under the home directory written ``~/...`` (the runner expands them),
+    so a job file committed with its results names no user's machine."""
+    home = str(Path.home())
+    if isinstance(value, dict):
+        return {k: _home(v) for k, v in value.items()}
+    if isinstance(value, str) and (value == home or value.startswith(home + os.sep)):
+        return "~" + value[len(home):]
+    return value
 
 
 def _follow(python: str, job_file: Path, out: Path, log: Path, total: int, progress: Callable[[int], None]) -> None:

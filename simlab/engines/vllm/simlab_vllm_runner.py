@@ -168,8 +168,8 @@ def _request(rid, output):
             "per_step_accepted": list(sdm.per_step_accepted) if sdm is not None else []}
 
 
-def run(job):
-    out = job["out"]
+def run(job, job_dir):
+    out = os.path.join(job_dir, job["out"])  # beside the job file
     os.environ.update({k: str(v) for k, v in job.get("env", {}).items()})
     here = os.path.dirname(os.path.abspath(__file__))
     os.environ["PYTHONPATH"] = here + os.pathsep + os.environ.get("PYTHONPATH", "")
@@ -183,6 +183,10 @@ def run(job):
         from vllm.inputs import TokensPrompt
 
         engine = dict(job["engine"])
+        engine["model"] = os.path.expanduser(engine["model"])  # paths under the home directory come as ~/...
+        spec = engine.get("speculative_config")
+        if spec and isinstance(spec.get("model"), str):
+            engine["speculative_config"] = {**spec, "model": os.path.expanduser(spec["model"])}
         if engine.get("speculative_config"):
             engine.setdefault("per_request_spec_decode_metrics", "detailed")
         else:
@@ -216,4 +220,4 @@ def run(job):
 
 if __name__ == "__main__":
     with open(sys.argv[1]) as f:
-        sys.exit(run(json.load(f)))
+        sys.exit(run(json.load(f), os.path.dirname(os.path.abspath(sys.argv[1]))))

@@ -142,8 +142,10 @@ def hand_trace(patterns: list[str], conf: list[list[float]] | None = None, laten
             "draft_entropy": 1.0 - c, "q_target": np.where(bits, c, 0.0), "p_target": 1.0,
             "p_draft": bits.astype(float), "accept_prob": bits.astype(float),
         }))
+        # the prompt holds the answer's first tokens, in two copies, so that lookups find matches
         prompts.append({"prompt_id": pid, "source": f"hand/{pid}", "prompt_len": 10, "n_tokens": n,
-                        "stop": stop, "prompt_text": ""})
+                        "stop": stop, "prompt_text": "", "prompt_token_ids": [*target[:5], *target[:5]][:10] +
+                        [7] * (10 - min(10, 2 * min(5, n)))})
         for layer, layer_patterns in (layers or {}).items():
             match = np.array([ch == "1" for ch in layer_patterns[pid]])
             lc = np.array(layer_conf[layer][pid]) if layer_conf else np.where(match, 0.9, 0.4)

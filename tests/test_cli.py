@@ -1,6 +1,7 @@
 """The commands as a user runs them: real subprocesses, real files."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -8,15 +9,16 @@ import pandas as pd
 import pytest
 
 from simlab.analytic import closed_form as analytic
-from simlab.cli.output import METRIC_FORMATS
+from simlab.common.metrics import PLAIN
 from simlab.common.metrics import SUMMARY_KEYS
 from simlab.trace.io import read_trace
 
 JSON_KEYS = {*SUMMARY_KEYS, "acceptance_per_position"}
 
 
-def simlab(*args, check=True):
-    proc = subprocess.run([sys.executable, "-m", "simlab", *map(str, args)], capture_output=True, text=True)
+def simlab(*args, check=True, env=None):
+    proc = subprocess.run([sys.executable, "-m", "simlab", *map(str, args)], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})})
     if check and proc.returncode != 0:
         raise AssertionError(f"simlab {args} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
@@ -42,10 +44,13 @@ def test_simulate_json_has_the_documented_keys(synthetic):
     assert out["speedup"] == pytest.approx(analytic.speedup(alpha, 0.1, 5), rel=0.02)
 
 
-def test_simulate_prints_a_table_with_every_metric(synthetic):
-    text = simlab("simulate", "--trace", synthetic, "--policy", "sd", "--gamma", "3").stdout
+def test_simulate_prints_a_table_with_every_metric_in_plain_words_and_what_each_means(synthetic):
+    text = simlab("simulate", "--trace", synthetic, "--policy", "sd", "--gamma", "3", env={"COLUMNS": "200"}).stdout
+    lines = [" ".join(line.split()) for line in text.splitlines()]
     for key in SUMMARY_KEYS:
-        assert METRIC_FORMATS[key][0] in text
+        label, meaning = PLAIN[key]
+        assert any(line.startswith(f"│ {label} │") for line in lines), label  # its row
+        assert any(line.startswith(f"{label} {meaning.split()[0]}") for line in lines), label  # what it is, below
     assert "SYNTHETIC" in text
 
 

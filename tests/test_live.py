@@ -33,7 +33,8 @@ pytestmark = pytest.mark.slow
 LAYER = 24
 TOKENS = 24
 PROMPTS = "humaneval:2"
-LIVE_POLICIES = sorted(name for name, cls in REGISTRY.items() if not cls.needs_future)  # the oracle sees the future
+# the oracle sees the future; rest needs a datastore (its proposals are checked in tests/test_lookup.py)
+LIVE_POLICIES = sorted(name for name, cls in REGISTRY.items() if not cls.needs_future and name != "rest")
 
 
 @pytest.fixture(scope="module")
@@ -530,3 +531,21 @@ def test_live_protocol_at_temperature(tmp_path):
     assert row["drifted"] == (abs(row["ad_drift"]) > DRIFTED)
     assert summary["repeats"] == 2 and summary["disturbed"] == int(row["disturbed"])
     assert summary["drifted"] == int(row["drifted"]) and summary["drifted_threshold"] == DRIFTED
+
+
+def test_pld_live_emits_and_counts_what_hugging_faces_prompt_lookup_does(session):
+    """simlab's pld decoding for real against generate(prompt_lookup_num_tokens=N): the same tokens
+    and the same number of target forwards (the same lookups, verified alike), on the same models."""
+    from simlab.live.hf import lookup_generate
+
+    policy = session.make_policy("pld", {"num_tokens": 4})
+    looked_up = 0
+    for pid, ids in session.ids.items():
+        run = session.executor.run(policy, pid, ids, TOKENS)
+        hf = lookup_generate(session.executor.target_model, ids, TOKENS, 4, policy.ngram_max, session.eos)
+        assert run.tokens == hf.tokens
+        assert run.counts.target_calls == hf.target_calls
+        looked_up += run.counts.drafted
+        lookups = [f.what for f in run.forwards].count("lookup")  # every round but one at the budget's last position
+        assert run.counts.target_calls - 1 <= lookups <= run.counts.target_calls
+    assert looked_up > 0  # some lookups found a match: the comparison is not of plain steps

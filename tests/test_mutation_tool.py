@@ -47,10 +47,10 @@ def test_a_run_stopped_at_its_timeout_takes_the_processes_it_forked_with_it(tmp_
         pytest.fail(f"process {child}, forked by the stopped command, is still running")
 
 
-def test_the_committed_report_is_the_ledgers_and_the_readme_states_its_figures():
+def test_the_committed_report_is_the_ledgers_and_the_development_page_states_its_figures():
     """docs/mutation-report.md is what tools/mutation.py writes from the committed ledger and notes
-    (so neither drifts from the other), no survivor is left open, and the README's Development
-    section states the report's mutant count, checked count and lowest module score with tests."""
+    (so neither drifts from the other), no survivor is left open, and docs/development.md states
+    the report's mutant count, checked count and lowest module score with tests."""
     import json
     import re
 
@@ -63,9 +63,9 @@ def test_the_committed_report_is_the_ledgers_and_the_readme_states_its_figures()
                                    if re.match(r"\| (\*\*all\*\*|[a-z_]+) \| \d+ \|", line))}
     total, checked = int(rows.pop("**all**")[0]), sum(int(r[1]) for r in rows.values())
     lowest = min(float(r[-1].rstrip("%")) for r in rows.values())
-    readme = " ".join((mutation.ROOT / "README.md").read_text().split())
+    readme = " ".join((mutation.ROOT / "docs" / "development.md").read_text().split())
     m = re.search(r"core is about ([\d,]+) mutants \(([\d,]+) checked so far; every module scores at least "
                   r"([\d.]+)% with the tests added for its survivors", readme)
-    assert m, "the README's Development section no longer states the mutation figures"
+    assert m, "docs/development.md no longer states the mutation figures"
     assert round(total, -2) == int(m.group(1).replace(",", ""))
     assert checked == int(m.group(2).replace(",", "")) and lowest == float(m.group(3))

@@ -25,11 +25,12 @@ SELF_SPECULATIVE = {"layerskip", "del"}  # draft with early-exit layers, not the
 # Tree policies need tree data these random traces lack (tests/test_tree_policies.py), and a tree
 # is no serial schedule the oracle bounds.
 TREES = {name for name, cls in REGISTRY.items() if cls.drafts_trees}
-CHAINS = [name for name in REGISTRY if name not in TREES]
-# (a policy whose rounds run past the budget, vllm's, drafts outside the serial schedules the oracle searches)
-SERIAL_SAME_DRAFT = [name for name, cls in REGISTRY.items()
-                     if not cls.parallel and not cls.needs_future and not cls.past_end
-                     and name not in SELF_SPECULATIVE | TREES]
+# rest needs a datastore, which these traces lack (tests/test_lookup.py runs it)
+CHAINS = [name for name in REGISTRY if name not in TREES and name != "rest"]
+# (lookup policies draft by other means than the draft model, and a policy whose rounds run past the budget,
+# vllm's, drafts outside the serial schedules the oracle searches: the oracle bounds none of them)
+SERIAL_SAME_DRAFT = [name for name, cls in REGISTRY.items() if not cls.parallel and not cls.needs_future
+                     and not cls.looks_up and not cls.past_end and name not in SELF_SPECULATIVE | TREES]
 ORACLE = {"max_draft": 64}  # more than any prompt's length: the true optimum over serial schedules
 
 
@@ -169,7 +170,7 @@ def test_parallel_rounds_show_the_policy_what_they_emitted():
 
 @pytest.mark.parametrize("plans, decision, parallel, message", [
     ([Parallel(0)], Decision.DRAFT, True, "parallel window must be >= 1, got 0"),
-    (["two tokens"], Decision.DRAFT, True, "plan() must return Serial or Parallel, got 'two tokens'"),
+    (["two tokens"], Decision.DRAFT, True, "plan() must return Serial, Parallel, TreePlan or Lookup, got 'two tokens'"),
     # on_draft hands the first drafted token to a parallel round, but the next plan is serial again
     ([Serial(2)], Decision.PARALLEL, True, "planned a serial round with 1 drafts pending"),
     ([Serial(2)], Decision.PARALLEL, False, "returned PARALLEL but is not a parallel policy"),

@@ -1,5 +1,6 @@
-"""The README's figures about committed results, read from the README and checked against the
-data they come from (``results/live/``), so that the two cannot drift apart.
+"""The figures about committed results, read from the README's table of checks and from the
+results/*/README.md and docs/ pages they moved to, and checked against the data they come from,
+so that the two cannot drift apart.
 
 A figure matches when the data, rounded as the README rounds it (to the digits it shows),
 gives it: "1.43×" holds for 1.425 ≤ x < 1.435, "5.3%" for 5.25% ≤ x < 5.35%. A README sentence
@@ -16,6 +17,11 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
 LIVE = ROOT / "results" / "live"
+# The figures moved from the README to where their runs are (issue 43): each text is read where it now lives.
+LIVE_README = (LIVE / "README.md").read_text()
+BENCHMARKS = (ROOT / "docs" / "benchmarks.md").read_text()
+SERVE_LIVE_README = (ROOT / "results" / "serve-live" / "README.md").read_text()
+LLAMA_SERVER_README = (ROOT / "results" / "llama-server" / "README.md").read_text()
 # The README's live table names runs by policy; the files are results/live/qwen-<policy>.*
 RUNS = {"sd": "qwen-sd", "pearl": "qwen-pearl", "spide": "qwen-spide"}
 NUMBER = r"[−+-]?\d+(?:\.\d+)?"
@@ -37,7 +43,7 @@ def shows(text: str, value: float, scale: float = 1.0) -> bool:
 def table_rows() -> dict[str, list[str]]:
     """The Qwen live table: policy -> its cells (the SmolLM2 table further down names them too)."""
     rows = {}
-    for line in README.split("### Every live policy on SmolLM2")[0].splitlines():
+    for line in LIVE_README.split("### Every live policy on SmolLM2")[0].splitlines():
         m = re.match(r"\| `(\w+)`[^|]*\|(.*)\|\s*$", line)
         if m and m.group(1) in RUNS:
             rows[m.group(1)] = [c.strip() for c in m.group(2).split("|")]
@@ -65,7 +71,7 @@ def test_live_table_row_matches_the_committed_run(policy):
 
 
 def test_overall_speedup_errors_match_the_runs():
-    sentence = re.search(r"The 5% aim holds for the overall speedups \(([^)]*)\)", README).group(1)
+    sentence = re.search(r"The 5% aim holds for the overall speedups \(([^)]*)\)", LIVE_README).group(1)
     stated = dict(re.findall(rf"`(\w+)` ({NUMBER}%)", sentence))
     assert set(stated) == set(RUNS)
     for policy, text in stated.items():
@@ -76,7 +82,7 @@ def test_overall_speedup_errors_match_the_runs():
 def test_baseline_drift_figures_match_the_runs():
     # "differed by a median 16% during the `sd` run (up to 54%) and 8% during `pearl`'s"
     m = re.search(rf"a median ({NUMBER}%) during the `sd` run \(up to ({NUMBER}%)\) and ({NUMBER}%) during `pearl`'s",
-                  README)
+                  LIVE_README)
     _, sd = run_data("sd")
     _, pearl = run_data("pearl")
     assert shows(m.group(1), sd["measured_ad_spread"].median(), 100)
@@ -86,7 +92,7 @@ def test_baseline_drift_figures_match_the_runs():
 
 def test_hugging_face_comparison_matches_the_sd_run():
     # "the same 169 target calls, and simlab's decoder was 1.13× its speed (prefill included)"
-    m = re.search(rf"the same (\d+) target calls, and\s+simlab's decoder was ({NUMBER}×) its speed", README)
+    m = re.search(rf"the same (\d+) target calls, and\s+simlab's decoder was ({NUMBER}×) its speed", LIVE_README)
     summary, table = run_data("sd")
     assert int(m.group(1)) == summary["hf_target_calls"] == table["hf_target_calls"].sum() \
         == table["simlab_target_calls"].sum() == summary["measured_target_calls"]
@@ -103,18 +109,18 @@ def test_the_readme_shows_every_live_policy_on_smollm2_as_the_runs_give_it():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     table = module.table()
-    assert table in README
+    assert table in LIVE_README
     assert table.count("\n| `") == 16  # every policy that decodes live: all but the oracle and the trees
     trees = module.table(LIVE / "smollm2-tree")
-    assert trees in README
+    assert trees in LIVE_README
     assert trees.count("\n| `") == 3  # tree-static, eagle2, ags-tree
-    assert module.table(LIVE / "qwen-tree") in README
+    assert module.table(LIVE / "qwen-tree") in LIVE_README
     qwen = module.table(LIVE / "qwen-all")
-    assert qwen in README
-    assert module.forwards_table(LIVE / "qwen-all") in README  # where the time went, from the decode logs
+    assert qwen in LIVE_README
+    assert module.forwards_table(LIVE / "qwen-all") in LIVE_README  # where the time went, from the decode logs
     assert qwen.count("\n| `") == len(list((LIVE / "qwen-all").glob("*.json")))
-    assert module.table(LIVE / "qwen-tails") in README  # decoded again, predicted from the trace with tails
-    assert module.table(LIVE / "qwen-probe") in README  # priced from forwards timed in the decoding process
+    assert module.table(LIVE / "qwen-tails") in LIVE_README  # decoded again, predicted from the trace with tails
+    assert module.table(LIVE / "qwen-probe") in LIVE_README  # priced from forwards timed in the decoding process
 
 
 def test_the_readme_tails_table_is_the_replay_of_the_committed_decodes():
@@ -124,7 +130,7 @@ def test_the_readme_tails_table_is_the_replay_of_the_committed_decodes():
     spec = importlib.util.spec_from_file_location("tails_check", LIVE / "tails_check.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    section = README.split("| policy | overall error, as predicted | replayed with tails |")[1].split("\n\n")[0]
+    section = LIVE_README.split("| policy | overall error, as predicted | replayed with tails |")[1].split("\n\n")[0]
     rows = re.findall(r"\| `([\w-]+)` \| (\S+) \| (\S+) \| (\S+) → (\S+) \| (\d+) → (\d+) \|", section)
     assert len(rows) == 8
     for policy, *cells in rows:
@@ -147,23 +153,23 @@ def test_every_live_run_has_equal_target_calls_in_simulation_and_live():
 
 
 def test_the_repeated_spide_run_is_stated_as_measured():
-    """The second quiet `spide` run (results/live/qwen-probe-repeat/) beside the first, in the README."""
+    """The second quiet `spide` run (results/live/qwen-probe-repeat/) beside the first, in the LIVE_README."""
     run = json.loads((LIVE / "qwen-probe-repeat" / "spide.json").read_text())
     stated = (f"{run['measured_speedup']:.3f}× measured, {run['predicted_speedup']:.3f}× predicted: "
               f"{run['error_speedup']:+.1%} overall, median per prompt {run['median_abs_error_speedup']:.1%} (speedup) / "
               f"{run['median_abs_error_tokens_per_s']:.1%} (tok/s)")
-    assert stated.replace("-", "−") in " ".join(README.split())
+    assert stated.replace("-", "−") in " ".join(LIVE_README.split())
 
 
 def test_the_readme_reprobe_table_is_the_committed_runs():
-    """README's table of results/live/qwen-reprobe/, re-priced and priced from the first probe
+    """LIVE_README's table of results/live/qwen-reprobe/, re-priced and priced from the first probe
     alone, computed from each run's files (first_probe_only.py); one row per run there."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("first_probe_only", LIVE / "qwen-reprobe" / "first_probe_only.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    section = README.split("| policy | re-probes |")[1].split("\n\n")[0]
+    section = LIVE_README.split("| policy | re-probes |")[1].split("\n\n")[0]
     shown = section.splitlines()[2:]
     runs = sorted(p.stem for p in (LIVE / "qwen-reprobe").glob("*.json"))
     assert sorted(shown) == sorted(module.markdown_row(policy, module.compared(policy)[1]) for policy in runs)
@@ -178,7 +184,7 @@ def test_closed_form_agreement_figure_matches_the_simulation():
     from simlab.trace.synth import SynthSpec, synth_trace, synthetic_latency
     from tests.test_closed_form import ALPHAS, CS, GAMMAS, TOKENS
 
-    m = re.search(rf"agree within 1% \(largest error seen ({NUMBER}%)\)", README)
+    m = re.search(rf"agree within 1% \(largest error seen ({NUMBER}%)\)", BENCHMARKS)
     worst = 0.0
     for alpha in ALPHAS:
         trace = synth_trace(SynthSpec(alpha=alpha, prompts=5, tokens=TOKENS // 5, rollout=0, seed=7), command="test")
@@ -241,9 +247,9 @@ def test_llama_cpp_results_table_matches_every_committed_run():
 
 
 def test_the_readme_llama_cpp_table_is_the_re_probed_runs():
-    """The README's table shows the re-probed runs of results/llama-cpp/README.md, in its order."""
+    """The summary table (moved from the README) shows the re-probed runs of results/llama-cpp/README.md, in its order."""
     reprobed = [r for r in table_cells(LLAMA_README, "run") if r[0].endswith("-reprobe`")]
-    shown = table_cells(README.split("### llama.cpp predicted")[1], "pair")
+    shown = table_cells(LLAMA_README.split("### llama.cpp predicted")[1], "pair")
     assert len(shown) == len(reprobed)
     for readme_row, row in zip(shown, reprobed):
         _, _, flags, drafted, accepted, _, exact, speed, median = row
@@ -294,7 +300,7 @@ def within(text: str, value: float) -> bool:
 
 def test_the_readme_serve_live_sentence_matches_the_committed_decodes():
     m = re.search(rf"`sd`'s tokens/s within ({NUMBER})% of the\s+prediction at B = 1, 2, 4 and 8, `ad`'s within "
-                  rf"({NUMBER})% at B = 1 and ({NUMBER})–({NUMBER})% faster than predicted at\s+B = 2–8", README)
+                  rf"({NUMBER})% at B = 1 and ({NUMBER})–({NUMBER})% faster than predicted at\s+B = 2–8", SERVE_LIVE_README)
     errors = {}
     ratios = {}
     for b in (1, 2, 4, 8):
@@ -307,7 +313,7 @@ def test_the_readme_serve_live_sentence_matches_the_committed_decodes():
     assert within(m.group(2), abs(errors[1]["ad"]))
     faster = [-errors[b]["ad"] for b in (2, 4, 8)]
     assert shows(m.group(3), min(faster), 100) and shows(m.group(4), max(faster), 100)
-    m = re.search(rf"measured \(({NUMBER})–({NUMBER})× of `ad`\) and\s+predicted \(({NUMBER})–({NUMBER})×\)", README)
+    m = re.search(rf"measured \(({NUMBER})–({NUMBER})× of `ad`\) and\s+predicted \(({NUMBER})–({NUMBER})×\)", SERVE_LIVE_README)
     assert shows(m.group(1), min(r[0] for r in ratios.values())) and shows(m.group(2), max(r[0] for r in ratios.values()))
     assert shows(m.group(3), min(r[1] for r in ratios.values())) and shows(m.group(4), max(r[1] for r in ratios.values()))
 
@@ -336,7 +342,7 @@ def test_serve_tune_tables_match_the_committed_tune_files():
         name = next(file for prefix, file in TUNED.items() if label.startswith(prefix))
         assert [c for c in cells if c] == tuned_cells(name), label
     # the README's first serving table repeats the two Qwen rows
-    shown = table_cells(README.split("best γ\n(tokens/s speedup over no speculation) per batch size")[1], "B")
+    shown = table_cells(SERVE_LOAD_README.split("best γ\n(tokens/s speedup over no speculation) per batch size")[1], "B")
     assert [r[1:] for r in shown] == [tuned_cells(TUNED["qwen-coder, trace's CPU samples"]),
                                       tuned_cells(TUNED["qwen-coder, H100 roofline"])]
 
@@ -366,7 +372,7 @@ def test_serve_rate_table_matches_the_committed_rate_sweeps():
 
 def test_the_readme_goodput_sentence_matches_the_rate_sweeps():
     m = re.search(rf"goodput ({NUMBER}) requests/s\s+without speculation against ({NUMBER}) with `sd` γ=4 and ({NUMBER})\s+"
-                  rf"with the tuned table at ({NUMBER})\s+requests/s \(TPOT p50 (\d+), (\d+) and (\d+) ms\)", README)
+                  rf"with the tuned table at ({NUMBER})\s+requests/s \(TPOT p50 (\d+), (\d+) and (\d+) ms\)", SERVE_LOAD_README)
     rate = float(m.group(4))
     for i, label in enumerate(("`ad` (no SD)", "`sd` γ=4", "`sd` + tuned table")):
         row = rate_rows(label).loc[rate]
@@ -425,7 +431,7 @@ def llama_server_speedup_rows(name: str) -> list[list[str]]:
     ("qwen-d4-p0.0-kept", "results", "## Priced from the latencies kept in the trace"),
 ])
 def test_llama_server_speedup_tables_match_the_committed_run(name, text, section):
-    source = (LLAMA_SERVER / "README.md").read_text() if text == "results" else README
+    source = (LLAMA_SERVER / "README.md").read_text() if text == "results" else LLAMA_SERVER_README
     assert table_cells(source.split(section)[1], "B") == llama_server_speedup_rows(name)
 
 
@@ -438,5 +444,66 @@ def test_llama_server_speedup_tables_match_the_committed_run(name, text, section
     ("qwen-d4-p0.0", "readme", "### llama-server with parallel slots predicted"),
 ])
 def test_llama_server_tables_match_the_committed_runs(name, text, section):
-    source = (LLAMA_SERVER / "README.md").read_text() if text == "results" else README
+    source = (LLAMA_SERVER / "README.md").read_text() if text == "results" else LLAMA_SERVER_README
     assert table_cells(source.split(section)[1], "B") == llama_server_rows(name)
+
+
+# ---- the README's table of how well the predictions hold ---------------------------------------
+
+def live_check(*folders: str) -> tuple[str, str]:
+    """Target calls equal / prompts, and the range of the overall speedup errors, over every run
+    (one JSON per policy) of the folders under results/live/."""
+    runs = [json.loads(p.read_text()) for f in folders for p in sorted((LIVE / f).glob("*.json"))]
+    errors = [r["error_speedup"] for r in runs]
+    return f"{sum(r['target_calls_equal'] for r in runs)}/{sum(r['prompts'] for r in runs)}", spread(errors)
+
+
+def spread(errors) -> str:
+    return f"{min(errors):+.1%} to {max(errors):+.1%}".replace("+-", "-")
+
+
+def llama_cpp_check() -> tuple[str, str]:
+    """Prompts whose drafted, accepted and generated counts are all exact, over the re-probed runs
+    and those priced from the latencies kept in the traces; the range of their tokens/s errors."""
+    runs = [json.loads(p.read_text()) for p in sorted(LLAMA.glob("*.json")) if p.stem.endswith(("-reprobe", "-kept"))]
+    exact = sum(min(r[f"prompts_matching_{k}"] for k in ("n_drafted", "n_accept", "n_predict")) for r in runs)
+    return f"{exact}/{sum(r['prompts'] for r in runs)}", spread([r["error_tokens_per_s"] for r in runs])
+
+
+def llama_server_check() -> tuple[str, str]:
+    bursts = pd.DataFrame(json.loads((LLAMA_SERVER / "qwen-d4-p0.0.json").read_text())["bursts"])
+    matched = [tuple(map(int, c.split("/"))) for c in bursts["requests_matching_counts"]]
+    return f"{sum(a for a, _ in matched)}/{sum(b for _, b in matched)}", spread(bursts["error_tokens_per_s"])
+
+
+def serve_live_check() -> tuple[str, str]:
+    """Requests lossless with the simulated target calls, and the range of the tokens/s errors
+    (prediction against the median repeat) of sd and ad at each batch size, re-probed."""
+    errors, ok, n = [], 0, 0
+    for csv in sorted((ROOT / "results" / "serve-live" / "qwen-reprobe-2").glob("b[0-9]*.csv")):
+        if csv.name.endswith(".latency.csv"):
+            continue
+        runs = pd.read_csv(csv)
+        errors += [g.predicted_tokens_per_s.iloc[0] / g.measured_tokens_per_s.median() - 1 for _, g in runs.groupby("policy")]
+        ok, n = ok + int((runs.target_calls_equal & runs.lossless).sum()), n + len(runs)
+    return f"{ok}/{n}", spread(errors)
+
+
+CHECKS = {  # the evidence link of a row -> its figures
+    "results/live/smollm2-all": lambda: live_check("smollm2-all"),
+    "results/live/qwen-all": lambda: live_check("qwen-all"),
+    "results/live/qwen-probe": lambda: live_check("qwen-probe"),
+    "results/live/qwen-reprobe": lambda: live_check("qwen-reprobe"),
+    "results/live/README.md#draft-trees-decoded-live-smollm2-tree-qwen-tree": lambda: live_check("smollm2-tree", "qwen-tree"),
+    "results/llama-cpp": llama_cpp_check,
+    "results/llama-server": llama_server_check,
+    "results/serve-live": serve_live_check,
+}
+
+
+def test_the_readme_table_of_checks_is_computed_from_the_committed_runs():
+    rows = table_cells(README.split("## How well the predictions hold")[1], "check")
+    assert len(rows) == len(CHECKS)
+    for check, what, counts, error, evidence in rows:
+        link = re.fullmatch(r"\[[^]]+\]\(([^)]+)\)", evidence).group(1)
+        assert (counts, error) == CHECKS[link](), check

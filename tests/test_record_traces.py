@@ -70,3 +70,22 @@ def test_smollm2_tree_trace_holds_top_k_and_eagle2_trees():
     assert len(trace.topk) == 4 * len(trace.positions)
     assert len(trace.tree) == (4 + 3 * 16) * len(trace.positions)
     assert trace.n_prompts == 8 and (trace.latency["k"] >= 64).any()  # verifies of up to 63 nodes are measured
+
+
+@pytest.mark.parametrize("name, source", [("qwen-coder-edit", "humaneval-edit"), ("qwen-coder-turn2", "mtbench-turn2")])
+def test_lookup_traces_copy_their_prompts_and_hold_their_token_ids(name, source):
+    """Issue 42's traces: greedy recordings of the pair whose prompts' token ids are kept (lookups
+    read them) and whose answers copy their input (prompt lookup finds matches for most rounds)."""
+    from simlab.sim.run import Simulator
+
+    trace = read_trace(TRACES / name)
+    m = trace.manifest
+    assert (m.kind, m.draft_model, m.target_model, m.greedy) == ("recorded", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b", True)
+    assert m.dataset.startswith(source + ":") and trace.prompts.source.str.startswith(source + "/").all()
+    assert (trace.prompts.prompt_token_ids.map(len) == trace.prompts.prompt_len).all()
+    diverged = trace.positions[trace.positions.draft_token != trace.positions.target_token]
+    ends = dict(zip(trace.prompts.prompt_id, trace.prompts.n_tokens))  # each prompt's tail starts at its end
+    rolled = set(zip(trace.rollouts.prompt_id, trace.rollouts.pos))
+    assert set(zip(diverged.prompt_id, diverged.pos)) | set(ends.items()) == rolled
+    s = Simulator(trace).run("pld", with_cost=False).summary
+    assert s.num_drafts > s.target_calls / 2

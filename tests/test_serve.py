@@ -294,7 +294,7 @@ def test_serve_prints_latency_percentiles_slo_attainment_and_the_speedup_at_that
     arrivals.write_text("0\n1\n")
     main(["serve", "--trace", str(SHIPPED), "--arrivals", str(arrivals), "--smartspec", "4", "--slo-ttft", "1e-3"])
     text = capsys.readouterr().out
-    for label in ("TTFT (ms)", "TPOT (ms)", "end-to-end (s)", "p99", "SLO attainment 0.000", "batch policy smartspec",
+    for label in ("(TTFT, ms)", "(TPOT, ms)", "(e2e, s)", "p99", "SLO attainment 0.000", "batch policy smartspec",
                   "acceptance rate", "speedup at this load"):
         assert label in text
 

@@ -1,13 +1,12 @@
 """Command-line entry point.
 
-Every module in this package except ``app``, ``output`` and ``policy_options`` defines commands on the shared Typer
-app; they are imported here, in pipeline order, so ``simlab --help`` reads like the pipeline of docs/architecture.md.
+The root group (:class:`simlab.cli.commands.CommandTable`) imports a command's module only when
+that command runs or prints its help, so ``simlab --help`` imports no command at all;
+``simlab.cli.commands.load()`` imports every one (for tools that walk them all).
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 import sys
 
 import typer
@@ -16,22 +15,9 @@ from simlab.cli.app import EXIT_INTERRUPTED, app
 from simlab.common.errors import SimlabError
 
 EXIT_USER_ERROR = 2
-PIPELINE_ORDER = ("models", "record", "calibrate", "simulate", "serve", "policies", "sweep", "plot", "live", "llama_cpp", "llama_serve", "vllm",
-                  "synth", "analytic", "bench")
-_NOT_COMMANDS = {"app", "output", "policy_options"}
 # Click's base class of usage errors, as the installed Typer raises it: Typer 0.29 and later
 # carry their own copy of Click and no longer install the click package.
 _CLICK_EXCEPTION = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
-
-
-def _command_modules() -> list[str]:
-    names = {m.name for m in pkgutil.iter_modules(__path__)} - _NOT_COMMANDS
-    rank = {name: i for i, name in enumerate(PIPELINE_ORDER)}
-    return sorted(names, key=lambda n: (rank.get(n, len(rank)), n))
-
-
-for _name in _command_modules():
-    importlib.import_module(f"{__name__}.{_name}")
 
 
 def main(argv: list[str] | None = None) -> None:

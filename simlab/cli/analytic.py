@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.table import Table
 
 from simlab.cli.app import app
 from simlab.cli.output import console, print_json
@@ -41,6 +40,8 @@ def analytic(
 
 
 def _trace_report(trace: Path, latency: Optional[Path], max_gamma: int, seed: int, json_out: bool) -> None:
+    from rich.table import Table
+
     from simlab.analytic.on_trace import analyse_trace
     from simlab.cli.simulate import load_inputs, trace_label
     from simlab.sim.run import Simulator

@@ -2,18 +2,62 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.table import Table
 
 from simlab.cli.app import app
+from simlab.cli.commands import COMMANDS
 from simlab.cli.output import console, print_json
 
 SERVE_GOAL_CPU_SECONDS = 60  # the serving issue's goal: 10,000 requests of 256 tokens in under a minute
+STARTUP_GOAL = 0.3  # `simlab --help` and every command's --help, CPU-seconds of the whole process (issue 43)
+SIMULATE_STARTUP_GOAL = 0.5  # `simlab simulate` on the default trace, CPU-seconds of the whole process
+
+
+@dataclasses.dataclass(frozen=True)
+class StartupResult:
+    """CPU-seconds of one ``simlab`` process, best of the repeats (the least disturbed)."""
+
+    what: str
+    command: tuple[str, ...]
+    cpu_seconds: float
+    wall_seconds: float
+    goal: float
+
+    @property
+    def passed(self) -> bool:
+        return self.cpu_seconds < self.goal
+
+
+def time_startup(repeats: int = 5) -> list[StartupResult]:
+    """How long a user waits for an answer: ``simlab --help``, the slowest command's ``--help``
+    (every command's is timed) and ``simlab simulate`` on the default trace, each a whole process
+    (``python -m simlab``), in CPU-seconds, best of ``repeats``; the goals are issue 43's."""
+    from simlab.sim.bench import children_cpu_seconds
+
+    def best(args: tuple[str, ...]) -> tuple[float, float]:
+        runs = []
+        for _ in range(repeats):
+            t0, cpu0 = time.perf_counter(), children_cpu_seconds()
+            subprocess.run([sys.executable, "-m", "simlab", *args], check=True, stdout=subprocess.DEVNULL)
+            runs.append((children_cpu_seconds() - cpu0, time.perf_counter() - t0))
+        return min(runs)
+
+    results = [StartupResult("start-up: simlab --help", ("--help",), *best(("--help",)), STARTUP_GOAL)]
+    helps = [(name, *best((*name.split(), "--help"))) for name in COMMANDS]
+    name, cpu, wall = max(helps, key=lambda h: h[1])
+    results.append(StartupResult(f"start-up: slowest command --help ({name})", (name, "--help"), cpu, wall, STARTUP_GOAL))
+    results.append(StartupResult("start-up: simulate on the default trace", ("simulate",), *best(("simulate",)),
+                                 SIMULATE_STARTUP_GOAL))
+    return results
 
 
 def _machine() -> str:
@@ -35,7 +79,10 @@ def bench(
 ) -> None:
     """Simulator speed beside its goals: whole-process `simulate` on a 1M-token synthetic trace
     (wall clock), every policy and fixed-γ SD in simulated tokens per CPU-second (best of N);
-    PASS or FAIL per figure. With --sweep: the wall time of a whole sweep per worker count."""
+    PASS or FAIL per figure; and start-up: CPU-seconds of `simlab --help`, every command's --help and
+    `simulate` on the default trace. With --sweep: the wall time of a whole sweep per worker count."""
+    from rich.table import Table
+
     if sweep:
         _bench_sweep(grid, trace, workers or [1, 2], executor, json_out)
         return
@@ -68,8 +115,13 @@ def bench(
                   f"{serve['tokens_per_cpu_second'] / 1e6:.3f} /CPU-s", f"< {SERVE_GOAL_CPU_SECONDS} s",
                   "[green]PASS[/]" if served else "[red]FAIL[/]", f"{serve['tokens']:,}", f"{serve['cpu_seconds']:.2f}",
                   "synthetic, Poisson arrivals")
+    startup = time_startup(max(repeats, 5))
+    for r in startup:
+        table.add_row(r.what, "", f"< {r.goal:g} CPU-s", "[green]PASS[/]" if r.passed else "[red]FAIL[/]", "",
+                      f"{r.wall_seconds:.2f} ({r.cpu_seconds:.2f} CPU)", "simlab " + " ".join(r.command))
     if json_out:
-        print_json({"machine": _machine(), "repeats": repeats, "results": rows, "serve": {**serve, "passed": served}})
+        print_json({"machine": _machine(), "repeats": repeats, "results": rows, "serve": {**serve, "passed": served},
+                    "startup": [{**dataclasses.asdict(r), "passed": r.passed} for r in startup]})
     else:
         console.print(table)
 

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.table import Table
 from typer.core import TyperGroup
 
 from simlab.cli.app import app
@@ -69,6 +68,8 @@ def fit(
     with a context term. Prints R², the worst point and the median error on samples left out
     of the fit (one repeat at a time).
     """
+    from rich.table import Table
+
     from simlab.latency.fitted import fit_latency, held_out
     from simlab.latency.model import save_profile
     from simlab.trace.io import read_trace
@@ -138,6 +139,8 @@ def roofline(
     """Predict T_d and T_v(k, ctx) for hardware you do not have, from model shapes and a GPU's
     memory bandwidth and matmul rate (a roofline), plus a framework overhead per layer and
     per forward fitted to published figures."""
+    from rich.table import Table
+
     from simlab.latency import roofline as rf
     from simlab.latency.model import save_profile
     from simlab.trace.schema import NO_LAYER
@@ -188,6 +191,8 @@ def roofline(
 
 
 def _list_known(rf, json_out: bool) -> None:
+    from rich.table import Table
+
     gpus, models = rf.known_gpus(), rf.known_models()
     if json_out:
         print_json({"gpus": [g.__dict__ for g in gpus.values()], "models": [m.__dict__ for m in models.values()]})
@@ -208,6 +213,8 @@ def _list_known(rf, json_out: bool) -> None:
 
 
 def _check(rf, framework: str, json_out: bool) -> None:
+    from rich.table import Table
+
     df = rf.check_published(framework)
     overhead = rf.fit_overhead(framework)
     if json_out:
@@ -238,6 +245,8 @@ def predictor(
     """Train an acceptance predictor (confidence, entropy, draft position, recent acceptance)
     on one split of the prompts; report AUC and calibration on the other. The JSON loads
     without scikit-learn: `simlab simulate --policy ags --predictor PATH`."""
+    from rich.table import Table
+
     from simlab.predictor.model import save_predictor
     from simlab.predictor.train import train
     from simlab.trace.io import read_trace

@@ -22,7 +22,7 @@ def live(
     target: Annotated[str, typer.Option("--target", help="Target: installed name, HF id, directory or .gguf.")] = "smollm2",
     draft: Annotated[Optional[str], typer.Option("--draft", help="Draft model (or use --draft-layer).")] = None,
     draft_layer: Annotated[Optional[int], typer.Option("--draft-layer", help="Draft with the target's first N layers (early exit).")] = None,
-    prompts: Annotated[str, typer.Option("--prompts", help="humaneval[:N], mtbench[:N], or a .jsonl/.txt file.")] = "humaneval:20",
+    prompts: Annotated[str, typer.Option("--prompts", help="humaneval[:N], mtbench[:N], humaneval-edit[:N], mtbench-turn2[:N], or a .jsonl/.txt file.")] = "humaneval:20",
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Token budget per prompt.")] = 128,
     device: Annotated[Optional[str], typer.Option("--device", help="cuda or cpu.", show_default="cuda when available")] = None,
     draft_device: Annotated[Optional[str], typer.Option("--draft-device", help="Device of the draft.", show_default="--device")] = None,

@@ -20,7 +20,6 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-import pandas as pd
 import typer
 
 from simlab.cli.llama_cpp import _batches, _pair, llama_app
@@ -64,6 +63,8 @@ def serve_command(
 ) -> None:
     """Predict llama-server under bursts of B requests in B slots (or under Poisson arrivals,
     --rate), then run it and compare."""
+    import pandas as pd
+
     from simlab.engines.llama_cpp import build as llama_cpp
     from simlab.engines.llama_cpp.server import Drafting
     from simlab.live import llama_server as compare

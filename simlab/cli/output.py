@@ -6,47 +6,50 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Iterable
+from typing import TYPE_CHECKING, Annotated, Any, Iterable
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from simlab.common.atomic import check_output
 from simlab.common.errors import SimlabError
 from simlab.common.params import parse_value
 from simlab.common.table_file import frame_path
 
-console = Console()
-err_console = Console(stderr=True)
+if TYPE_CHECKING:
+    from rich.table import Table
 
-# How each metric is printed: (label, format).
-METRIC_FORMATS: dict[str, tuple[str, str]] = {
-    "speedup": ("speedup vs AD", "{:.3f}x"),
-    "cost": ("cost (target calls / best SD)", "{:.3f}x"),
-    "mat": ("MAT (accepted drafts / target call)", "{:.3f}"),
-    "tokens_per_target_call": ("tokens per target call (incl. bonus)", "{:.3f}"),
-    "mean_acceptance_length": ("mean acceptance length (vLLM)", "{:.3f}"),
-    "target_calls": ("target calls", "{:d}"),
-    "draft_calls": ("draft calls", "{:d}"),
-    "num_drafts": ("drafts (rounds that drafted)", "{:d}"),
-    "drafted": ("draft tokens", "{:d}"),
-    "accepted": ("accepted tokens", "{:d}"),
-    "acceptance_rate": ("acceptance rate", "{:.3f}"),
-    "tokens": ("tokens", "{:d}"),
-    "wall_time_s": ("wall time (s)", "{:.3f}"),
-    "ad_wall_time_s": ("AD wall time (s)", "{:.3f}"),
-    "tokens_per_s": ("tokens/s", "{:.2f}"),
-    "wasted_draft_tokens": ("wasted draft tokens", "{:d}"),
-    "draft_busy": ("draft busy fraction", "{:.3f}"),
-    "target_busy": ("target busy fraction", "{:.3f}"),
+
+class _Console:
+    """A rich Console made on first use: a command's ``--help`` imports no rich."""
+
+    def __init__(self, **options: Any):
+        self._options, self._console = options, None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(**self._options)
+        return getattr(self._console, name)
+
+
+console = _Console()
+err_console = _Console(stderr=True)
+
+# How each metric is printed; its label is its plain name (simlab.common.metrics.PLAIN).
+FORMATS: dict[str, str] = {
+    "speedup": "{:.3f}x", "cost": "{:.3f}x", "mat": "{:.3f}", "tokens_per_target_call": "{:.3f}",
+    "mean_acceptance_length": "{:.3f}", "target_calls": "{:d}", "draft_calls": "{:d}", "num_drafts": "{:d}",
+    "drafted": "{:d}", "accepted": "{:d}", "acceptance_rate": "{:.3f}", "tokens": "{:d}", "wall_time_s": "{:.3f}",
+    "ad_wall_time_s": "{:.3f}", "tokens_per_s": "{:.2f}", "wasted_draft_tokens": "{:d}", "draft_busy": "{:.3f}",
+    "target_busy": "{:.3f}",
 }
 
 
 def fmt(key: str, value: Any) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
-    spec = METRIC_FORMATS.get(key, (key, "{}"))[1]
+    spec = FORMATS.get(key, "{}")
     try:
         return spec.format(int(value) if spec == "{:d}" else value)
     except (ValueError, TypeError):
@@ -89,13 +92,33 @@ def policy_params(pairs: Iterable[str], **flags: Any) -> dict[str, Any]:
 
 
 def metrics_table(title: str, rows: dict[str, Any], caption: str | None = None) -> Table:
+    """One row per metric, under its plain name (:func:`meanings` says what each is)."""
+    from rich.table import Table
+
+    from simlab.common.metrics import PLAIN
+
     table = Table(title=title, caption=caption, show_header=True, header_style="bold")
     table.add_column("metric")
     table.add_column("value", justify="right")
     for key, value in rows.items():
-        label = METRIC_FORMATS.get(key, (key, ""))[0]
-        table.add_row(label, fmt(key, value))
+        table.add_row(PLAIN.get(key, (key, ""))[0], fmt(key, value))
     return table
+
+
+def meanings(keys: Iterable[str], headers: dict[str, str] | None = None) -> Table:
+    """What each metric of ``keys`` is, one row each, to print under the table that shows them
+    (under ``headers[key]`` where the table's column has a shorter name than the metric's)."""
+    from rich.table import Table
+
+    from simlab.common.metrics import PLAIN
+
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(no_wrap=True)
+    grid.add_column()
+    for k in keys:
+        if k in PLAIN:
+            grid.add_row(" ".join((headers or {}).get(k, PLAIN[k][0]).split()), PLAIN[k][1])
+    return grid
 
 
 Force = Annotated[bool, typer.Option("--force", help="Overwrite (replace) an existing output.")]

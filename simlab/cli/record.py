@@ -24,7 +24,7 @@ PROBE_HELP = ("Latency points: 'k=1-17,24,32,64,128;ctx=128,512;repeats=5;corun=
 def record_command(
     target: str = typer.Option(..., "--target", help="Target: installed name, HF id, directory or .gguf file."),
     out: Path = typer.Option(..., "--out", help="Trace directory to write (e.g. traces/NAME)."),
-    prompts: str = typer.Option("humaneval:40", "--prompts", help="humaneval[:N], mtbench[:N], or a .jsonl/.txt file."),
+    prompts: str = typer.Option("humaneval:40", "--prompts", help="humaneval[:N], mtbench[:N], humaneval-edit[:N], mtbench-turn2[:N], or a .jsonl/.txt file."),
     draft: str | None = typer.Option(
         None, "--draft", help="Draft model; omit with --exit-layers for self-speculation."
     ),

@@ -23,7 +23,8 @@ from simlab.serve.scheduler import DEFAULT_MAX_BATCH, DEFAULT_TOKEN_BUDGET, Sche
 from simlab.serve.tune import DEFAULT_BATCHES, DEFAULT_MAX_GAMMA, REQUESTS_PER_SLOT
 
 # (label, JSON key, scale, unit) of the printed rows; the JSON output carries every figure.
-LATENCY_ROWS = (("TTFT", "ttft", 1e3, "ms"), ("TPOT", "tpot", 1e3, "ms"), ("end-to-end", "e2e", 1.0, "s"))
+LATENCY_ROWS = (("time to first token (TTFT", "ttft", 1e3, "ms"), ("time per output token after the first (TPOT", "tpot", 1e3, "ms"),
+                ("end-to-end latency, arrival to last token (e2e", "e2e", 1.0, "s"))
 
 
 serve_app = typer.Typer()
@@ -149,9 +150,11 @@ def serve(
                   f"{s['throughput_requests_per_s']:.4f} requests/s over {s['makespan_s']:.1f} s")
     for label, key, scale, unit in LATENCY_ROWS:
         figures = ", ".join(f"p{p} {s[f'{key}_p{p}_s'] * scale:.2f}" for p in (50, 90, 99))
-        console.print(f"  {label} ({unit}): mean {s[f'{key}_mean_s'] * scale:.2f}, {figures}")
-    console.print(f"  SLO attainment {s['slo_attainment']:.3f}, goodput {s['goodput_requests_per_s']:.4f} requests/s")
-    console.print(f"  acceptance rate {s['acceptance_rate']:.3f}; per position: "
+        console.print(f"  {label}, {unit}): mean {s[f'{key}_mean_s'] * scale:.2f}, {figures}")
+    console.print(f"  SLO attainment {s['slo_attainment']:.3f} (share of requests within the TTFT and TPOT SLOs), "
+                  f"goodput {s['goodput_requests_per_s']:.4f} requests/s (those requests per second)")
+    console.print(f"  acceptance rate {s['acceptance_rate']:.3f} (accepted / draft tokens); per draft position "
+                  "(drafts whose token i was accepted / drafts, vLLM's): "
                   + " ".join(f"{a:.2f}" for a in acceptance[:12]))
     if res.baseline:
         b = res.baseline.summary
@@ -253,8 +256,9 @@ def show_rates(frame, tr, latency_name: str, requests: int, seed: int, max_batch
     console.print(f"trace: {trace_label(tr)}")
     console.print(f"latency: {latency_name}; {requests} Poisson requests per rate (seed {seed}), max batch "
                   f"{max_batch}; SLOs: TTFT {_seconds(slo.ttft_s)}, TPOT {_seconds(slo.tpot_s)}")
-    table = Table(header_style="bold", caption="rate, goodput: requests/s; SLO: attainment; TPOT: ms; e2e "
-                                               "(end-to-end): s")
+    table = Table(header_style="bold", caption="rate: requests arriving per second; tok/s: tokens decoded per second; "
+                  "goodput: requests per second within both SLOs; SLO: share of requests within both; TPOT: time per "
+                  "output token after the first, ms; e2e: end-to-end latency, arrival to last token, s", caption_justify="left")
     table.add_column("served", no_wrap=True)
     for header, *_ in RATE_COLUMNS:
         table.add_column(header, justify="right", no_wrap=True)

@@ -10,7 +10,7 @@ import typer
 
 from simlab.cli import policy_options as opt
 from simlab.cli.app import app
-from simlab.cli.output import Force, console, frame_output, metrics_table, print_json
+from simlab.cli.output import Force, console, frame_output, meanings, metrics_table, print_json
 from simlab.common.atomic import check_output
 from simlab.common.errors import SimlabError
 from simlab.common.locations import default_trace
@@ -70,8 +70,9 @@ def simulate(
 ) -> None:
     """Replay a trace in the SimPy simulator under a drafting policy.
 
-    Prints speedup over autoregressive decoding, cost (target calls relative to vanilla SD at
-    its best γ), MAT, mean acceptance length, calls, acceptance rate and wall times.
+    Prints the speedup over the target alone, the target calls against plain SD at its best γ
+    (SPIDE's cost), accepted drafts and tokens per target call, calls, acceptance and decode
+    times, with what each figure is under the table.
     """
     from simlab.policies.vllm import config_of
     from simlab.predictor.model import load_predictor
@@ -122,14 +123,15 @@ def simulate(
         })
         return
     ref = summary.get("reference_gamma")
-    caption = (f"cost is relative to sd at its best γ={ref}; MAT excludes the bonus token" if ref
-               else "MAT excludes the bonus token")
+    caption = f"plain SD's best γ on this trace: {ref}" if ref else None
     params_text = ", ".join(f"{k}={v}" for k, v in res.params.items() if k != "policy")
     console.print(f"trace: {trace_label(tr)}")
     console.print(f"latency: {sim.latency.name}; topology: {topology_label(sim.topology, topology)}")
     title = f"{policy} ({params_text})" if params_text else policy
     console.print(metrics_table(f"{title} — {topology_label(sim.topology, topology)}",
                                 {k: summary[k] for k in SUMMARY_KEYS}, caption))
+    console.print("what the figures are:")
+    console.print(meanings(SUMMARY_KEYS), highlight=False)
     if summary.get("corun_latency", "measured") != "measured" and res.summary.parallel_rounds:
         console.print("[yellow]note:[/] one-device topology without co-running latency samples: parallel rounds "
                       "use solo latencies (optimistic)")

@@ -7,16 +7,13 @@ import enum
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
-import pandas as pd
 import typer
-from rich.markup import escape
-from rich.table import Table
 
 from simlab.cli import serve_options as so
 from simlab.cli.app import EXIT_INTERRUPTED, app
-from simlab.cli.output import Force, console, fmt, frame_output
+from simlab.cli.output import Force, console, fmt, frame_output, meanings
 from simlab.cli.serve import show_rates
 from simlab.cli.simulate import TopologyOption, load_inputs, topology_label, trace_label, vllm_model
 from simlab.common.errors import SimlabError
@@ -24,9 +21,13 @@ from simlab.common.table_file import write_frame
 from simlab.serve.scheduler import DEFAULT_MAX_BATCH, DEFAULT_TOKEN_BUDGET
 from simlab.sim.devices import Topology
 
+if TYPE_CHECKING:
+    import pandas as pd
+    from rich.table import Table
+
 # Columns of the printed table and their headers (every metric goes to --out).
-SHOWN = {"speedup": "speedup", "cost": "cost", "mat": "MAT", "mean_acceptance_length": "accept len",
-         "target_calls": "target calls"}
+SHOWN = {"speedup": "speedup", "cost": "calls\nvs SD", "mat": "kept\n/call",
+         "mean_acceptance_length": "tokens\n/draft", "target_calls": "target\ncalls"}
 PARETO_MARK = "★"
 SERVING = "Serving under load (with --rate)"
 
@@ -40,7 +41,7 @@ class Executor(str, enum.Enum):
 def sweep(
     policy: Annotated[list[str], typer.Option("--policy", help="NAME[:KEY=VALUES,...]; VALUES is a value, a list a,b,c, "
                                               "a range 1..12 or 0.5..0.95:0.05. Repeatable.")] = [],
-    grid: Annotated[Optional[Path], typer.Option("--grid", help=escape("TOML grid file with [[policy]] tables."))] = None,
+    grid: Annotated[Optional[Path], typer.Option("--grid", help="TOML grid file with [[policy]] tables.")] = None,
     trace: Annotated[Optional[Path], typer.Option("--trace", help="Trace directory.", show_default="the shipped trace")] = None,
     latency: Annotated[Optional[Path], typer.Option("--latency", help="Latency profile JSON.", show_default="the trace's own samples")] = None,
     topology: TopologyOption = None,
@@ -98,6 +99,8 @@ def sweep(
         shown = topology_label(Topology(table["topology"].iat[0]), topology)
         console.print(f"latency: {table['latency'].iat[0]}; topology: {shown}; seed: {seed}")
         console.print(results_table(table, shown))
+        console.print("what the columns are:")
+        console.print(meanings(SHOWN, SHOWN), highlight=False)
     if load is None:
         best = best_fixed_k(table, vllm_model(tr.manifest.draft_model))
         if best is not None:
@@ -112,6 +115,8 @@ def sweep(
 
 def best_fixed_k(table: pd.DataFrame, draft: str) -> tuple[str, dict] | None:
     """The fastest row of a policy vLLM runs (sd, vllm) and its ``--speculative-config``, if any."""
+    import pandas as pd
+
     from simlab.policies.vllm import FIXED_K, config_of
 
     rows = table[table["policy"].isin(list(FIXED_K))]
@@ -152,11 +157,12 @@ def _serve_load(rate, requests, max_batch, token_budget, gamma_by_batch, sd_off_
 
 
 def results_table(table: pd.DataFrame, topology: str) -> Table:
+    from rich.table import Table
+
     gamma = table["reference_gamma"].iat[0]
-    view = Table(title=f"sweep — topology {topology}", caption=f"{PARETO_MARK} Pareto-optimal: nothing else is faster at no more cost, or cheaper at no "
-                         f"less speed. cost: target calls / sd at its best γ={gamma}; MAT: accepted drafts per target "
-                         "call; accept len: vLLM's mean acceptance length, 1 + accepted / drafts",
-                 header_style="bold")
+    view = Table(title=f"sweep — topology {topology}; plain SD's best γ on this trace: {gamma}",
+                 caption=f"{PARETO_MARK} Pareto-optimal: nothing else is faster at no more target calls, or uses fewer at "
+                         "no less speed", header_style="bold")
     view.add_column(PARETO_MARK)
     view.add_column("policy", no_wrap=True)
     for header in SHOWN.values():

@@ -13,7 +13,6 @@ from simlab.cli.app import app
 from simlab.cli.output import console
 from simlab.common.atomic import check_output
 from simlab.trace.schema import MANIFEST
-from simlab.trace.synth import SynthSpec
 
 
 @app.command()
@@ -38,6 +37,8 @@ def synth(
     force: Annotated[bool, typer.Option("--force", help="Replace a trace already in --out.")] = False,
 ) -> None:
     """Write a synthetic trace: i.i.d., bursty (markov) or histogram-driven (table) acceptance."""
+    from simlab.trace.synth import SynthSpec
+
     from simlab.latency.retime import with_latency
     from simlab.trace.io import write_trace
     from simlab.trace.synth import synth_trace

@@ -13,8 +13,11 @@ numpy/pandas: policies may import this (SPIDE's online table uses the same bins)
 
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # numpy and pandas where a table is built: SPIDE's policy imports this module's bins
+    import numpy as np
+    import pandas as pd
 
 # The paper's last bin, "1.0", holds the confidences that are 1.0 at the precision of its models:
 # "all models are loaded with bfloat-16 precision" (Appendix, Table 6), and bfloat16 rounds
@@ -36,12 +39,17 @@ MAPPING_COLUMNS = ("conf_low", "conf_high", "count", "accepted")
 
 def spide_bin(confidence) -> np.ndarray:
     """Bin index 0..19 of each confidence (values outside [0, 1] are clipped)."""
+    import numpy as np
+
     c = np.clip(np.asarray(confidence, dtype=float), 0.0, 1.0)
     return np.where(c >= ONE, len(SPIDE_EDGES) - 1, np.searchsorted(SPIDE_EDGES, c, side="right") - 1)
 
 
 def mapping_table(confidence, accepted) -> pd.DataFrame:
     """Counts per SPIDE bin (all 20 rows, empty bins included) of drafted tokens and accepts."""
+    import numpy as np
+    import pandas as pd
+
     bins = spide_bin(confidence)
     acc = np.asarray(accepted, dtype=bool)
     n = len(SPIDE_EDGES)

@@ -58,6 +58,37 @@ SUMMARY_KEYS = (
 )
 
 
+# Each metric in plain words, for the tables people read: (label, what it is). The names of the
+# papers and engines follow in brackets, so a figure can be compared with theirs; JSON keys and
+# table columns keep the keys above.
+PLAIN: dict[str, tuple[str, str]] = {
+    "speedup": ("speedup over the target alone",
+                "how many times longer the target model alone takes to decode the same tokens (SPIDE's Speed)"),
+    "cost": ("target calls vs plain SD at its best γ",
+             "target forward passes over those of plain speculative decoding at its fastest draft length γ "
+             "on the same trace: under 1 uses the target less (SPIDE's Cost)"),
+    "mat": ("accepted drafts per target call",
+            "draft tokens accepted per target forward pass, the target's own token not counted (SPIDE's MAT)"),
+    "tokens_per_target_call": ("tokens per target call", "tokens written per target forward pass, the target's own included"),
+    "mean_acceptance_length": ("tokens per verified draft",
+                               "1 + accepted / drafts verified: tokens written per verification of a draft, the "
+                               "target's own included (vLLM's mean acceptance length)"),
+    "target_calls": ("target calls", "forward passes of the target model: verifications and plain steps"),
+    "draft_calls": ("draft calls", "forward passes of the draft model"),
+    "num_drafts": ("drafts verified", "verifications that checked at least one draft token (vLLM's num_drafts)"),
+    "drafted": ("draft tokens", "tokens the draft proposed (vLLM's num_draft_tokens)"),
+    "accepted": ("accepted tokens", "draft tokens the target accepted (vLLM's num_accepted_tokens)"),
+    "acceptance_rate": ("acceptance rate", "accepted / draft tokens"),
+    "tokens": ("tokens", "tokens decoded after each prompt's prefill"),
+    "wall_time_s": ("decode time (s)", "time of the decode phase, the prefill left out"),
+    "ad_wall_time_s": ("decode time, target alone (s)", "the same tokens decoded by the target model alone"),
+    "tokens_per_s": ("tokens/s", "tokens / decode time"),
+    "wasted_draft_tokens": ("rejected draft tokens", "draft tokens that were not accepted"),
+    "draft_busy": ("draft busy", "share of the decode time the draft model computes"),
+    "target_busy": ("target busy", "share of the decode time the target model computes"),
+}
+
+
 @dataclass
 class Counts:
     """Raw counts of one decoded prompt (or a sum over prompts)."""

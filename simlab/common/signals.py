@@ -8,9 +8,10 @@ decoder knows at that moment: never whether the token will be accepted.
 from __future__ import annotations
 
 import math
-from typing import Mapping, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Mapping, NamedTuple, Sequence
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is imported where a table is built: the policies import this module
+    import numpy as np
 
 
 class TokenSignal(NamedTuple):
@@ -55,6 +56,8 @@ class ShadowTokens(NamedTuple):
     def read(cls, start: int, matches: Mapping[int, Sequence[bool]],
              confidence: Mapping[int, Sequence[float]]) -> ShadowTokens:
         """The shadow tokens of positions ``start``.. from each layer's matches and confidences."""
+        import numpy as np  # here, not at the top: `simlab CMD --help` builds every policy's flags
+
         layers = tuple(sorted(matches))
         match = np.array([matches[layer] for layer in layers], dtype=bool).T
         conf = np.array([confidence[layer] for layer in layers], dtype=float).T

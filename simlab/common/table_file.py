@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from simlab.common.atomic import replace_file
 from simlab.common.errors import SimlabError
 from simlab.common.metrics import LIST_COLUMNS, upgrade_columns
+
+if TYPE_CHECKING:  # pandas is imported where a table is read or written: `simlab --help` needs none
+    import pandas as pd
 
 
 def frame_path(path: str | Path, what: str = "--out") -> Path:
@@ -37,6 +38,8 @@ def write_frame(df: pd.DataFrame, path: str | Path) -> Path:
 
 def read_frame(path: str | Path) -> pd.DataFrame:
     """Read a table written by :func:`write_frame` (or any CSV/Parquet file)."""
+    import pandas as pd
+
     p = frame_path(path, "a table file")
     if not p.is_file():
         raise SimlabError(f"table not found: {p}")

@@ -64,8 +64,10 @@ from simlab.policies.rounds import (
     ExpandTree,
     ParallelResult,
     ParallelRound,
+    Propose,
     Shadow,
     Verify,
+    VerifyTokens,
     VerifyTree,
     decode,
 )
@@ -252,7 +254,16 @@ class LiveExecutor:
                 answer = SignalList(self._draft_step(state, model, forwards, req.start, i)
                                     for i in range(1, req.count + 1))
             elif kind is Verify:
-                answer = self._verify(state, target, forwards, info, req, run)
+                k = req.drafts
+                answer = self._verify(state, target, forwards, info, req.start, state.drafts[:k] if k else [],
+                                      state.q[:k] if k else [], run)
+            elif kind is Propose:
+                answer = self._propose(state, forwards, req)
+            elif kind is VerifyTokens:
+                tokens = list(req.tokens)
+                answer = self._verify(state, target, forwards, info, req.start, tokens, self._certain(target, tokens),
+                                      run)
+                run.counts.drafted += len(tokens)  # drafted, but by no draft forward
             elif kind is ParallelRound:
                 answer = self._parallel(state, draft, target, forwards, info, req, run)
             elif kind is Shadow:
@@ -339,13 +350,35 @@ class LiveExecutor:
                                 req.start))
         return ShadowTokens.read(req.start, matches, confidence)
 
-    def _verify(self, state, target: _Model, forwards, info: PromptInfo, req: Verify, run: LiveRun) -> int:
-        c, k = req.start, req.drafts
-        drafts = state.drafts[:k] if k else []
+    def _propose(self, state: "_PromptState", forwards, req: Propose) -> tuple[int, ...]:
+        """A lookup over the prompt and the committed tokens, nothing else, timed on the host as a
+        ``lookup`` of the draft's log (a prompt's settle, cap 0, is neither timed nor logged)."""
+        context = state.prompt + state.out
+        start = time.perf_counter()
+        proposal = tuple(req.propose(context, req.cap))[:req.cap]
+        end = time.perf_counter()
+        if req.cap:
+            forwards.append(Forward("draft", "lookup", start - self._origin, end - self._origin, len(proposal),
+                                    req.start))
+        return proposal
+
+    def _certain(self, target: _Model, tokens: list[int]) -> list[torch.Tensor | None]:
+        """The distributions looked-up tokens were drawn from: certainty, so that speculative
+        sampling accepts token x with probability p(x) and corrects from norm(max(0, p - onehot))
+        (greedy decoding reads none)."""
+        if self.temperature == 0:
+            return [None] * len(tokens)
+        vocab = self.target_model.get_output_embeddings().weight.shape[0]
+        return [torch.nn.functional.one_hot(torch.tensor(t), vocab).float() for t in tokens]
+
+    def _verify(self, state, target: _Model, forwards, info: PromptInfo, c: int, drafts: list[int],
+                qs: list, run: LiveRun) -> int:
+        """One target forward over the last committed token and ``drafts`` (drawn from ``qs``)."""
+        k = len(drafts)
         feed = state.out[target.length - state.pl:] + drafts
         state.shadow_start = c
         logits = self._timed(forwards, self._origin, target, "verify", feed, c, hidden=state.shadows)[-(k + 1):]
-        accepted, emitted = self._judge(logits, drafts, state.q[:k] if k else [])
+        accepted, emitted = self._judge(logits, drafts, qs)
         accepted = self._settle(state, info, c, emitted, accepted)
         committed = c + accepted + 1
         target.crop(state.pl + committed - 1)

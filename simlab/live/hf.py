@@ -1,4 +1,5 @@
-"""Hugging Face assisted generation on the same prompts, for ``simlab live --against-hf``.
+"""Hugging Face assisted generation on the same prompts, for ``simlab live --against-hf``
+(``pld``: Hugging Face's prompt lookup, ``generate(prompt_lookup_num_tokens=N)``).
 
 ``generate(assistant_model=draft)`` with a constant draft length γ and the confidence stop
 disabled (``assistant_confidence_threshold=0``: its default of 0.4 would otherwise stop drafts
@@ -21,6 +22,8 @@ from dataclasses import dataclass
 
 import torch
 
+from simlab.policies.hf import assistant_settings
+
 
 @dataclass(frozen=True)
 class HFRun:
@@ -33,8 +36,7 @@ class HFRun:
 def _constant_schedule(draft, gamma: int):
     """The assistant drafts exactly ``gamma`` tokens a round, with no confidence stop."""
     config = draft.generation_config
-    wanted = {"num_assistant_tokens": gamma, "num_assistant_tokens_schedule": "constant",
-              "assistant_confidence_threshold": 0.0}
+    wanted = assistant_settings("sd", {"gamma": gamma})
     saved = {key: getattr(config, key, None) for key in wanted}
     for key, value in wanted.items():
         setattr(config, key, value)
@@ -45,9 +47,24 @@ def _constant_schedule(draft, gamma: int):
             setattr(config, key, value)
 
 
-@torch.inference_mode()
 def assisted_generate(target, draft, prompt_ids: list[int], max_new_tokens: int, gamma: int,
                       eos_token_ids: list[int]) -> HFRun:
+    """``generate(assistant_model=draft)`` drafting a constant ``gamma`` tokens a round."""
+    with _constant_schedule(draft, gamma):
+        return _generate(target, prompt_ids, max_new_tokens, eos_token_ids, assistant_model=draft)
+
+
+def lookup_generate(target, prompt_ids: list[int], max_new_tokens: int, num_tokens: int, ngram_max: int,
+                    eos_token_ids: list[int]) -> HFRun:
+    """``generate(prompt_lookup_num_tokens=N, max_matching_ngram_size=ngram_max)``: Hugging Face's
+    prompt lookup, the baseline of the ``pld`` policy."""
+    return _generate(target, prompt_ids, max_new_tokens, eos_token_ids, prompt_lookup_num_tokens=num_tokens,
+                     max_matching_ngram_size=ngram_max)
+
+
+@torch.inference_mode()
+def _generate(target, prompt_ids: list[int], max_new_tokens: int, eos_token_ids: list[int], **assisted) -> HFRun:
+    """Greedy ``generate`` with ``assisted`` settings, timed, its target forwards counted."""
     calls = []
     hook = target.register_forward_pre_hook(lambda *_: calls.append(1))
     ids = torch.tensor([prompt_ids], device=target.device)
@@ -55,11 +72,10 @@ def assisted_generate(target, draft, prompt_ids: list[int], max_new_tokens: int,
     try:
         sync()
         t0 = time.perf_counter()
-        with _constant_schedule(draft, gamma):
-            out = target.generate(
-                input_ids=ids, attention_mask=torch.ones_like(ids), assistant_model=draft, do_sample=False,
-                max_new_tokens=max_new_tokens, eos_token_id=list(eos_token_ids), pad_token_id=eos_token_ids[0],
-            )
+        out = target.generate(
+            input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=max_new_tokens,
+            eos_token_id=list(eos_token_ids), pad_token_id=eos_token_ids[0], **assisted,
+        )
         sync()
         seconds = time.perf_counter() - t0
     finally:

@@ -119,15 +119,19 @@ class LiveReport:
         self._timed(s.reprobe)
 
     def _hf(self, outcome: PromptOutcome) -> None:
-        from simlab.live.hf import assisted_generate
+        from simlab.live.hf import assisted_generate, lookup_generate
 
         s = self.session
-        gamma = s.cfg.params.get("gamma")
-        if s.cfg.policy != "sd" or gamma is None:
-            gamma = gamma or 5
         ex = s.executor
-        hf = assisted_generate(ex.target_model, ex.draft_model, s.ids[outcome.prompt_id], s.cfg.max_new_tokens,
-                               int(gamma), s.eos)
+        if s.cfg.policy == "pld":  # Hugging Face's prompt lookup with the policy's settings
+            pld = s.make_policy("pld", s.cfg.params)
+            gamma = pld.num_tokens
+            hf = lookup_generate(ex.target_model, s.ids[outcome.prompt_id], s.cfg.max_new_tokens, pld.num_tokens,
+                                 pld.ngram_max, s.eos)
+        else:
+            gamma = s.cfg.params.get("gamma") or 5
+            hf = assisted_generate(ex.target_model, ex.draft_model, s.ids[outcome.prompt_id], s.cfg.max_new_tokens,
+                                   int(gamma), s.eos)
         run = outcome.policy
         prefill = sum(f.end - f.start for f in run.forwards if f.what == "prefill")
         ours = prefill + run.counts.wall_time_s
@@ -273,7 +277,13 @@ class LiveReport:
         if df.empty:
             console.print("no prompt finished")
             return
-        t = Table(title=f"live {summ['policy']} {summ['params']} — {summ['draft']} -> {summ['target']} on {summ['hardware']}")
+        t = Table(title=f"live {summ['policy']} {summ['params']} — {summ['draft']} -> {summ['target']} on {summ['hardware']}",
+                  caption_justify="left", caption=(
+                      "meas: measured; pred: simulated; speedup: over the same code decoding with the target alone; err: "
+                      "predicted / measured speedup - 1; calls: target forward passes; MAT: accepted draft tokens per target "
+                      "call; lossless: the tokens equal the target's own greedy output; spread: (max - min) / median speedup "
+                      "over --repeats; AD drift: the target-alone decode's time against its probed price; others: the most "
+                      "CPU other processes took; disturbed: others above 10%; drifted: AD drift beyond 10%"))
         cols = [("prompt", "prompt_id", "{}"), ("tokens", "measured_tokens", "{}"),
                 ("tok/s meas", "measured_tokens_per_s", "{:.2f}"), ("tok/s pred", "predicted_tokens_per_s", "{:.2f}"),
                 ("speedup meas", "measured_speedup", "{:.3f}"), ("speedup pred", "predicted_speedup", "{:.3f}"),

@@ -26,20 +26,23 @@ from simlab.policies.entropy import AdaEdl, Svip
 from simlab.policies.fixed import Autoregressive, VanillaSD
 from simlab.policies.hf import HfConfidence, HfHeuristic
 from simlab.policies.llama_cpp import LlamaCpp
+from simlab.policies.lookup import LookupThenDraft, Ngram, PromptLookup
 from simlab.policies.oracle import Oracle
 from simlab.policies.pacer import Pacer
 from simlab.policies.pearl import Pearl
+from simlab.policies.rest import Rest
 from simlab.policies.specdecpp import SpecDecPP
 from simlab.policies.spide import Spide, SpideNoDynaDraft, SpideNoParaVerify
+from simlab.policies.suffix import SuffixDecoding
 from simlab.policies.trees import AcceptanceGuidedTree, Eagle2, StaticTree
 from simlab.policies.vllm import Vllm
 
 # Order of `simlab policies`: baselines, then the serial adaptive rules, the parallel methods,
-# self-speculative drafting, draft trees, and the serial-schedule bound.
+# self-speculative drafting, draft trees, drafting by lookup, and the serial-schedule bound.
 REGISTRY: dict[str, type[Policy]] = {cls.name: cls for cls in (
     Autoregressive, VanillaSD, HfHeuristic, HfConfidence, Svip, AdaEdl, DraftVerify, SpecDecPP,
     AcceptanceGuided, Pacer, Pearl, Spide, SpideNoDynaDraft, SpideNoParaVerify, LayerSkip, Del, LlamaCpp, Vllm, StaticTree,
-    Eagle2, AcceptanceGuidedTree, Oracle,
+    Eagle2, AcceptanceGuidedTree, PromptLookup, Ngram, LookupThenDraft, SuffixDecoding, Rest, Oracle,
 )}
 
 

@@ -82,7 +82,18 @@ class TreePlan:
     max_depth: int = 0
 
 
-Plan = Serial | Parallel | TreePlan
+class Lookup(NamedTuple):
+    """A round that drafts without a draft model: the policy's :meth:`Policy.propose` looks up to
+    ``max_draft`` tokens up in what the decoder holds (the prompt and the tokens committed so far,
+    and whatever cache or datastore the policy keeps), and the target verifies them in one
+    forward; nothing proposed makes it a plain target step. With ``fallback``, a round whose
+    lookup proposes nothing drafts by that serial plan instead (the draft model)."""
+
+    max_draft: int
+    fallback: Serial | None = None
+
+
+Plan = Serial | Parallel | TreePlan | Lookup
 
 
 class RoundState(NamedTuple):
@@ -228,6 +239,8 @@ class PolicyContext:
     rank_acceptance: Callable[[], list[float]] | None = None
     #: the trace's budget (manifest max_new_tokens; 0: unknown), past which it recorded no token
     max_new_tokens: int = 0
+    #: the models' end tokens (the trace's manifest), which Hugging Face's prompt lookup cuts at
+    eos_token_ids: list[int] = field(default_factory=list)
 
 
 class Policy(ABC):
@@ -264,6 +277,9 @@ class Policy(ABC):
     #: such a policy on the path extended that far (:mod:`simlab.trace.past_end`) and the policy
     #: stops at the prompt's own end (:meth:`done`) and keeps only the tokens before it (:meth:`kept`).
     past_end: int = 0
+    #: True if the policy plans :class:`Lookup` rounds, which read the tokens themselves
+    #: (:meth:`propose`), and prices its lookups (:meth:`lookup_seconds`).
+    looks_up: ClassVar[bool] = False
 
     @classmethod
     def draft_end_choice(cls) -> str:
@@ -336,6 +352,22 @@ class Policy(ABC):
 
     def observe_shadows(self, shadows: ShadowTokens) -> None:
         """After the prefill and each serial verification, for policies with ``needs_shadows``."""
+
+    def propose(self, context: Sequence[int], cap: int) -> Sequence[int]:
+        """In a :class:`Lookup` round: at most ``cap`` tokens to follow ``context``, which holds the
+        prompt's tokens and the tokens committed so far and nothing later (the executor cuts it)."""
+        return ()
+
+    def settle(self, context: Sequence[int], cap: int = 0) -> Sequence[int]:
+        """After a prompt's last round, for a policy that keeps what it saw (suffix decoding's cache
+        of earlier responses): ``context`` is the whole prompt and every token committed. Proposes
+        nothing; not priced (nothing waits on it)."""
+        return ()
+
+    def lookup_seconds(self, context_len: int) -> float:
+        """What one :meth:`propose` over ``context_len`` tokens costs on the host's CPU, as the
+        policy's implementation measured (a lookup policy's own figures; see its docs page)."""
+        return 0.0
 
     def done(self, committed: int) -> bool:
         """Before each round: True when the engine the policy models stops decoding here, short of

@@ -6,9 +6,10 @@ must carry per-layer early-exit signals (``layers.parquet``, recorded with ``--e
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 from simlab.common.errors import SimlabError
 from simlab.common.signals import ShadowTokens, TokenSignal
@@ -90,6 +91,8 @@ class Del(Policy):
     needs_shadows = True
 
     def __init__(self, context, **values: Any):
+        import numpy as np  # here, not at the top: `simlab CMD --help` builds every policy's flags
+
         super().__init__(context, **values)
         self.layers = exit_layers(self.name, context)
         self._layers = tuple(self.layers)  # ShadowTokens.layers
@@ -114,6 +117,8 @@ class Del(Policy):
         self.reset(None)
 
     def reset(self, prompt: PromptInfo | None) -> None:
+        import numpy as np  # here, not at the top: `simlab CMD --help` builds every policy's flags
+
         self.exit_layer, self.gamma = self.layers[-1], self.d_max
         # the decayed sums, in the columns of a ShadowTokens table: S(n), then S(c^ℓ), S(tcs^ℓ),
         # S(fcs^ℓ) per exit layer; and α per exit layer

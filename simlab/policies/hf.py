@@ -161,3 +161,23 @@ class HfConfidence(StopRule):
         positives = sum(self._labels)
         if len(self._labels) > 5 and 0 < positives < len(self._labels):
             self.level = roc_threshold(self._scores, self._labels)
+
+
+def assistant_settings(policy: str, params: dict[str, Any]) -> dict[str, Any] | None:
+    """The assistant's generation-config fields with which transformers' assisted generation drafts
+    as ``policy`` does with ``params`` (every parameter, defaults included), or None where
+    transformers has no such rule. ``sd`` is the constant schedule with the confidence stop off
+    (its default of 0.4 would cut drafts short); ``hf-heuristic`` drafts without the stop too.
+    transformers reads these from the *assistant's* config (simlab/live/hf.py). Re-tuning
+    (``hf-confidence``'s ``retune``) is no field: transformers re-tunes whenever scikit-learn is
+    installed."""
+    if policy == "sd":
+        return {"num_assistant_tokens": params["gamma"], "num_assistant_tokens_schedule": "constant",
+                "assistant_confidence_threshold": 0.0}
+    if policy == HfHeuristic.name:
+        return {"num_assistant_tokens": params["gamma"], "num_assistant_tokens_schedule": params["schedule"],
+                "assistant_confidence_threshold": 0.0}
+    if policy == HfConfidence.name:
+        return {"num_assistant_tokens": params["max_draft"], "num_assistant_tokens_schedule": params["schedule"],
+                "assistant_confidence_threshold": params["threshold"]}
+    return None

@@ -43,6 +43,17 @@ Bookkeeping rules, defined here only:
   tokens and one draft forward per level over the nodes expanded there (the root, then the
   nodes with children); a width-one tree is a serial round of the same drafts, number for
   number. Tree rounds are not passed to ``observe`` (no tree policy adapts across rounds).
+- A lookup round (:class:`~simlab.policies.base.Lookup`: prompt lookup, suffix decoding, REST)
+  proposes at most ``budget - committed - 1`` tokens from what the decoder holds — the prompt and
+  the tokens committed, never a later one: the executor hands :meth:`Policy.propose` exactly
+  those (:class:`Propose`) and prices the lookup (:meth:`Policy.lookup_seconds`) — and the target
+  verifies them in one forward (:class:`VerifyTokens`), accepting the longest prefix that is its
+  own greedy continuation; it emits those plus the target's token. A lookup that proposes
+  nothing makes the round a plain target step (with the plan's ``fallback``, a serial round of
+  the draft model instead), and with a cap of 0 no lookup runs. Lookup rounds are passed to
+  ``observe`` with no signals (``checked`` empty). After a prompt's last round a policy that
+  overrides ``Policy.settle`` sees the whole context once more (:class:`Propose` with cap 0,
+  not priced), as vLLM's suffix cache takes a finished request's response.
 - A policy that overrides ``Policy.done`` may end a prompt before its end (an engine's own
   stopping rule); :func:`decode` returns the tokens committed (those the policy's ``kept``
   keeps: an engine may cut what it accepted past its stop), which executors count.
@@ -59,6 +70,7 @@ from typing import Callable, Generator, Iterator, NamedTuple, Sequence
 from simlab.common.signals import TokenSignal
 from simlab.policies.base import (
     Decision,
+    Lookup,
     Outcome,
     Parallel,
     Policy,
@@ -185,13 +197,34 @@ class VerifyTree(NamedTuple):
     grown: bool
 
 
+class Propose(NamedTuple):
+    """A lookup from ``start``: the executor calls ``propose(context, cap)`` with the tokens it
+    holds there — the prompt's and the ``start`` tokens committed, nothing later — and prices it
+    by ``seconds(len(context))`` (the live executor times it too), unless ``cap`` is 0 (a policy's
+    ``settle`` at a prompt's end). Answer: the proposal, at most ``cap`` tokens, as a tuple."""
+
+    start: int
+    cap: int
+    propose: Callable[[Sequence[int], int], Sequence[int]]
+    seconds: Callable[[int], float]
+
+
+class VerifyTokens(NamedTuple):
+    """One target forward over the last committed token and ``tokens``, looked up from ``start``.
+    Answer: how many of them the target accepted (the longest prefix that is its own greedy
+    continuation; 0..len(tokens))."""
+
+    start: int
+    tokens: tuple[int, ...]
+
+
 class ParallelResult(NamedTuple):
     accepted_pending: int  # 0..pending
     first_new_accepted: bool
     new_signals: Sequence[TokenSignal]
 
 
-Request = DraftLoop | DraftRun | Verify | ParallelRound | Shadow | ExpandTree | VerifyTree
+Request = DraftLoop | DraftRun | Verify | ParallelRound | Shadow | ExpandTree | VerifyTree | Propose | VerifyTokens
 
 
 DRAFT, VERIFY, PARALLEL, DROP = Decision.DRAFT, Decision.VERIFY, Decision.PARALLEL, Decision.DROP
@@ -215,6 +248,7 @@ def decode(policy: Policy, prompt: PromptInfo) -> Generator[Request, object, int
     stop_at_end = policy.stops_at_draft_end
     stops, on_draft = policy.stop_rule(), policy.on_draft
     shadows = policy.needs_shadows
+    settles = type(policy).settle is not Policy.settle
     # tuple.__new__ builds the named tuples of a round (requests, states, outcomes) without the
     # Python-level __new__ each named tuple has: several per simulated round, a large share of
     # a round's cost for policies that draft a token or two (every field is given, in order)
@@ -255,8 +289,22 @@ def decode(policy: Policy, prompt: PromptInfo) -> Generator[Request, object, int
                 raise PolicyError(f"{policy.name}: planned a tree round with {len(pending)} drafts pending")
             committed += yield from _tree_round(policy, plan, committed, budget - committed - 1)
             continue
+        if kind is Lookup:
+            if pending:
+                raise PolicyError(f"{policy.name}: planned a lookup round with {len(pending)} drafts pending")
+            cap = budget - committed - 1
+            if plan.max_draft < cap:
+                cap = plan.max_draft
+            proposed = (yield build(Propose, (committed, cap, policy.propose, policy.lookup_seconds))) if cap > 0 else ()
+            if proposed or plan.fallback is None:
+                accepted = yield build(VerifyTokens, (committed, proposed))
+                if observes:
+                    policy.observe(build(Outcome, (False, len(proposed), (), accepted, accepted + 1, False)))
+                committed += accepted + 1
+                continue
+            plan, kind = plan.fallback, Serial  # nothing looked up: the draft model drafts this round
         if kind is not Serial:
-            raise PolicyError(f"{policy.name}: plan() must return Serial or Parallel, got {plan!r}")
+            raise PolicyError(f"{policy.name}: plan() must return Serial, Parallel, TreePlan or Lookup, got {plan!r}")
         if pending:
             raise PolicyError(f"{policy.name}: planned a serial round with {len(pending)} drafts pending")
         max_draft, fixed, layer, min_draft = plan
@@ -287,6 +335,8 @@ def decode(policy: Policy, prompt: PromptInfo) -> Generator[Request, object, int
             policy.observe(build(Outcome, (False, k, signals[: accepted + 1], accepted, accepted + 1, False)))
         if shadows:
             policy.observe_shadows((yield Shadow(start, accepted + 1)))
+    if settles:
+        yield build(Propose, (committed, 0, policy.settle, policy.lookup_seconds))
     return policy.kept(committed)
 
 

@@ -10,9 +10,10 @@ table or a shape the trace cannot replay fails in one line before anything runs.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 from simlab.common.errors import SimlabError
 from simlab.policies.base import (
@@ -135,6 +136,8 @@ class GrowingTree(Policy):
         per round) to expand, after ``candidates`` candidates, at ``context_len``, after draft
         forwards over ``widths`` nodes per level; ``prices`` prices those rounds
         (:class:`simlab.sim.trees.TreePrices`, from a layer above the policies')."""
+        import numpy as np  # here, not at the top: `simlab CMD --help` builds every policy's flags
+
         return np.ones(values.shape, dtype=bool)
 
     def select(self, candidates: Candidates) -> Sequence[int]:
@@ -213,6 +216,8 @@ class AcceptanceGuidedTree(GrowingTree):
 
     def keep_rows(self, values: np.ndarray, candidates: np.ndarray, context_len: np.ndarray, widths: np.ndarray,
                   prices: Any) -> np.ndarray:
+        import numpy as np  # here, not at the top: `simlab CMD --help` builds every policy's flags
+
         if self.rejection_threshold is not None:
             return _active(values, self.rejection_threshold)
         t_v = prices.target(np.minimum(candidates, self.nodes) + 1, context_len)

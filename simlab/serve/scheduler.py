@@ -23,9 +23,12 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from simlab.common.errors import SimlabError
-from simlab.serve.request import ServedRequest
+
+if TYPE_CHECKING:  # the CLI reads this module's defaults without the engine
+    from simlab.serve.request import ServedRequest
 
 DEFAULT_MAX_BATCH = 8
 DEFAULT_TOKEN_BUDGET = 2048

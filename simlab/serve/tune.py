@@ -18,16 +18,13 @@ The result is a small JSON file (:data:`~simlab.serve.batch_policy.TABLE_FORMAT`
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
-
-from tqdm import tqdm
+from typing import TYPE_CHECKING, Sequence
 
 from simlab.common.errors import SimlabError
-from simlab.latency.batch import BatchLatency
-from simlab.serve.batch_policy import TABLE_FORMAT, TABLE_VERSION, BatchSpec
-from simlab.serve.run import ServeConfig, serve_once
 from simlab.serve.scheduler import DEFAULT_TOKEN_BUDGET, Scheduler
-from simlab.sim.run import Simulator
+
+if TYPE_CHECKING:  # the engine is imported where it runs: `simlab serve tune --help` reads the defaults only
+    from simlab.sim.run import Simulator
 
 DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64)
 DEFAULT_MAX_GAMMA = 8
@@ -65,6 +62,8 @@ class Tuned:
         return ",".join(f"{b}:{g}" for b, g in self.best.items())
 
     def to_json(self, sim: Simulator) -> dict:
+        from simlab.serve.batch_policy import TABLE_FORMAT, TABLE_VERSION
+
         m = sim.trace.manifest
         return {
             "format": TABLE_FORMAT, "version": TABLE_VERSION,
@@ -95,6 +94,12 @@ def tune(sim: Simulator, batches: Sequence[int] = DEFAULT_BATCHES, max_gamma: in
          progress: bool | None = None) -> Tuned:
     """Serve every (batch size, γ) as the module docstring says; ``progress``: a bar on stderr
     (None: on a terminal only)."""
+    from tqdm import tqdm
+
+    from simlab.latency.batch import BatchLatency
+    from simlab.serve.batch_policy import BatchSpec
+    from simlab.serve.run import ServeConfig, serve_once
+
     check_tune(batches, max_gamma, requests_per_slot)
     for b in batches:  # a budget too small for a batch size fails before anything runs
         Scheduler(b, token_budget).check(max(p.prompt_len for p in sim.replay.prompts[: requests_per_slot * b]))

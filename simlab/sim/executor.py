@@ -47,8 +47,10 @@ from simlab.policies.rounds import (
     ExpandTree,
     ParallelResult,
     ParallelRound,
+    Propose,
     Shadow,
     Verify,
+    VerifyTokens,
     VerifyTree,
     decode,
 )
@@ -168,7 +170,7 @@ class SimExecutor:
         answer = None
         unpaid = 0  # tokens drafted since the last target forward, not yet priced
         unpaid_start, unpaid_layer = 0, NO_LAYER
-        target_calls = accepted_total = drafted = verified = 0
+        target_calls = accepted_total = drafted = verified = looked_up = 0
         # hot-path locals: one target row per verify size, cumulative draft-step times, histograms
         # a policy that never drafts (AD) runs plain decoding steps, the baseline's own price
         rows = grid.target_rows(corun=False) if policy.drafts else {1: grid.target_step_row()}
@@ -220,6 +222,34 @@ class SimExecutor:
             if kind is VerifyTree:
                 answer, clock = _verify_tree(clock, grid, rp, req, draft_dev, target_dev, counts, positions, tokens,
                                              cache, expanded)
+                continue
+            if kind is Propose:  # a lookup over the tokens a decoder holds: the prompt and those committed
+                c, cap, propose, lookup_seconds = req
+                context = rp.tokens[:pl + c]
+                answer = tuple(propose(context, cap))[:cap]
+                if cap:  # a prompt's settle (cap 0) is not priced: nothing waits on it
+                    clock = draft_dev.book(clock, lookup_seconds(pl + c), "lookup", c, len(answer))
+                continue
+            if kind is VerifyTokens:
+                c, proposed = req
+                k, target = len(proposed), rp.target_tokens
+                limit = min(k, end - c - 1)  # the end token is always the target's (see rounds.py)
+                accepted = 0
+                while accepted < limit and proposed[accepted] == target[c + accepted]:
+                    accepted += 1
+                row = rows.get(k + 1) or grid.target_row(k + 1)
+                clock = target_dev.book(clock, row[pl + c], "verify", c, k + 1, accepted)
+                if cache.most > pl + c + accepted:
+                    cache_crop(pl + c + accepted)
+                target_calls += 1
+                looked_up += k  # drafted tokens, but no draft forward ran for them
+                verified += k
+                accepted_total += accepted
+                checked_hist[accepted + 1 if accepted < k else k] += 1
+                accepted_hist[accepted] += 1
+                if tokens is not None:
+                    tokens.extend(target[c : c + accepted + 1])
+                answer = accepted
                 continue
             if unpaid:  # the serial drafting that led to this forward
                 ctx = pl + unpaid_start
@@ -307,7 +337,7 @@ class SimExecutor:
             yield env.timeout(clock - env.now)
         counts.target_calls += target_calls
         counts.accepted += accepted_total
-        counts.drafted += drafted
+        counts.drafted += drafted + looked_up
         counts.verified += verified
         counts.draft_calls += drafted
         counts.parallel_rounds += parallel_rounds

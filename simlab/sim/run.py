@@ -14,6 +14,7 @@ from simlab.policies import PolicyContext, make_policy
 from simlab.policies.base import AcceptancePredictor
 from simlab.policies.early_exit import Del
 from simlab.policies.fixed import VanillaSD
+from simlab.policies.lookup import Ngram, PromptLookup
 from simlab.policies.spide import Spide
 from simlab.sim.context import policy_context, tabulated, typical_context_len
 from simlab.sim.devices import Slice, Topology
@@ -104,6 +105,7 @@ class Simulator:
         self._del = None  # DEL's rounds, compiled (simlab.sim.del_rounds)
         self._spide = None  # SPIDE's rounds, compiled (simlab.sim.spide_rounds)
         self._past_end: dict[int, TraceReplay] = {}  # replays of the paths run past the prompts' ends, by length
+        self._lookup = None  # prompt lookup's rounds, compiled (simlab.sim.lookup_rounds)
 
     def context(self) -> PolicyContext:
         """What every policy of this simulator is built with (:mod:`simlab.sim.context`)."""
@@ -136,6 +138,8 @@ class Simulator:
             sim = self._del_rounds().simulate(pol)
         elif isinstance(pol, Spide) and not keep_tokens and timeline_prompt is None and self._spide_rounds().replays(pol):
             sim = self._spide_rounds().simulate(pol)
+        elif type(pol) in (PromptLookup, Ngram) and not keep_tokens and timeline_prompt is None:
+            sim = self._lookup_rounds().simulate(pol)
         if sim is None:
             executor = SimExecutor(self.latency, self.topology, keep_tokens=keep_tokens, timeline_prompt=timeline_prompt)
             sim = executor.run(self.past_end_replay(pol.past_end) if pol.past_end else self.replay, pol)
@@ -197,6 +201,15 @@ class Simulator:
 
             self._spide = spide_rounds.SpideRounds(self.replay, self.latency, self.topology)
         return self._spide
+
+    def _lookup_rounds(self):
+        """Prompt lookup's compiled replay (:mod:`simlab.sim.lookup_rounds`), imported with the first
+        prompt-lookup run, as DEL's is."""
+        if self._lookup is None:
+            from simlab.sim import lookup_rounds
+
+            self._lookup = lookup_rounds.LookupRounds(self.replay, self.latency)
+        return self._lookup
 
     def _fixed_gamma(self) -> FixedGammaSD:
         if self._sd is None:

@@ -114,6 +114,22 @@ def combine(outcomes: np.ndarray, draws: int, level: float, rng: np.random.Gener
             for name, v in metrics.items()}
 
 
+def prompt_spread(per_prompt, draws: int = 4000, level: float = 0.95, seed: int = 0) -> dict[str, Interval]:
+    """How far a run on other prompts like these may land: the trace's prompts resampled with
+    replacement (a bootstrap over prompts), each draw's counts summed into a run's metrics
+    (:func:`run_metrics`), the central ``level`` range of the draws. For a greedy trace this is
+    the uncertainty that is left: the replay of each prompt is exact, but a user's prompts are
+    not the trace's. ``per_prompt``: a simulation's per-prompt table."""
+    outcomes = per_prompt[list(_COUNTS)].to_numpy(dtype=float)[:, None, :]  # one sample per prompt
+    n = len(outcomes)
+    pick = np.random.default_rng(seed).integers(0, n, size=(draws, n))
+    totals = outcomes[pick, 0].sum(axis=1)
+    metrics = run_metrics({name: totals[:, i] for i, name in enumerate(_COUNTS)})
+    tail = (1 - level) / 2 * 100
+    return {k: Interval(float(np.mean(v)), float(np.percentile(v, tail)), float(np.percentile(v, 100 - tail)))
+            for k, v in metrics.items()}
+
+
 def sampling_spread(traces: list[Trace], policy: str, params: dict | None = None, *, seeds: int = 20,
                     seed: int = 0, latency: LatencyModel | None = None, topology: Topology | str | None = None,
                     draws: int = 4000, level: float = 0.95) -> SamplingSpread:
@@ -152,4 +168,4 @@ def sampling_spread(traces: list[Trace], policy: str, params: dict | None = None
     return SamplingSpread(len(selected), seeds, draws, level, intervals)
 
 
-__all__ = ["Interval", "SamplingSpread", "sampling_spread", "combine", "run_metrics", "METRICS"]
+__all__ = ["Interval", "SamplingSpread", "sampling_spread", "prompt_spread", "combine", "run_metrics", "METRICS"]

@@ -106,6 +106,9 @@ class PromptReplay:
     # where the prompt itself ends on a path extended past it (simlab.trace.past_end: the engine
     # stops there); n_tokens on any other trace
     stop: int = 0
+    # the prompt's token ids (prompts.parquet's prompt_token_ids; None in traces without them),
+    # which drafting by lookup reads
+    prompt_tokens: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.stop = self.stop or self.n_tokens
@@ -252,6 +255,16 @@ class PromptReplay:
         return ShadowTokens.read(0, {layer: p.accept for layer, p in self.layers.items()},
                                  {layer: p.confidence for layer, p in self.layers.items()})
 
+    @cached_property
+    def tokens(self) -> np.ndarray:
+        """The prompt's tokens then the target's, one array (int64): what a lookup reads, cut at
+        the committed position (:class:`~simlab.policies.rounds.Propose`)."""
+        if self.prompt_tokens is None:
+            raise SimlabError("this trace has no prompt token ids (prompts.parquet's prompt_token_ids), which "
+                              "drafting by lookup reads; record it with simlab record")
+        return np.concatenate([np.asarray(self.prompt_tokens, dtype=np.int64),
+                               np.asarray(self.target_tokens, dtype=np.int64)])
+
     def token_at(self, t: int, accepted: bool, layer: int | None = None) -> int:
         """The token emitted at position t: the draft's if it was accepted, else the target's."""
         if accepted and layer is None:
@@ -358,6 +371,7 @@ class TraceReplay:
             m = trace.manifest
             expansions = group_expansions(trace.tree, m.topk, m.tree_depth, self.prompt_ids.tolist(),
                                           columns["target"])
+        ids = table_ids(trace.prompts, self.prompt_ids)
         prompts = []
         for i, (pid, prompt_len, n, budget, stop) in enumerate(zip(self.prompt_ids.tolist(), self.prompt_lens.tolist(),
                                                                   self.lengths.tolist(), self.budgets.tolist(),
@@ -383,6 +397,7 @@ class TraceReplay:
                 ranks=columns["ranks"][i],
                 expansions=expansions.get(pid),
                 stop=stop,
+                prompt_tokens=ids[i] if ids is not None else None,
             ))
         return prompts
 
@@ -400,6 +415,15 @@ class TraceReplay:
     @property
     def max_context(self) -> int:
         return int((self.prompt_lens + self.budgets).max()) if len(self.lengths) else 0
+
+
+def table_ids(prompts: pd.DataFrame, prompt_ids: np.ndarray) -> list | None:
+    """Each prompt's token ids (as the table holds them) in ``prompt_ids`` order, from the prompts
+    table's ``prompt_token_ids`` (None when the trace has no such column)."""
+    if "prompt_token_ids" not in prompts.columns:
+        return None
+    by_id = dict(zip(prompts["prompt_id"].tolist(), prompts["prompt_token_ids"]))
+    return [by_id[pid] for pid in prompt_ids.tolist()]
 
 
 def _sorted(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:

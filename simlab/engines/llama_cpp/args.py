@@ -50,3 +50,15 @@ def drafting_args(draft_max: int, draft_min: int, p_min: float) -> list[str]:
     ``--draft-min`` were renamed ``--spec-draft-n-max`` and ``--spec-draft-n-min``)."""
     return ["--spec-draft-n-max", str(draft_max), "--spec-draft-n-min", str(draft_min),
             "--spec-draft-p-min", repr(float(p_min))]
+
+
+def policy_args(policy: str, params: dict) -> list[str] | None:
+    """The drafting flags with which llama.cpp drafts as ``policy`` does with ``params`` (every
+    parameter, defaults included), or None where llama.cpp has no such rule: ``llama-cpp`` is its
+    own rule; ``sd`` at γ is ``--draft-max`` γ with neither stop (the llama-cpp policy then makes
+    the same rounds as sd, tests/test_recommend.py). ``-n`` is the run's, not a drafting flag."""
+    if policy == "sd":
+        return drafting_args(params["gamma"], 0, 0.0)
+    if policy == "llama-cpp":
+        return drafting_args(params["draft_max"], params["draft_min"], params["p_min"])
+    return None

@@ -1,0 +1,183 @@
+"""Suffix decoding: draft from suffix trees over the prompt and earlier responses.
+
+Oliaro, Jia, Campos, Qiao, "SuffixDecoding: Extreme Speculative Decoding for Emerging AI
+Applications", 2024, arXiv:2411.04975, as vLLM's ``method: "suffix"`` runs it
+(``vllm/v1/spec_decode/suffix_decoding.py``) through Arctic Inference's ``SuffixDecodingCache``
+(``arctic_inference/suffix_decoding/cache.py``, the tree in ``csrc/suffix_decoding/suffix_tree.cc``),
+read in their sources. Each round (§3, path speculation):
+
+1. the request's own tree holds its prompt and the tokens generated so far; a global tree holds
+   every response so far, earlier requests' and this one's (vLLM's cache across requests); each
+   counts every substring of up to ``max_tree_depth`` tokens;
+2. for every length m = 1, 2, … of the context's suffix (its last ``max_tree_depth`` tokens, m
+   short of all of them) found in a tree, follow from that suffix the most frequent child
+   token after token, each token's probability the running product of count(child) / count(node),
+   while it stays ≥ ``min_token_prob``, at most min(``num_tokens``, ``max_spec_factor`` · m)
+   tokens; score = the sum of the probabilities; keep the best score (a tie: the longer match);
+3. propose the better of the two trees' drafts (a tie: the request's own).
+
+The trees here count substrings in plain nested maps, not Arctic's path-compressed tree, and
+order a node's children as Arctic's sibling lists do (decreasing count; a child whose count
+rises joins the front of its new count's group when it led its old one and the back otherwise; a
+new child joins the back), since the most frequent child on a tie is the first of that order.
+Probabilities and scores are float32 sums and products, as Arctic computes them.
+
+Where the sources say nothing simlab needs: a proposal never passes the budget's last position
+(the budget's room is what ``max_spec_tokens`` is given, where vLLM gives ``max_model_len``'s);
+the global cache keeps every response of the run (vLLM evicts past 10,000 requests); the
+lookup's CPU time is priced as Arctic Inference's C++ cache takes it (what vLLM runs), not as this
+Python model of it does (``docs/policies/lookup.md``).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from simlab.common.errors import SimlabError
+from simlab.policies.base import BOOL, COUNT, POSITIVE, PROBABILITY, Param, PromptInfo
+from simlab.policies.lookup import LookupPolicy
+
+F32 = np.float32
+# seconds per lookup: what vLLM runs, Arctic Inference's C++ cache (taking a round's tokens and
+# speculating), its median at every position of two shipped Qwen traces, 44 and 86 us
+# (results/lookup/arctic_check.py); this module's Python model of it takes about ten times that
+SUFFIX_COST = (6.5e-5, 0.0)
+
+
+class SuffixTree:
+    """Every substring of up to ``depth`` tokens of the sequences added, with its count, in nested
+    nodes ``[count, children by token, child tokens in Arctic's sibling order]``."""
+
+    def __init__(self, depth: int):
+        self.depth = depth
+        self.root: list = [0, {}, []]
+        self._active: dict[int, list] = {}  # per sequence: the nodes of its last suffixes, longest first
+
+    def extend(self, seq: int, tokens: Sequence[int]) -> None:
+        """Append ``tokens`` to sequence ``seq``: each new suffix of up to ``depth`` tokens is counted."""
+        active = self._active.setdefault(seq, [])
+        root, depth = self.root, self.depth
+        for token in tokens:
+            active.append(root)
+            root[0] += 1
+            if len(active) > depth:
+                del active[0]
+            for i, node in enumerate(active):
+                kids = node[1]
+                child = kids.get(token)
+                if child is None:
+                    child = kids[token] = [1, {}, []]
+                    node[2].append(token)  # a new child joins the back of the order
+                else:
+                    if node is not root:  # the root's order is never read (a match has length >= 1)
+                        _promote(node, token, child[0])
+                    child[0] += 1
+                active[i] = child
+
+    def speculate(self, context: Sequence[int], max_tokens: int, factor: float, min_prob: float) -> tuple[list[int], F32]:
+        """The best-scoring draft after ``context`` (module docstring, step 2) and its score."""
+        best, best_score = [], F32(0.0)
+        root, n, floor, factor = self.root, len(context), F32(min_prob), F32(factor)
+        for m in range(1, n):
+            node = root
+            for token in context[n - m:]:
+                node = node[1].get(token)
+                if node is None:
+                    return best, best_score
+            cap = min(max_tokens, int(float(F32(m) * factor) + 1e-6))
+            draft, score, prob = [], F32(0.0), F32(1.0)
+            while len(draft) < cap:
+                order = node[2]
+                if not order:
+                    break
+                child = node[1][order[0]]
+                prob = F32(prob * (F32(child[0]) / F32(node[0])))
+                if prob < floor:
+                    break
+                draft.append(order[0])
+                score = F32(score + prob)
+                node = child
+            if score >= best_score:
+                best, best_score = draft, score
+        return best, best_score
+
+
+def _promote(parent: list, token: int, count: int) -> None:
+    """Move child ``token`` (``count`` before it rises by one) where Arctic's sibling list puts it."""
+    order, kids = parent[2], parent[1]
+    j = order.index(token)
+    if j == 0:
+        return
+    before = kids[order[j - 1]][0]
+    if before > count + 1:
+        return
+    h = j - 1  # the front of the group of counts equal to the one just before it
+    while h > 0 and kids[order[h - 1]][0] == before:
+        h -= 1
+    del order[j]
+    order.insert(h, token)
+
+
+class SuffixDecoding(LookupPolicy):
+    """``suffix``: vLLM's suffix decoding (Arctic Inference's cache), path speculation."""
+
+    name = "suffix"
+    summary = "suffix decoding: draft from suffix trees over the prompt and earlier responses"
+    paper = "Oliaro et al. 2024, SuffixDecoding, arXiv:2411.04975; vLLM's method 'suffix' (docs/policies/lookup.md)"
+    params = (
+        Param("num_tokens", 24, "tokens proposed at most (vLLM: the tree depth unless given)", COUNT,
+              aliases=("num_speculative_tokens",)),
+        Param("max_tree_depth", 24, "longest substring the trees count", COUNT,
+              aliases=("suffix_decoding_max_tree_depth",)),
+        Param("max_spec_factor", 1.0, "a match of m tokens proposes at most factor x m", POSITIVE,
+              aliases=("suffix_decoding_max_spec_factor",)),
+        Param("min_token_prob", 0.1, "stop where a token's estimated probability drops below this", PROBABILITY,
+              aliases=("suffix_decoding_min_token_prob",)),
+        Param("global_cache", True, "also draft from every earlier response of the run", BOOL),
+    )
+    choices = ("the budget's room caps max_spec_tokens; the global cache keeps the whole run (no eviction); the "
+               "lookup's CPU time is priced as Arctic Inference's C++ cache takes it")
+    COST = SUFFIX_COST
+
+    def __init__(self, context, **values):
+        super().__init__(context, **values)
+        self._global = SuffixTree(self.max_tree_depth)
+        self._seq = -1  # this prompt's sequence in the global tree
+        self._local: SuffixTree | None = None
+        self._prompt_len = self._seen = 0
+
+    def reset(self, prompt: PromptInfo) -> None:
+        self._seq += 1
+        self._local, self._prompt_len = None, prompt.prompt_len
+
+    def _take(self, context: Sequence[int]) -> None:
+        """Bring both trees up to ``context``: the prompt at the prompt's first lookup (its own tree),
+        then every token generated since the last (both trees)."""
+        tokens = np.asarray(context).tolist()
+        if self._local is None:
+            if len(tokens) < self._prompt_len:
+                raise SimlabError("suffix: a lookup's context is shorter than its prompt")
+            self._local = SuffixTree(self.max_tree_depth)
+            self._local.extend(0, tokens[:self._prompt_len])
+            self._seen = self._prompt_len
+        new = tokens[self._seen:]
+        self._local.extend(0, new)
+        if self.global_cache:
+            self._global.extend(self._seq, new)
+        self._seen = len(tokens)
+
+    def propose(self, context: Sequence[int], cap: int) -> Sequence[int]:
+        self._take(context)
+        pattern = np.asarray(context)[-self.max_tree_depth:].tolist()
+        ours, score = self._local.speculate(pattern, cap, self.max_spec_factor, self.min_token_prob)
+        if self.global_cache:
+            theirs, their_score = self._global.speculate(pattern, cap, self.max_spec_factor, self.min_token_prob)
+            if their_score > score:
+                ours = theirs
+        return tuple(ours)
+
+    def settle(self, context: Sequence[int], cap: int = 0) -> Sequence[int]:
+        self._take(context)
+        return ()

@@ -1,0 +1,84 @@
+"""`simlab` answers without waiting: the root group lists the commands from a table and imports a
+command's module only when it is resolved (simlab/cli/commands.py). How fast is `simlab bench`'s
+start-up rows' business; these tests pin what the speed rests on."""
+
+import json
+import os
+import pkgutil
+import subprocess
+import sys
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+import simlab.cli
+from simlab.cli import app
+from simlab.cli.commands import COMMANDS, load
+from simlab.cli.bench import STARTUP_GOAL, StartupResult, time_startup
+
+HEAVY = ("numpy", "pandas", "pyarrow", "rich", "simpy", "scipy", "matplotlib", "torch", "tqdm", "pydantic")
+NOT_COMMANDS = {"app", "commands", "output", "policy_options", "serve_options"}
+
+
+def imported_by(*args: str) -> dict:
+    """The heavy modules and the simlab.cli modules that ``simlab ARGS`` imports, from a fresh process."""
+    code = ("import sys, simlab.cli as c\n"
+            "try:\n    c.main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+            f"print({{'heavy': sorted(m for m in {HEAVY!r} if m in sys.modules), "
+            "'cli': sorted(m for m in sys.modules if m.startswith('simlab.cli.'))}, file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, check=True)
+    return eval(done.stderr.strip().splitlines()[-1])
+
+
+def test_the_table_lists_every_command_the_modules_define_with_their_help():
+    load()
+    commands = typer.main.get_command(app).commands
+    assert set(commands) == set(COMMANDS)
+    for name, (_, text) in COMMANDS.items():
+        first_paragraph = (commands[name].help or "").split("\n\n")[0]
+        assert " ".join(first_paragraph.split()) == " ".join(text.split()), name
+
+
+def test_every_command_module_is_named_by_the_table():
+    modules = {m.name for m in pkgutil.iter_modules(simlab.cli.__path__)} - NOT_COMMANDS
+    assert modules == {m for mods, _ in COMMANDS.values() for m in mods}
+
+
+def test_simlab_help_imports_no_command_and_no_heavy_library():
+    got = imported_by("--help")
+    assert got == {"heavy": [], "cli": ["simlab.cli.app", "simlab.cli.commands"]}
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_a_commands_help_imports_only_its_own_modules_and_neither_pandas_nor_rich(name):
+    got = imported_by(*name.split(), "--help")
+    assert not {"pandas", "pyarrow", "rich", "simpy", "scipy", "matplotlib", "torch", "pydantic"} & set(got["heavy"])
+    own = {f"simlab.cli.{m}" for m in COMMANDS[name][0]}
+    others = {f"simlab.cli.{m}" for n, (mods, _) in COMMANDS.items() if n != name for m in mods} - own
+    # a command may import another's helpers (simulate's trace loading), but never the whole table
+    assert own <= set(got["cli"]) and len(others & set(got["cli"])) <= 2, got["cli"]
+
+
+def test_the_lazy_root_help_is_the_help_of_every_command_loaded():
+    lazy = subprocess.run([sys.executable, "-m", "simlab", "--help"], capture_output=True, text=True, check=True,
+                          env={**os.environ, "COLUMNS": "400"}).stdout
+    load()
+    eager = CliRunner().invoke(app, ["--help"], prog_name="simlab", terminal_width=400).output
+    assert lazy.replace("python -m simlab", "simlab").split() == eager.split()
+
+
+def test_a_command_runs_through_the_table_without_being_loaded_first():
+    got = imported_by("policies", "--json")
+    assert "simlab.cli.policies" in got["cli"] and "simlab.cli.sweep" not in got["cli"]
+
+
+def test_startup_figures_time_every_commands_help_and_pass_below_their_goal():
+    fast = StartupResult("x", ("--help",), STARTUP_GOAL * 0.99, 1.0, STARTUP_GOAL)
+    slow = StartupResult("x", ("--help",), STARTUP_GOAL, 1.0, STARTUP_GOAL)
+    assert fast.passed and not slow.passed
+    results = time_startup(repeats=1)
+    assert [r.what.split(" (")[0] for r in results] == [
+        "start-up: simlab --help", "start-up: slowest command --help", "start-up: simulate on the default trace"]
+    assert results[1].command[0] in COMMANDS and all(r.cpu_seconds > 0 for r in results)
+    json.dumps([r.__dict__ for r in results])

@@ -63,6 +63,18 @@ def test_the_trace_holds_the_path_past_each_end_and_vllms_steps(trace):
     assert {1, 2} <= set(t.latency["batch"])
 
 
+def test_resuming_a_finished_recording_keeps_what_it_measured(trace):
+    # every job's results come from disk: nothing is measured again, so nothing measured is replaced
+    before = read_trace(trace).manifest
+    main(["vllm", "record", "--out", str(trace), "--prompts", "humaneval:2", "--max-new-tokens", str(TOKENS),
+          "--k", str(K), "--batch", "1,2", "--probe-steps", "3", "--rollout", "4", "--quiet", "--resume"])
+    after = read_trace(trace).manifest
+    assert after.created == before.created
+    assert after.extra["probe"]["other_cpu"] == before.extra["probe"]["other_cpu"] is not None
+    assert after.extra["generate_other_cpu"] == before.extra["generate_other_cpu"] is not None
+    assert before.extra["wall_seconds"] <= after.extra["wall_seconds"] < before.extra["wall_seconds"] + 30
+
+
 def test_vllm_counts_equal_the_prediction_step_by_step_and_resume_after_ctrl_c(trace, tmp_path):
     out = tmp_path / "run"
     cmd = simlab_cmd("vllm", "run", "--trace", trace, "--out", out, "--k", K, "--batch", "1,2", "--repeats", "1",

@@ -187,6 +187,8 @@ def record(cfg: VllmRecordConfig, log: Callable[[str], None] = print,
                   "median_range_share": _median(spread, "range_share")},
         "generate_other_cpu": generate_other})
     existing = _existing(cfg)
+    if existing is not None:
+        _carry(existing.manifest, manifest)
     writer = TraceWriter(cfg.out, manifest, latency, with_layers=False, fresh=existing is None)
     if existing is not None:
         writer.add({name: existing.table(name) for name in ("prompts", "positions", "rollouts", "past_end")
@@ -235,6 +237,26 @@ def _existing(cfg: VllmRecordConfig) -> Trace | None:
         raise SimlabError(f"--resume: {cfg.out} holds another recording ({m.target_model} <- {m.draft_model}, "
                           f"{m.dataset}, {m.max_new_tokens} tokens); pass the same options or another --out")
     return trace
+
+
+# what a resumed recording keeps of the run it resumes: its running figures (TraceWriter adds this
+# run's to them) and when it began
+_RUNNING = ("wall_seconds", "peak_rss_mb", "other_cpu", "other_cpu_seconds")
+
+
+def _carry(before: Manifest, manifest: Manifest) -> None:
+    """Keep, in a resumed recording's ``manifest``, what the earlier run measured: its running
+    figures, its start, and the load beside vLLM's jobs where this run re-ran none of them (their
+    results came from disk, so this run's share is None: it saw no job)."""
+    manifest.created = before.created
+    for key in _RUNNING:
+        if key in before.extra:
+            manifest.extra[key] = before.extra[key]
+    if manifest.extra.get("generate_other_cpu") is None:
+        manifest.extra["generate_other_cpu"] = before.extra.get("generate_other_cpu")
+    probe, old = manifest.extra["probe"], before.extra.get("probe") or {}
+    if probe.get("other_cpu") is None:
+        probe["other_cpu"] = old.get("other_cpu")
 
 
 def _manifest(cfg: VllmRecordConfig, tokenizer, eos: list[int], engine: dict | None, extra: dict) -> Manifest:

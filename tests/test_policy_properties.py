@@ -27,9 +27,10 @@ SELF_SPECULATIVE = {"layerskip", "del"}  # draft with early-exit layers, not the
 TREES = {name for name, cls in REGISTRY.items() if cls.drafts_trees}
 # rest needs a datastore, which these traces lack (tests/test_lookup.py runs it)
 CHAINS = [name for name in REGISTRY if name not in TREES and name != "rest"]
-# (lookup policies draft by other means than the draft model: the oracle bounds none of them)
+# (lookup policies draft by other means than the draft model, and a policy whose rounds run past the budget,
+# vllm's, drafts outside the serial schedules the oracle searches: the oracle bounds none of them)
 SERIAL_SAME_DRAFT = [name for name, cls in REGISTRY.items() if not cls.parallel and not cls.needs_future
-                     and not cls.looks_up and name not in SELF_SPECULATIVE | TREES]
+                     and not cls.looks_up and not cls.past_end and name not in SELF_SPECULATIVE | TREES]
 ORACLE = {"max_draft": 64}  # more than any prompt's length: the true optimum over serial schedules
 
 

@@ -63,11 +63,14 @@ def test_the_engines_settings_are_the_translations_of_the_chosen_parameters(caps
     for c in rec["top"]:
         hf, llama = c["engines"]["Hugging Face transformers"], c["engines"]["llama.cpp"]
         assert llama.endswith(" ".join(policy_args(c["policy"], c["params"])))
+        vllm = c["engines"]["vLLM"]
         if c["policy"] == "sd":
             assert f"num_assistant_tokens={c['params']['gamma']}," in hf
             assert llama.endswith(" ".join(drafting_args(c["params"]["gamma"], 0, 0.0)))
-        else:
-            assert hf is None and "--spec-draft-p-min 0.5" in llama
+            config = json.loads(vllm.removeprefix("--speculative-config '").removesuffix("'"))
+            assert config == {"method": "draft_model", "model": "DRAFT", "num_speculative_tokens": c["params"]["gamma"]}
+        else:  # vLLM has no confidence stop
+            assert hf is None and "--spec-draft-p-min 0.5" in llama and vllm is None
 
 
 def test_sd_at_gamma_is_llama_cpps_rule_at_that_draft_max_without_stops():

@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[tuple[str, ...], str]] = {
     "live": (("live",), "Decode prompts for real under a policy and compare measured with predicted."),
     "llama-cpp": (("llama_cpp", "llama_serve"), "llama.cpp as the engine: build it, record traces with it, predict "
                                                 "its runs."),
+    "vllm": (("vllm",), "vLLM as the engine: install it, record traces with it, predict its speculative decoding."),
     "synth": (("synth",), "Write a synthetic trace: i.i.d., bursty (markov) or histogram-driven (table) acceptance."),
     "analytic": (("analytic",), "Expected tokens per round, walltime speedup and the optimal γ under i.i.d. acceptance;\n"
                                 "with --trace, the same beside the simulator and a run-length model, plus h(k), s and TPL."),

@@ -19,7 +19,7 @@ from pathlib import Path
 import typer
 
 from simlab.cli.app import app
-from simlab.cli.output import Force, frame_output
+from simlab.cli.output import Force, frame_output, positive_ints
 from simlab.common.errors import SimlabError
 from simlab.common.locations import portable_path
 
@@ -35,15 +35,7 @@ BATCH_HELP = ("Batch sizes to probe, e.g. 1,2,4,8: for each B > 1 the trace tool
 
 def _batches(spec: str) -> tuple[int, ...]:
     """``--batch 1,2,4,8`` -> (1, 2, 4, 8)."""
-    from simlab.record.ranges import int_ranges
-
-    try:
-        sizes = int_ranges(spec)
-    except ValueError as exc:
-        raise SimlabError(f"--batch: {exc}") from None
-    if min(sizes) < 1:
-        raise SimlabError(f"--batch sizes must be >= 1, got {spec!r}")
-    return sizes
+    return positive_ints(spec, "--batch")
 
 
 def _tools(jobs: int) -> tuple[Path, Path]:

@@ -56,6 +56,19 @@ def fmt(key: str, value: Any) -> str:
         return str(value)
 
 
+def positive_ints(spec: str, flag: str) -> tuple[int, ...]:
+    """``--batch 1,2,4-8`` -> (1, 2, 4, 5, 6, 7, 8); each at least 1."""
+    from simlab.record.ranges import int_ranges
+
+    try:
+        values = int_ranges(spec)
+    except ValueError as exc:
+        raise SimlabError(f"{flag}: {exc}") from None
+    if min(values) < 1:
+        raise SimlabError(f"{flag} values must be >= 1, got {spec!r}")
+    return values
+
+
 def parse_params(pairs: Iterable[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for pair in pairs:

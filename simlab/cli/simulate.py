@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -29,6 +30,13 @@ def load_inputs(trace: Optional[Path], latency: Optional[Path]):
     tr = read_trace(trace or default_trace())
     lat = load_profile(latency) if latency else None
     return tr, lat
+
+
+def vllm_model(name: str) -> str:
+    """What vLLM is given for a trace's model: an installed catalog model's directory, else the name."""
+    from simlab.models.cache import installed_path
+
+    return str(installed_path(name) or name)
 
 
 def topology_label(topology: Topology, given: Optional[Topology]) -> str:
@@ -66,6 +74,7 @@ def simulate(
     (SPIDE's cost), accepted drafts and tokens per target call, calls, acceptance and decode
     times, with what each figure is under the table.
     """
+    from simlab.policies.vllm import config_of
     from simlab.predictor.model import load_predictor
     from simlab.sim.run import Simulator
     from simlab.sim.timeline import write_chrome_trace
@@ -96,6 +105,7 @@ def simulate(
                                  seeds=spread_seeds, seed=seed, latency=lat, topology=sim.topology)
     elif spread_trace:
         raise SimlabError("--spread-trace needs a trace recorded at temperature > 0")
+    vllm_config = config_of(policy, res.params, vllm_model(tr.manifest.draft_model))
     if json_out:
         print_json({
             "policy": policy,
@@ -109,6 +119,7 @@ def simulate(
             "seed": seed,
             **summary,
             **({"spread": {"method": spread.describe(), **spread.to_dict()}} if spread is not None else {}),
+            **({"speculative_config": vllm_config} if vllm_config else {}),
         })
         return
     ref = summary.get("reference_gamma")
@@ -128,6 +139,8 @@ def simulate(
         console.print(f"one run at temperature {tr.manifest.temperature}: {spread.describe()}")
         for key, iv in spread.intervals.items():
             console.print(f"  {key}: {iv.mean:.3f} [{iv.low:.3f}, {iv.high:.3f}]")
+    if vllm_config:
+        console.print(f"vLLM, one request at a time: --speculative-config '{json.dumps(vllm_config)}'", soft_wrap=True)
     if res.summary.rollout_overruns:
         console.print(f"[yellow]note:[/] drafts ran past the recorded rollouts {res.summary.rollout_overruns} times "
                       "(their signals repeat the last rollout step)")

@@ -4,6 +4,7 @@ simulated one request at a time or, with ``--rate``, served under load at each r
 from __future__ import annotations
 
 import enum
+import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
@@ -14,7 +15,7 @@ from simlab.cli import serve_options as so
 from simlab.cli.app import EXIT_INTERRUPTED, app
 from simlab.cli.output import Force, console, fmt, frame_output, meanings
 from simlab.cli.serve import show_rates
-from simlab.cli.simulate import TopologyOption, load_inputs, topology_label, trace_label
+from simlab.cli.simulate import TopologyOption, load_inputs, topology_label, trace_label, vllm_model
 from simlab.common.errors import SimlabError
 from simlab.common.table_file import write_frame
 from simlab.serve.scheduler import DEFAULT_MAX_BATCH, DEFAULT_TOKEN_BUDGET
@@ -100,11 +101,31 @@ def sweep(
         console.print(results_table(table, shown))
         console.print("what the columns are:")
         console.print(meanings(SHOWN, SHOWN), highlight=False)
+    if load is None:
+        best = best_fixed_k(table, vllm_model(tr.manifest.draft_model))
+        if best is not None:
+            console.print(f"vLLM, one request at a time: the fastest fixed-K row, {best[0]}, as --speculative-config "
+                          f"'{json.dumps(best[1])}'", soft_wrap=True)
     console.print(f"{len(table)} configurations: {res.cached} from the cache, {res.computed} {'served' if load else 'simulated'}; "
                   f"{res.seconds:.1f} s with {res.workers} {executor.value} worker{'s' * (res.workers != 1)}"
                   + (f"; cached in {res.store}" if res.store else ""))
     if out is not None:
         console.print(f"wrote {write_frame(table, out)}")
+
+
+def best_fixed_k(table: pd.DataFrame, draft: str) -> tuple[str, dict] | None:
+    """The fastest row of a policy vLLM runs (sd, vllm) and its ``--speculative-config``, if any."""
+    import pandas as pd
+
+    from simlab.policies.vllm import FIXED_K, config_of
+
+    rows = table[table["policy"].isin(list(FIXED_K))]
+    if rows.empty:
+        return None
+    row = rows.loc[rows["speedup"].idxmax()]
+    params = {k: row[k] for k in FIXED_K.values() if k in row.index and pd.notna(row[k])}
+    config = config_of(str(row["policy"]), params, draft)
+    return (str(row["label"]), config) if config else None
 
 
 def _serve_load(rate, requests, max_batch, token_budget, gamma_by_batch, sd_off_above, smartspec, mixed_prefill,

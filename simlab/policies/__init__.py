@@ -35,12 +35,13 @@ from simlab.policies.specdecpp import SpecDecPP
 from simlab.policies.spide import Spide, SpideNoDynaDraft, SpideNoParaVerify
 from simlab.policies.suffix import SuffixDecoding
 from simlab.policies.trees import AcceptanceGuidedTree, Eagle2, StaticTree
+from simlab.policies.vllm import Vllm
 
 # Order of `simlab policies`: baselines, then the serial adaptive rules, the parallel methods,
 # self-speculative drafting, draft trees, drafting by lookup, and the serial-schedule bound.
 REGISTRY: dict[str, type[Policy]] = {cls.name: cls for cls in (
     Autoregressive, VanillaSD, HfHeuristic, HfConfidence, Svip, AdaEdl, DraftVerify, SpecDecPP,
-    AcceptanceGuided, Pacer, Pearl, Spide, SpideNoDynaDraft, SpideNoParaVerify, LayerSkip, Del, LlamaCpp, StaticTree,
+    AcceptanceGuided, Pacer, Pearl, Spide, SpideNoDynaDraft, SpideNoParaVerify, LayerSkip, Del, LlamaCpp, Vllm, StaticTree,
     Eagle2, AcceptanceGuidedTree, PromptLookup, Ngram, LookupThenDraft, SuffixDecoding, Rest, Oracle,
 )}
 

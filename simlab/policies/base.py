@@ -166,6 +166,8 @@ class PromptInfo:
     budget); the live decoder starts with the budget and lowers it when the target emits an
     end token. ``replay`` is the trace replay of this prompt; only the oracle policy (the
     declared exception, a serial-schedule bound) may read it. It is None in live decoding.
+    ``stop`` is where the prompt itself ends when the path given runs on past it, for a policy
+    with ``past_end`` (:mod:`simlab.trace.past_end`); ``n_tokens`` otherwise.
     """
 
     prompt_id: int
@@ -173,9 +175,11 @@ class PromptInfo:
     n_tokens: int
     budget: int = 0
     replay: Any = None
+    stop: int = 0
 
     def __post_init__(self) -> None:
         self.budget = max(self.budget, self.n_tokens)
+        self.stop = self.stop or self.n_tokens
 
 
 class AcceptancePredictor(Protocol):
@@ -233,6 +237,8 @@ class PolicyContext:
     temperature: float = 0.0
     #: Sequoia's positional acceptance from the trace: P(the target's token is the r-th candidate)
     rank_acceptance: Callable[[], list[float]] | None = None
+    #: the trace's budget (manifest max_new_tokens; 0: unknown), past which it recorded no token
+    max_new_tokens: int = 0
     #: the models' end tokens (the trace's manifest), which Hugging Face's prompt lookup cuts at
     eos_token_ids: list[int] = field(default_factory=list)
 
@@ -266,6 +272,11 @@ class Policy(ABC):
     #: follows a rejected end token is wasted, and an accepted one ends the prompt anyway.
     #: Parallel rounds never stop early: their window is fixed when the round starts.
     stops_at_draft_end: ClassVar[bool] = False
+    #: Positions past each prompt's end that the engine the policy models drafts and verifies
+    #: (vLLM: its K drafts of a request's last step, counted when accepted): the simulator replays
+    #: such a policy on the path extended that far (:mod:`simlab.trace.past_end`) and the policy
+    #: stops at the prompt's own end (:meth:`done`) and keeps only the tokens before it (:meth:`kept`).
+    past_end: int = 0
     #: True if the policy plans :class:`Lookup` rounds, which read the tokens themselves
     #: (:meth:`propose`), and prices its lookups (:meth:`lookup_seconds`).
     looks_up: ClassVar[bool] = False
@@ -363,6 +374,12 @@ class Policy(ABC):
         the prompt's end (llama.cpp's ``-n`` rule). Policies that keep this never stop early."""
         return False
 
+    def kept(self, committed: int) -> int:
+        """Of the ``committed`` tokens (position 0's included), those the engine outputs: all of
+        them, unless it cuts what its last verification accepted past its stop (vLLM's
+        ``max_tokens`` and end token). The executors count these as the prompt's tokens."""
+        return committed
+
     def describe(self) -> dict[str, Any]:
         return {"policy": self.name, **{p.name: getattr(self, p.name) for p in self.params}}
 
@@ -412,6 +429,8 @@ def check_choice(*options: str) -> Callable[[str, Any], str]:
 
 
 COUNT = Kind(int, "integer ≥ 1", check_positive_int)
+# a count whose 0 means "off" or "the trace's own" (llama.cpp's --draft-min and -n, vLLM's max_tokens)
+NON_NEGATIVE = Kind(int, "integer ≥ 0", lambda name, value: check_positive_int(name, value, minimum=0))
 PROBABILITY = Kind(float, "0 ≤ x ≤ 1", check_probability)
 POSITIVE = Kind(float, "x > 0", check_positive)
 BOOL = Kind(bool, "true or false", check_bool)

@@ -18,20 +18,16 @@ from simlab.common.errors import SimlabError
 from simlab.common.signals import TokenSignal
 from simlab.policies.base import (
     COUNT,
+    NON_NEGATIVE,
     PROBABILITY,
     Decision,
-    Kind,
     Param,
     Plan,
     Policy,
     PromptInfo,
     RoundState,
     Serial,
-    check_positive_int,
 )
-
-# --draft-min and -n, whose 0 means "off" (llama.cpp's default --draft-min; simlab's budget rule for -n)
-NON_NEGATIVE = Kind(int, "integer ≥ 0", lambda name, value: check_positive_int(name, value, minimum=0))
 
 
 class LlamaCpp(Policy):

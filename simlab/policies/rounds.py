@@ -55,7 +55,8 @@ Bookkeeping rules, defined here only:
   overrides ``Policy.settle`` sees the whole context once more (:class:`Propose` with cap 0,
   not priced), as vLLM's suffix cache takes a finished request's response.
 - A policy that overrides ``Policy.done`` may end a prompt before its end (an engine's own
-  stopping rule); :func:`decode` returns the tokens committed, which executors count.
+  stopping rule); :func:`decode` returns the tokens committed (those the policy's ``kept``
+  keeps: an engine may cut what it accepted past its stop), which executors count.
 - Nothing past the end is accepted, and the end token itself always counts as the target's:
   executors accept at most ``end - committed - 1`` drafts per verification, so decoding stops
   exactly at ``end`` whether the draft predicted the end token or not.
@@ -236,7 +237,7 @@ class PolicyError(RuntimeError):
 def decode(policy: Policy, prompt: PromptInfo) -> Generator[Request, object, int]:
     """Drive ``policy`` through one prompt until ``prompt.n_tokens`` tokens are committed
     (re-read every round: the live decoder lowers it when it meets an end token), or until
-    the policy is done; return the tokens committed."""
+    the policy is done; return the tokens committed that the policy keeps (``Policy.kept``)."""
     budget = prompt.budget
     committed = 1
     pending: tuple[TokenSignal, ...] = ()
@@ -336,7 +337,7 @@ def decode(policy: Policy, prompt: PromptInfo) -> Generator[Request, object, int
             policy.observe_shadows((yield Shadow(start, accepted + 1)))
     if settles:
         yield build(Propose, (committed, 0, policy.settle, policy.lookup_seconds))
-    return committed
+    return policy.kept(committed)
 
 
 def _tree_round(policy: Policy, plan: TreePlan, start: int, cap: int) -> Generator[Request, object, int]:

@@ -25,7 +25,7 @@ from simlab.record import machine
 from simlab.trace.io import Trace, empty_table, update_trace, write_trace
 from simlab.trace.schema import Manifest, with_defaults
 
-ROW_TABLES = ("prompts", "positions", "rollouts", "layers", "topk", "tree")
+ROW_TABLES = ("prompts", "positions", "rollouts", "layers", "topk", "tree", "past_end")
 
 
 @dataclass
@@ -91,6 +91,7 @@ class TraceWriter:
             layers=self.table("layers") if self.with_layers else None,
             topk=self.table("topk") if self.manifest.topk else None,
             tree=self.table("tree") if self.manifest.tree_depth else None,
+            past_end=self.table("past_end") if self.frames["past_end"] else None,
         )
         if self.fresh:
             write_trace(trace, self.out)

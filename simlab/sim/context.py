@@ -51,4 +51,5 @@ def policy_context(latency: LatencyGrid | None, context_len: int, topology: Topo
                          tree_topk=manifest.topk if manifest else 0,
                          tree_depth=manifest.tree_depth if manifest else 0,
                          temperature=manifest.temperature if manifest else 0.0, rank_acceptance=rank_acceptance,
+                         max_new_tokens=manifest.max_new_tokens if manifest else 0,
                          eos_token_ids=list(manifest.eos_token_ids) if manifest else [])

@@ -162,7 +162,8 @@ class SimExecutor:
         counts, tokens, pl, end = run.counts, run.tokens, rp.prompt_len, rp.n_tokens
         overruns_before = rp.rollout_overruns
         clock = t0  # this prompt's time; env.now catches up at the end
-        gen = decode(policy, PromptInfo(rp.prompt_id, pl, end, rp.budget, replay=rp if policy.needs_future else None))
+        gen = decode(policy, PromptInfo(rp.prompt_id, pl, end, rp.budget, replay=rp if policy.needs_future else None,
+                                        stop=rp.stop))
         send, signals, draft_until = gen.send, rp.signals, rp.draft_until
         answer = None
         unpaid = 0  # tokens drafted since the last target forward, not yet priced
@@ -188,6 +189,8 @@ class SimExecutor:
                 req = send(answer)
             except StopIteration as stop:
                 end = stop.value  # the tokens committed: the prompt's end unless the policy stopped first
+                if tokens is not None and len(tokens) > end - 1:  # an engine that cuts its output there (vllm)
+                    del tokens[end - 1:]
                 break
             kind = type(req)
             if kind is DraftRun:

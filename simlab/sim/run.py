@@ -22,6 +22,7 @@ from simlab.sim.executor import SimExecutor, warn_once
 from simlab.sim.trees import TreeRounds
 from simlab.sim.vanilla import FixedGammaSD
 from simlab.trace.io import Trace
+from simlab.trace.past_end import extended
 from simlab.trace.replay import TraceReplay
 from simlab.trace.tree_replay import rank_acceptance
 
@@ -51,19 +52,27 @@ class Reference:
     per_prompt_calls: dict[int, int]
 
 
+# Engines whose timed verification also runs the draft over the verified tokens (llama.cpp's
+# keeps the draft's cache in step; vLLM's draft forward over them is inside its step's sample,
+# simlab.engines.vllm.steps): no round of theirs pays a catch-up on top.
+VERIFY_FEEDS_DRAFT = ("llama.cpp", "vllm")
+
+
 def latency_of(trace: Trace) -> TableLatency:
     """The latency model of a trace's own measured samples. A llama.cpp trace whose trace tool
     timed no plain decoding step (``target_step``: recorded before 2026-11-28) prices AD with
     one-token verifications, which also run the draft: it says so on stderr, once per process
     and trace."""
     name = f"{trace.path.name if trace.path else 'trace'} samples"
-    llama = trace.manifest.extra.get("engine") == "llama.cpp"
+    engine = trace.manifest.extra.get("engine")
+    llama = engine == "llama.cpp"
     if llama and not (trace.latency["op"] == "target_step").any():
         warn_once(f"simlab: warning: {name}: this llama.cpp trace has no plain decoding steps (target_step), so "
                   "its AD baseline is priced as one-token verifications, which also run the draft: speedups come "
                   "out high. Time its steps again: simlab llama-cpp record --out TRACE --reprobe")
     return TableLatency.from_samples(trace.latency, name=name, hardware=trace.manifest.hardware,
-                                     draft_layer=trace.manifest.draft_layer, verify_feeds_draft=llama)
+                                     draft_layer=trace.manifest.draft_layer,
+                                     verify_feeds_draft=engine in VERIFY_FEEDS_DRAFT)
 
 
 class Simulator:
@@ -95,6 +104,7 @@ class Simulator:
         self._trees: TreeRounds | None = None  # tree policies in closed form
         self._del = None  # DEL's rounds, compiled (simlab.sim.del_rounds)
         self._spide = None  # SPIDE's rounds, compiled (simlab.sim.spide_rounds)
+        self._past_end: dict[int, TraceReplay] = {}  # replays of the paths run past the prompts' ends, by length
         self._lookup = None  # prompt lookup's rounds, compiled (simlab.sim.lookup_rounds)
 
     def context(self) -> PolicyContext:
@@ -132,7 +142,7 @@ class Simulator:
             sim = self._lookup_rounds().simulate(pol)
         if sim is None:
             executor = SimExecutor(self.latency, self.topology, keep_tokens=keep_tokens, timeline_prompt=timeline_prompt)
-            sim = executor.run(self.replay, pol)
+            sim = executor.run(self.past_end_replay(pol.past_end) if pol.past_end else self.replay, pol)
         ref = self.reference() if with_cost else None
         summary = Summary.from_counts(total(r.counts for r in sim.prompts), ref.target_calls if ref else None,
                                      sim.positions)
@@ -147,6 +157,23 @@ class Simulator:
         timeline = [s for r in sim.prompts for s in r.slices]
         tokens = {r.prompt_id: r.tokens for r in sim.prompts} if keep_tokens else None
         return SimResult(policy, pol.describe(), summary, pd.DataFrame(rows), sim.positions, timeline, tokens)
+
+    def past_end_replay(self, tail: int) -> TraceReplay:
+        """The replay of the trace's paths run ``tail`` positions past each prompt's end, for a
+        policy whose engine drafts there (``Policy.past_end``: vLLM). On a trace that holds fewer
+        (not recorded by ``simlab vllm record``) an acceptance past the end counts as a rejection,
+        and stderr says so, once."""
+        replay = self._past_end.get(tail)
+        if replay is None:
+            ext = extended(self.trace, tail)
+            if ext.padded:
+                name = self.trace.path.name if self.trace.path else "the trace"
+                warn_once(f"simlab: warning: {name} holds fewer than {tail} tokens past the end of {ext.padded} of its "
+                          f"{self.trace.n_prompts} prompts (past_end.parquet): the engine modelled drafts and counts "
+                          "acceptances there in each prompt's last step, which are counted as rejections (accepted "
+                          "is then a lower bound); `simlab vllm record` records them")
+            replay = self._past_end[tail] = TraceReplay(ext.trace, self.seed)
+        return replay
 
     def _rank_acceptance(self) -> list[float]:
         ranks = [p.ranks for p in self.replay.prompts]

@@ -18,12 +18,11 @@ and what does one set in the engine (``simlab recommend``).
    moves the winner's figure most, or changes the winner, is named.
 5. **The engine's own settings**: one function per engine (:data:`ENGINES`) turns a policy and
    its parameters into what that engine is given, or None where the engine has no such rule.
-   vLLM's ``--speculative-config`` joins the table once its translation (issue 40,
-   ``simlab/engines/vllm/``) lands.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -34,6 +33,7 @@ from simlab.engines.llama_cpp.args import policy_args
 from simlab.latency.model import LatencyModel
 from simlab.policies import REGISTRY
 from simlab.policies.hf import assistant_settings
+from simlab.policies.vllm import config_of
 from simlab.sim.devices import Topology
 from simlab.sim.run import Simulator
 from simlab.sim.spread import prompt_spread
@@ -77,10 +77,18 @@ def llama_cpp_settings(policy: str, params: dict[str, Any]) -> str | None:
     return None if args is None else "-md DRAFT.gguf --spec-type draft-simple " + " ".join(args)
 
 
-# engine -> its translation; vLLM's --speculative-config joins once simlab/engines/vllm/ (issue 40) lands
+def vllm_settings(policy: str, params: dict[str, Any]) -> str | None:
+    """vLLM's ``--speculative-config`` (``vllm serve`` and ``LLM(speculative_config=...)``), for one
+    request at a time: the draft model with its fixed K (``simlab/policies/vllm.py``)."""
+    config = config_of(policy, params, "DRAFT")
+    return None if config is None else f"--speculative-config '{json.dumps(config)}'"
+
+
+# engine -> its translation
 ENGINES: dict[str, Callable[[str, dict[str, Any]], str | None]] = {
     "Hugging Face transformers": hf_settings,
     "llama.cpp": llama_cpp_settings,
+    "vLLM": vllm_settings,
 }
 
 

@@ -74,6 +74,8 @@ RULES: dict[str, dict[str, Rule]] = {
                                 f"null, not finite, not positive or above {MAX_FORWARD_SECONDS:g} s")},
 }
 
+RULES["past_end"] = RULES["positions"]  # the same columns, past each prompt's end
+
 
 def _row(df: pd.DataFrame, i: int) -> str:
     """Where row ``i`` of a table is, in the trace's own terms."""
@@ -132,7 +134,7 @@ def validate(trace: Trace) -> None:
         raise SimlabError(f"{where}: temperature must be >= 0, got {m.temperature}")
     if trace.prompts.empty:
         raise SimlabError(f"{where}: prompts.parquet lists no prompts")
-    for name in ("prompts", "positions", "rollouts", "layers", "topk", "tree", "latency"):
+    for name in ("prompts", "positions", "rollouts", "layers", "topk", "tree", "past_end", "latency"):
         df = trace.table(name)
         if df is not None:
             check_columns(name, with_defaults(name, df), where)
@@ -141,6 +143,7 @@ def validate(trace: Trace) -> None:
     _check_rollout_layers(trace, where)
     _check_rollout_tails(trace, where)
     _check_trees(trace, where)
+    _check_past_end(trace, where)
     validate_latency(trace.latency, where)
 
 
@@ -166,6 +169,26 @@ def _check_positions(trace: Trace, where: str) -> None:
             )
     if pos.duplicated(["prompt_id", "pos"]).any():
         raise SimlabError(f"{where}: positions.parquet has a (prompt_id, pos) pair twice")
+
+
+def _check_past_end(trace: Trace, where: str) -> None:
+    """past_end.parquet continues a prompt's path: positions n_tokens, n_tokens + 1, ... each once
+    (a prompt may have none)."""
+    past = trace.past_end
+    if past is None or past.empty:
+        return
+    n = past["prompt_id"].map(trace.prompts.set_index("prompt_id")["n_tokens"])
+    if n.isna().any():
+        first = past.loc[n.isna(), "prompt_id"].iat[0]
+        raise SimlabError(f"{where}: past_end.parquet has rows of prompt {first}, which prompts.parquet does not list")
+    t = past.assign(n=n.astype(int)).sort_values(["prompt_id", "pos"], kind="stable")
+    offset = t.groupby("prompt_id").cumcount().to_numpy()
+    bad = t["pos"].to_numpy() != t["n"].to_numpy() + offset
+    if bad.any():
+        row = t.iloc[int(np.flatnonzero(bad)[0])]
+        raise SimlabError(f"{where}: past_end.parquet must continue each prompt's path from its n_tokens, one row per "
+                          f"position; prompt {row['prompt_id']} has position {row['pos']} where "
+                          f"{row['n'] + offset[int(np.flatnonzero(bad)[0])]} was due")
 
 
 def _check_layers(trace: Trace, where: str) -> None:

@@ -37,7 +37,7 @@ from simlab.trace.schema import (
 from simlab.trace.tables import Trace
 
 # Written in this order; prompts last, because it is the commit record.
-WRITE_ORDER = ("latency", "positions", "rollouts", "layers", "topk", "tree", "prompts")
+WRITE_ORDER = ("latency", "positions", "rollouts", "layers", "topk", "tree", "past_end", "prompts")
 
 
 def empty_table(name: str) -> pd.DataFrame:
@@ -114,7 +114,7 @@ def read_trace(path: str | os.PathLike, allow_empty: bool = False) -> Trace:
             raise SimlabError(f"incomplete trace (interrupted write?): {root}: {file.name} is missing")
         tables[name] = _read_table(root, name, file)
     done = set(tables["prompts"]["prompt_id"].tolist())
-    for name in ("positions", "rollouts", "layers", "topk", "tree"):
+    for name in ("positions", "rollouts", "layers", "topk", "tree", "past_end"):
         df = tables[name]
         if df is not None and not df["prompt_id"].isin(done).all():
             # Rows of a prompt whose recording was interrupted before it was committed.

@@ -103,9 +103,15 @@ class PromptReplay:
     # candidates per position, and the recorded EAGLE-2 trees (None without tree.parquet)
     ranks: list[int] = field(default_factory=list)
     expansions: Expansions | None = None
+    # where the prompt itself ends on a path extended past it (simlab.trace.past_end: the engine
+    # stops there); n_tokens on any other trace
+    stop: int = 0
     # the prompt's token ids (prompts.parquet's prompt_token_ids; None in traces without them),
     # which drafting by lookup reads
     prompt_tokens: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        self.stop = self.stop or self.n_tokens
 
     def __repr__(self) -> str:
         return f"PromptReplay(prompt_id={self.prompt_id}, prompt_len={self.prompt_len}, n_tokens={self.n_tokens})"
@@ -323,6 +329,7 @@ class TraceReplay:
         self.prompt_ids = table["prompt_id"].to_numpy(np.int64)
         self.prompt_lens = table["prompt_len"].to_numpy(np.int64)
         self.lengths = table["n_tokens"].to_numpy(np.int64)
+        self.ends = table["end"].to_numpy(np.int64) if "end" in table else self.lengths  # simlab.trace.past_end
         budget = int(trace.manifest.max_new_tokens)
         self.budgets = np.maximum(self.lengths, np.where(table["stop"].to_numpy() == "eos", budget, 0))
         self._prompts: list[PromptReplay] | None = None
@@ -366,8 +373,9 @@ class TraceReplay:
                                           columns["target"])
         ids = table_ids(trace.prompts, self.prompt_ids)
         prompts = []
-        for i, (pid, prompt_len, n, budget) in enumerate(zip(self.prompt_ids.tolist(), self.prompt_lens.tolist(),
-                                                            self.lengths.tolist(), self.budgets.tolist())):
+        for i, (pid, prompt_len, n, budget, stop) in enumerate(zip(self.prompt_ids.tolist(), self.prompt_lens.tolist(),
+                                                                  self.lengths.tolist(), self.budgets.tolist(),
+                                                                  self.ends.tolist())):
             draft = DraftPath(
                 accept=columns["accept"][i],
                 run=columns["run"][i],
@@ -388,6 +396,7 @@ class TraceReplay:
                 layers=layers.get(pid, {}),
                 ranks=columns["ranks"][i],
                 expansions=expansions.get(pid),
+                stop=stop,
                 prompt_tokens=ids[i] if ids is not None else None,
             ))
         return prompts

@@ -13,6 +13,8 @@ directory::
       layers.parquet      optional: per exit layer, the early-exit token and confidence
       topk.parquet        optional (``--topk K``): the draft's top-K candidates at every position
       tree.parquet        optional (``--tree-depth D``): EAGLE-2's candidate tree at every position
+      past_end.parquet    optional (``simlab vllm record``): the target's path run on past each
+                          prompt's end (its end token, its budget), with the draft's signals there
       latency.parquet     forward-latency samples measured on the recording hardware
 
 Conventions used by every table (the one place they are defined):
@@ -39,6 +41,20 @@ SCHEMA_VERSION = 1
 
 MANIFEST = "manifest.json"
 
+# Columns of a generated position: positions.parquet, and past_end.parquet past the prompt's end.
+POSITION_COLUMNS = {
+    "prompt_id": "int32",
+    "pos": "int32",
+    "target_token": "int32",  # the target's token: the output path
+    "draft_token": "int32",  # the draft's token given the true prefix
+    "draft_conf": "float32",  # draft top-1 probability (SPIDE eq. 2)
+    "draft_entropy": "float32",  # draft entropy in nats (SVIP, AdaEDL)
+    "q_target": "float32",  # draft probability of the target token
+    "p_target": "float32",  # target probability of the target token
+    "p_draft": "float32",  # target probability of the draft token
+    "accept_prob": "float32",  # sum_x min(p, q) at the recorded temperature
+}
+
 # table name -> {column: arrow type name}. Columns listed here are required; a table may carry
 # extra columns (e.g. ``predictor_score`` or ``feat_*`` features) which are kept as they are.
 TABLES: dict[str, dict[str, str]] = {
@@ -50,18 +66,7 @@ TABLES: dict[str, dict[str, str]] = {
         "stop": "string",  # "eos" or "length"
         "prompt_text": "string",
     },
-    "positions": {
-        "prompt_id": "int32",
-        "pos": "int32",
-        "target_token": "int32",  # the target's token: the output path
-        "draft_token": "int32",  # the draft's token given the true prefix
-        "draft_conf": "float32",  # draft top-1 probability (SPIDE eq. 2)
-        "draft_entropy": "float32",  # draft entropy in nats (SVIP, AdaEDL)
-        "q_target": "float32",  # draft probability of the target token
-        "p_target": "float32",  # target probability of the target token
-        "p_draft": "float32",  # target probability of the draft token
-        "accept_prob": "float32",  # sum_x min(p, q) at the recorded temperature
-    },
+    "positions": POSITION_COLUMNS,
     "rollouts": {
         "prompt_id": "int32",
         "pos": "int32",  # the position where the draft diverged from the target; n_tokens: the tail
@@ -74,6 +79,10 @@ TABLES: dict[str, dict[str, str]] = {
         # differs from the target's
         "layer": "int32",
     },
+    # the path past each prompt's end, positions n_tokens, n_tokens + 1, ...: the target decoding on
+    # as if it had not stopped (past its end token, past the budget), the draft given that prefix;
+    # what an engine that drafts and verifies past the end (vLLM) meets there (simlab.trace.past_end)
+    "past_end": POSITION_COLUMNS,
     "layers": {
         "prompt_id": "int32",
         "pos": "int32",
@@ -131,7 +140,7 @@ class Topology(str, enum.Enum):
     ONE_DEVICE = "one-device"
 
 
-OPTIONAL_TABLES = frozenset({"layers", "topk", "tree"})
+OPTIONAL_TABLES = frozenset({"layers", "topk", "tree", "past_end"})
 # Forwards the latency probe times: the draft's one-token step and the target's k-token forward
 # (every trace has both), and, from the probe's tree axis, the same forwards under a tree
 # attention mask: the target's verification of a tree (k tokens: the last committed one and

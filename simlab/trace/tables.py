@@ -19,7 +19,8 @@ class Trace:
     """A trace in memory: the manifest and one DataFrame per table.
 
     ``layers`` is None when the trace has no per-layer early-exit signals, ``topk`` and
-    ``tree`` when it was recorded without ``--topk`` / ``--tree-depth``.
+    ``tree`` when it was recorded without ``--topk`` / ``--tree-depth``, ``past_end`` when it
+    holds no positions past the prompts' ends (every trace but ``simlab vllm record``'s).
     """
 
     manifest: Manifest
@@ -31,6 +32,7 @@ class Trace:
     path: Path | None = None
     topk: pd.DataFrame | None = None
     tree: pd.DataFrame | None = None
+    past_end: pd.DataFrame | None = None
 
     @property
     def n_prompts(self) -> int:
@@ -60,4 +62,5 @@ class Trace:
             layers=keep(self.layers),
             topk=keep(self.topk),
             tree=keep(self.tree),
+            past_end=keep(self.past_end),
         )

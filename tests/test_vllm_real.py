@@ -1,0 +1,119 @@
+"""vLLM itself, predicted by simlab: a real SmolLM2 self-speculative decode, counted step by step.
+
+Needs vLLM's environment (``simlab vllm install``, which .ci/run runs: about 3 minutes once, cached
+under $SIMLAB_CACHE/engines) and SmolLM2. Records a small trace with vLLM (two prompts, 24 tokens,
+the path run 8 tokens past each end), then predicts ``simlab vllm run`` with K = 3 and runs it, each
+prompt alone and both at once: every request's per-step drafted and accepted counts and vLLM's own
+counters must be the prediction's, including each request's last step, which drafts past
+``max_tokens`` and counts what it accepts there. The run is interrupted once (Ctrl-C after its first
+batch) and resumed. A model vLLM cannot load is refused in one line.
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+import pandas as pd
+import pytest
+
+pytest.importorskip("transformers", reason="the trace's signals need the models extra")
+
+from simlab.cli import main  # noqa: E402
+from simlab.common.errors import SimlabError  # noqa: E402
+from simlab.engines.vllm.install import locate  # noqa: E402
+from simlab.models import install  # noqa: E402
+from simlab.sim.run import Simulator  # noqa: E402
+from simlab.trace.io import read_trace  # noqa: E402
+from tests.helpers import simlab_cmd  # noqa: E402
+from tests.test_bad_inputs import run_cli  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+try:
+    locate()
+    MISSING = None
+except SimlabError as exc:
+    MISSING = str(exc)
+if MISSING:
+    pytestmark = [pytestmark, pytest.mark.skip(reason=MISSING)]
+
+K, TOKENS = 3, 24
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory):
+    install("smollm2")
+    out = tmp_path_factory.mktemp("vllm") / "trace"
+    main(["vllm", "record", "--out", str(out), "--prompts", "humaneval:2", "--max-new-tokens", str(TOKENS),
+          "--k", str(K), "--batch", "1,2", "--probe-steps", "3", "--rollout", "4", "--quiet"])
+    return out
+
+
+def test_the_trace_holds_the_path_past_each_end_and_vllms_steps(trace):
+    t = read_trace(trace)
+    assert t.manifest.extra["engine"] == "vllm"
+    assert t.past_end.groupby("prompt_id")["pos"].count().tolist() == [8, 8]
+    assert (t.positions["draft_token"] == t.positions["target_token"]).all()  # SmolLM2 drafting for itself
+    ops = set(t.latency["op"])
+    assert {"draft_step", "target_forward", "target_step"} <= ops
+    assert set(t.latency.loc[t.latency["op"] == "target_forward", "k"]) == {K + 1}
+    assert {1, 2} <= set(t.latency["batch"])
+
+
+def test_resuming_a_finished_recording_keeps_what_it_measured(trace):
+    # every job's results come from disk: nothing is measured again, so nothing measured is replaced
+    before = read_trace(trace).manifest
+    main(["vllm", "record", "--out", str(trace), "--prompts", "humaneval:2", "--max-new-tokens", str(TOKENS),
+          "--k", str(K), "--batch", "1,2", "--probe-steps", "3", "--rollout", "4", "--quiet", "--resume"])
+    after = read_trace(trace).manifest
+    assert after.created == before.created
+    assert after.extra["probe"]["other_cpu"] == before.extra["probe"]["other_cpu"] is not None
+    assert after.extra["generate_other_cpu"] == before.extra["generate_other_cpu"] is not None
+    assert before.extra["wall_seconds"] <= after.extra["wall_seconds"] < before.extra["wall_seconds"] + 30
+
+
+def test_vllm_counts_equal_the_prediction_step_by_step_and_resume_after_ctrl_c(trace, tmp_path):
+    out = tmp_path / "run"
+    cmd = simlab_cmd("vllm", "run", "--trace", trace, "--out", out, "--k", K, "--batch", "1,2", "--repeats", "1",
+                     "--quiet")
+    first = out / "runs" / "speculative-r0.jsonl"
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    while proc.poll() is None and not (first.exists() and '"type": "batch"' in first.read_text()):
+        time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGINT)
+    proc.wait(timeout=120)
+    kept = [line for line in first.read_text().splitlines() if '"type": "batch"' in line]
+    assert 1 <= len(kept) < 3  # interrupted after its first batch, before the last
+    prediction = json.loads((out / "prediction.json").read_text())
+    main([str(a) for a in cmd[3:]])
+    assert json.loads((out / "prediction.json").read_text()) == prediction  # made once, before the first run
+    again = [line for line in first.read_text().splitlines() if '"type": "batch"' in line]
+    assert again[: len(kept)] == kept and len(again) == 3  # resumed: the batches measured before stay as they were
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["requests"] == 4 and summary["requests_all_steps_equal"] == 4, summary
+    assert summary["vllm_counters_equal_prediction"], summary
+    assert summary["tokens_equal_plain"] == 4  # speculation changed no token
+    requests = pd.read_csv(out / "requests.csv")
+    assert (requests["output_tokens_measured"] == TOKENS).all()
+
+
+def test_the_last_step_counts_acceptances_past_max_tokens(trace):
+    """The rule the vllm policy adds to vanilla SD: without it the accepted count comes out short."""
+    sim = Simulator(read_trace(trace))
+    vllm = sim.run("vllm", {"num_speculative_tokens": K}, with_cost=False).summary
+    sd = sim.run("sd", {"gamma": K}, with_cost=False).summary
+    assert vllm.accepted > sd.accepted and vllm.drafted > sd.drafted
+
+
+def test_a_model_vllm_cannot_load_is_refused_in_one_line(tmp_path, capsys):
+    model = install("smollm2")[0].path
+    broken = tmp_path / "broken"
+    shutil.copytree(model, broken)
+    weights = broken / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:4096])  # cut short
+    code, _, err = run_cli(capsys, "vllm", "record", "--out", tmp_path / "t", "--target", broken, "--draft", broken,
+                           "--prompts", "humaneval:1", "--max-new-tokens", "4", "--quiet")
+    assert code == 2 and err.startswith("simlab: error: vLLM could not start: ") and err.count("\n") == 1, err

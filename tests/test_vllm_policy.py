@@ -156,3 +156,15 @@ def test_simulate_and_sweep_write_vllms_speculative_config(capsys):
     best = max(range(1, 7), key=lambda g: Simulator(read_trace(trace)).run("sd", {"gamma": g}).summary.speedup)
     assert code == 0 and f'the fastest fixed-K row, sd(gamma={best}),' in out
     assert f'"num_speculative_tokens": {best}}}' in out
+
+
+def test_a_self_speculative_trace_gets_no_speculative_config(capsys):
+    # its draft is the target's first 24 layers: no model vLLM's draft_model speculation can load
+    from simlab.common.locations import TRACES
+    from tests.test_bad_inputs import run_cli
+
+    trace = TRACES / "smollm2-selfspec"
+    code, out, _ = run_cli(capsys, "simulate", "--trace", trace, "--policy", "sd", "--json")
+    assert code == 0 and "speculative_config" not in json.loads(out)
+    code, out, _ = run_cli(capsys, "sweep", "--trace", trace, "--policy", "sd:gamma=1..3", "--workers", "1", "--no-cache")
+    assert code == 0 and "--speculative-config" not in out

@@ -32,11 +32,16 @@ def load_inputs(trace: Optional[Path], latency: Optional[Path]):
     return tr, lat
 
 
-def vllm_model(name: str) -> str:
-    """What vLLM is given for a trace's model: an installed catalog model's directory, else the name."""
+def vllm_draft(manifest) -> str | None:
+    """What vLLM is given as the draft model of a trace: an installed catalog model's directory, else
+    its name; None where the draft is the target's own first layers (a self-speculative trace),
+    which vLLM's draft_model speculation cannot run."""
     from simlab.models.cache import installed_path
+    from simlab.trace.schema import NO_LAYER
 
-    return str(installed_path(name) or name)
+    if manifest.draft_layer != NO_LAYER:
+        return None
+    return str(installed_path(manifest.draft_model) or manifest.draft_model)
 
 
 def topology_label(topology: Topology, given: Optional[Topology]) -> str:
@@ -105,7 +110,8 @@ def simulate(
                                  seeds=spread_seeds, seed=seed, latency=lat, topology=sim.topology)
     elif spread_trace:
         raise SimlabError("--spread-trace needs a trace recorded at temperature > 0")
-    vllm_config = config_of(policy, res.params, vllm_model(tr.manifest.draft_model))
+    draft = vllm_draft(tr.manifest)
+    vllm_config = config_of(policy, res.params, draft) if draft else None
     if json_out:
         print_json({
             "policy": policy,

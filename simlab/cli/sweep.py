@@ -15,7 +15,7 @@ from simlab.cli import serve_options as so
 from simlab.cli.app import EXIT_INTERRUPTED, app
 from simlab.cli.output import Force, console, fmt, frame_output, meanings
 from simlab.cli.serve import show_rates
-from simlab.cli.simulate import TopologyOption, load_inputs, topology_label, trace_label, vllm_model
+from simlab.cli.simulate import TopologyOption, load_inputs, topology_label, trace_label, vllm_draft
 from simlab.common.errors import SimlabError
 from simlab.common.table_file import write_frame
 from simlab.serve.scheduler import DEFAULT_MAX_BATCH, DEFAULT_TOKEN_BUDGET
@@ -102,7 +102,8 @@ def sweep(
         console.print("what the columns are:")
         console.print(meanings(SHOWN, SHOWN), highlight=False)
     if load is None:
-        best = best_fixed_k(table, vllm_model(tr.manifest.draft_model))
+        draft = vllm_draft(tr.manifest)
+        best = best_fixed_k(table, draft) if draft else None
         if best is not None:
             console.print(f"vLLM, one request at a time: the fastest fixed-K row, {best[0]}, as --speculative-config "
                           f"'{json.dumps(best[1])}'", soft_wrap=True)

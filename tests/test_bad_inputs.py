@@ -340,6 +340,7 @@ CASES: list[tuple[str, Callable[[Ctx], list], int, str]] = [
                                              "--prompts", c.text("p.txt", "def f():\n")], 2,
      "--draft-layer 5: the target {tmp}/model has 4 decoder layers"),
     ("live-oracle", lambda c: [*LIVE, "--policy", "oracle"], 2, "sees the future; it exists only in simulation"),
+    ("live-vllm", lambda c: [*LIVE, "--policy", "vllm"], 2, "check it on that engine with `simlab vllm run`"),
     ("record-device-tpu", lambda c: ["record", "--target", c.model(4), "--exit-layers", "2", "--device", "tpu", "--out",
                                      c.tmp / "t"], 2, "--device must be cpu, cuda or cuda:N"),
     ("record-temperature-inf", lambda c: ["record", "--target", c.model(4), "--exit-layers", "2", "--temperature", "inf",

@@ -143,7 +143,7 @@ class BatchedDecoder:
         if len(policies) != len(prompts) or not prompts:
             raise SimlabError("batched decoding needs one policy object per prompt, and at least one prompt")
         for p in policies:
-            if p.parallel or p.needs_shadows or p.needs_future:
+            if p.parallel or p.needs_shadows or p.needs_future or p.checked_by:
                 raise SimlabError(f"batched decoding serves serial policies that need no shadow tokens; {p.name} "
                                   "is not one")
         x, eos = self.x, self.x.eos

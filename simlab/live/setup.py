@@ -77,6 +77,10 @@ class LiveSetup:
             raise SimlabError(f"unknown policy {cfg.policy!r}; known policies: {', '.join(sorted(REGISTRY))}")
         if REGISTRY[cfg.policy].needs_future:
             raise SimlabError(f"policy {cfg.policy!r} sees the future; it exists only in simulation")
+        if REGISTRY[cfg.policy].checked_by:
+            raise SimlabError(f"policy {cfg.policy!r} models an engine whose last step drafts and counts past the "
+                              f"budget, which simlab's decoder does not do: check it on that engine with "
+                              f"`{REGISTRY[cfg.policy].checked_by}`")
         self.trees = REGISTRY[cfg.policy].drafts_trees
         if self.trees and cfg.temperature > 0 and cfg.compare:
             raise SimlabError(f"policy {cfg.policy!r} drafts trees, which the simulator replays under greedy "

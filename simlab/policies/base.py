@@ -254,6 +254,9 @@ class Policy(ABC):
     choices: ClassVar[str] = ""
     #: True for the oracle: it reads the replay (future acceptance) and is only a bound (over serial schedules).
     needs_future: ClassVar[bool] = False
+    #: Where a policy models another engine's decoding that simlab's own decoder does not run, the
+    #: command that checks it against that engine (``simlab live`` refuses it and names this).
+    checked_by: ClassVar[str | None] = None
     #: True if the policy may plan parallel rounds.
     parallel: ClassVar[bool] = False
     #: False for a policy that never drafts (autoregressive decoding): no draft model runs, so its

@@ -43,6 +43,8 @@ class Vllm(VanillaSD):
               "or end token)", NON_NEGATIVE),
     )
     past_end = 4  # K past each prompt's end (the default K; each instance its own)
+    # simlab's decoder stops at its budget; vLLM drafts and counts acceptances past max_tokens
+    checked_by = "simlab vllm run"
     choices = ("the trace's path runs K positions past each prompt's end (past_end.parquet, `simlab vllm record`); "
                "on a trace without it an acceptance there counts as a rejection (a lower bound); prefix caching, "
                "which adds a step of K placeholder drafts to a request whose prompt is cached but one token, "

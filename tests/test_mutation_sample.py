@@ -5,8 +5,8 @@ more, each applied to a temporary copy of the ``simlab`` package; the fast subse
 files of ``[tool.mutmut] pytest_add_cli_args_test_selection`` in pyproject.toml) is run
 against the copy and must fail. A surviving mutant means a test stopped checking something.
 
-One mutant run costs about a minute on 2 cores (33 of them, 40 minutes or more: past CI's budget
-on a loaded machine, issue 44), so the runs are a named command,
+One mutant run costs 60-125 s on 2 cores (issue 44's timing; 33 of them: half of CI's budget on a
+loaded machine), so the runs are a named command,
 ``python -m pytest tests/test_mutation_sample.py --mutants``; the default suite checks only that
 every mutant still applies to the current source.
 """

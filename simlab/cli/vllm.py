@@ -154,6 +154,7 @@ def run_command(
     from simlab.models.load import resolve
     from simlab.record.vllm import check_tokenizer
     from simlab.trace.io import read_trace
+    from simlab.trace.schema import NO_LAYER
 
     if k < 1 or repeats < 1:
         raise SimlabError("--k and --repeats must be >= 1")
@@ -162,7 +163,7 @@ def run_command(
         trace = trace.select_prompts(sorted(trace.prompts["prompt_id"])[:prompts])
     m = trace.manifest
     budget = max_tokens or m.max_new_tokens
-    if m.draft_layer != -1:
+    if m.draft_layer != NO_LAYER:
         raise SimlabError(f"{trace_path} is self-speculative (its draft is the target's first {m.draft_layer} layers); "
                           "vLLM's draft_model speculation runs a separate draft model: record a trace of the pair with "
                           "`simlab vllm record`")

@@ -80,3 +80,27 @@ def test_record_refuses_bad_options(tmp_path, capsys, args, fragment):
     code, _, err = run_cli(capsys, "vllm", "record", "--out", tmp_path / "t", *args)
     assert code == 2 and one_line(err) and fragment in err, err
     assert not (tmp_path / "t").exists()
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--rate", "0"], "--rate must be a finite number > 0"),
+    (["--requests", "0"], "--requests must be >= 1"),
+    (["--max-num-seqs", "0"], "--max-num-seqs and --max-num-batched-tokens must be >= 1"),
+    (["--k", "0"], "--k and --repeats must be >= 1"),
+])
+def test_serve_refuses_bad_options_before_a_model_loads(smollm2_trace, tmp_path, capsys, args, fragment):
+    code, _, err = run_cli(capsys, "vllm", "serve", "--trace", smollm2_trace, "--out", tmp_path / "s", *args)
+    assert code == 2 and one_line(err) and fragment in err, err
+    assert not (tmp_path / "s").exists()
+
+
+def test_serve_refuses_a_port_in_use(smollm2_trace, tmp_path, capsys):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        code, _, err = run_cli(capsys, "vllm", "serve", "--trace", smollm2_trace, "--out", tmp_path / "s",
+                               "--port", port)
+    assert code == 2 and one_line(err) and f"port {port} on 127.0.0.1 is in use" in err, err

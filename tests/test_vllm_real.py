@@ -6,7 +6,8 @@ the path run 8 tokens past each end), then predicts ``simlab vllm run`` with K =
 prompt alone and both at once: every request's per-step drafted and accepted counts and vLLM's own
 counters must be the prediction's, including each request's last step, which drafts past
 ``max_tokens`` and counts what it accepts there. The run is interrupted once (Ctrl-C after its first
-batch) and resumed. A model vLLM cannot load is refused in one line.
+batch) and resumed. ``vllm serve`` under a burst: its /metrics counters are the prediction's, and a
+server killed mid-run keeps what was measured. A model vLLM cannot load is refused in one line.
 """
 
 import json
@@ -98,6 +99,46 @@ def test_vllm_counts_equal_the_prediction_step_by_step_and_resume_after_ctrl_c(t
     assert summary["tokens_equal_plain"] == 4  # speculation changed no token
     requests = pd.read_csv(out / "requests.csv")
     assert (requests["output_tokens_measured"] == TOKENS).all()
+
+
+def _server_pids() -> list[int]:
+    out = subprocess.run(["pgrep", "-f", "vllm.entrypoints.openai.api_server"], capture_output=True, text=True)
+    return [int(p) for p in out.stdout.split()]
+
+
+def test_vllm_serve_under_a_burst_counts_what_the_prediction_says_and_resumes_after_the_server_dies(trace, tmp_path,
+                                                                                                    capsys):
+    """A burst of 3 requests (prompts 0, 1, 0) into a server of 2 sequences: vLLM's /metrics counters
+    over the burst equal the sum of the requests' predicted steps; the plain server is killed while
+    it starts or serves, which is one line and keeps the speculative run; the same command resumes."""
+    out = tmp_path / "serve"
+    args = ["vllm", "serve", "--trace", trace, "--out", out, "--k", K, "--requests", "3", "--max-num-seqs", "2",
+            "--quiet"]
+    proc = subprocess.Popen(simlab_cmd(*args), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    spec = out / "runs" / "speculative-r0.json"
+    while proc.poll() is None and not spec.exists():
+        time.sleep(0.5)
+    while proc.poll() is None and not _server_pids():  # the plain server's turn
+        time.sleep(0.2)
+    for pid in _server_pids():
+        os.killpg(os.getpgid(pid), signal.SIGKILL)
+    err = proc.communicate(timeout=300)[1]
+    assert proc.returncode == 2 and err.startswith("simlab: error: vllm serve ") and err.count("\n") == 1, err
+    kept = spec.read_text()
+    prediction = json.loads((out / "prediction.json").read_text())
+    assert prediction["counters"]["num_drafts"] > 0 and prediction["request_prompts"] == [0, 1, 0]
+    code, printed, err = run_cli(capsys, *args)
+    assert code == 0, err
+    assert spec.read_text() == kept  # what was measured before the server died stays as it was
+    assert json.loads((out / "prediction.json").read_text()) == prediction  # made once, before the first run
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["counters_equal_in_every_run"], summary
+    assert summary["tokens_equal_plain"] == 3 == summary["answers_compared_with_plain"]
+    requests = pd.read_csv(out / "requests.csv")
+    assert len(requests) == 6 and (requests["tokens_measured"] == TOKENS).all()
+    assert (requests["ttft_s_measured"] > 0).all() and (requests["e2e_s_measured"] > requests["ttft_s_measured"]).all()
+    assert "vLLM's counters equal the prediction" in printed
 
 
 def test_the_last_step_counts_acceptances_past_max_tokens(trace):

@@ -129,6 +129,31 @@ def _agreement(trace_path: Path, python: str | None, out: Path | None, limit: in
         typer.echo(f"wrote {portable_path(out / 'agreement.csv')}")
 
 
+def _pair(trace_path: Path, prompts: int | None, python: str | None):
+    """The trace (its first ``prompts``), its two models as vLLM loads them, and vLLM's Python; every
+    refusal before anything is written: a self-speculative trace, a model whose tokenizer is not the
+    trace's, no vLLM (one line naming the install command)."""
+    from simlab.engines.vllm.install import locate
+    from simlab.models.load import resolve
+    from simlab.record.vllm import check_tokenizer
+    from simlab.trace.io import read_trace
+    from simlab.trace.schema import NO_LAYER
+
+    trace = read_trace(trace_path)
+    if prompts is not None:
+        if prompts < 1:
+            raise SimlabError(f"--prompts must be >= 1, got {prompts}")
+        trace = trace.select_prompts(sorted(trace.prompts["prompt_id"])[:prompts])
+    m = trace.manifest
+    if m.draft_layer != NO_LAYER:
+        raise SimlabError(f"{trace_path} is self-speculative (its draft is the target's first {m.draft_layer} layers); "
+                          "vLLM's draft_model speculation runs a separate draft model: record a trace of the pair with "
+                          "`simlab vllm record`")
+    target, draft = resolve(m.target_model), resolve(m.draft_model)
+    check_tokenizer(trace, target)
+    return trace, target, draft, locate(python)
+
+
 @vllm_app.command("run")
 def run_command(
     trace_path: Path = typer.Option(..., "--trace", help="A trace of the models to run (`simlab vllm record`'s: "
@@ -149,27 +174,13 @@ def run_command(
     quiet: bool = typer.Option(False, "--quiet", help="No progress."),
 ) -> None:
     """Predict vLLM's draft-model speculative decoding on a trace's prompts, run it, and compare."""
-    from simlab.engines.vllm.install import locate
     from simlab.live import vllm as compare
-    from simlab.models.load import resolve
-    from simlab.record.vllm import check_tokenizer
-    from simlab.trace.io import read_trace
-    from simlab.trace.schema import NO_LAYER
 
     if k < 1 or repeats < 1:
         raise SimlabError("--k and --repeats must be >= 1")
-    trace = read_trace(trace_path)
-    if prompts is not None:
-        trace = trace.select_prompts(sorted(trace.prompts["prompt_id"])[:prompts])
+    trace, target, draft, python = _pair(trace_path, prompts, python)
     m = trace.manifest
     budget = max_tokens or m.max_new_tokens
-    if m.draft_layer != NO_LAYER:
-        raise SimlabError(f"{trace_path} is self-speculative (its draft is the target's first {m.draft_layer} layers); "
-                          "vLLM's draft_model speculation runs a separate draft model: record a trace of the pair with "
-                          "`simlab vllm record`")
-    target, draft = resolve(m.target_model), resolve(m.draft_model)
-    check_tokenizer(trace, target)
-    python = locate(python)  # before anything is written: no vLLM, one line naming the install command
     sizes = positive_ints(batch, "--batch")
     ids = sorted(int(p) for p in trace.prompts["prompt_id"])
     groups = [[p] for p in ids] if 1 in sizes else []
@@ -224,3 +235,78 @@ def run_command(
         typer.echo(f"several at once ({s['group_runs']} runs): tokens/s error median "
                    f"{s['group_tokens_per_s_error_median']:+.1%}; admitted as assumed in {s['group_admitted_as_assumed']}")
     typer.echo(f"wrote {portable_path(out)}: {compare.PREDICTION}, requests.csv, summary.json")
+
+
+@vllm_app.command("serve")
+def serve_command(
+    trace_path: Path = typer.Option(..., "--trace", help="A trace of the models to serve (`simlab vllm record`'s)."),
+    out: Path = typer.Option(..., "--out", help="Results folder: the prediction (written first), each server's "
+                             "run, the comparison."),
+    k: int = typer.Option(4, "--k", help="num_speculative_tokens."),
+    rate: float | None = typer.Option(None, "--rate", help="Poisson arrivals, requests per second, drawn as "
+                                      "`simlab serve --rate R --seed S` draws them.", show_default="a burst"),
+    requests: int = typer.Option(4, "--requests", help="Requests (request i is the trace's prompt i mod N)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the Poisson arrivals."),
+    max_tokens: int | None = typer.Option(None, "--max-tokens", help="Each request's max_tokens.",
+                                          show_default="the trace's budget"),
+    max_num_seqs: int = typer.Option(8, "--max-num-seqs", help="vLLM's limit of requests decoding at once."),
+    max_num_batched_tokens: int = typer.Option(2048, "--max-num-batched-tokens",
+                                               help="vLLM's limit of tokens one step computes."),
+    repeats: int = typer.Option(1, "--repeats", help="Times each server (with and without speculation) runs the "
+                                "load, alternating, each a fresh server."),
+    prompts: int | None = typer.Option(None, "--prompts", help="The trace's first N prompts.", show_default="all"),
+    port: int | None = typer.Option(None, "--port", help="The servers' port on 127.0.0.1.", show_default="a free one"),
+    python: str | None = typer.Option(None, "--python", help=PYTHON_HELP),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress."),
+) -> None:
+    """Predict `vllm serve` with draft-model speculation under a load, serve it on loopback, and compare."""
+    from simlab.common.jsonfile import write_json
+    from simlab.common.params import check_seed
+    from simlab.engines.vllm.server import Limits, check_port
+    from simlab.live import vllm_serve
+    from simlab.serve.workload import check_requests, poisson_arrivals
+
+    if k < 1 or repeats < 1:
+        raise SimlabError("--k and --repeats must be >= 1")
+    check_requests(requests)
+    check_seed(seed)
+    limits = Limits(max_num_seqs, max_num_batched_tokens)
+    if rate is not None:
+        poisson_arrivals(rate, requests, seed)  # a bad --rate, before a model loads
+    if port is not None:
+        check_port(port)
+    trace, target, draft, python = _pair(trace_path, prompts, python)
+    m = trace.manifest
+    plan = vllm_serve.Plan(k, max_tokens or m.max_new_tokens, requests, rate, seed, limits, repeats)
+    prediction = vllm_serve.read_prediction(out, plan)
+    if prediction is None:
+        prediction = vllm_serve.predict(trace, plan)
+        prediction.update(trace=portable_path(trace_path), speculative_config=vllm_serve.speculative_config(k, m.draft_model),
+                          command=shlex.join(["simlab", *sys.argv[1:]]),
+                          date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                          load_average_1min=round(os.getloadavg()[0], 2))
+        write_json(prediction, out / vllm_serve.PREDICTION)
+    c = prediction["counters"]
+    for kind, t in prediction["times"].items():
+        typer.echo(f"predicted {kind} server: {t['throughput_tokens_per_s']:.2f} tokens/s; TTFT mean "
+                   f"{t['ttft_mean_s']:.3f} s, median {t['ttft_median_s']:.3f}; TPOT mean {t['tpot_mean_s']:.4f} s, "
+                   f"median {t['tpot_median_s']:.4f}; end to end mean {t['e2e_mean_s']:.2f} s")
+    typer.echo(f"predicted (before the run, {portable_path(out / vllm_serve.PREDICTION)}): drafts {c['num_drafts']}, "
+               f"draft tokens {c['num_draft_tokens']}, accepted {c['num_accepted_tokens']} "
+               f"{c['num_accepted_tokens_per_pos']}")
+    longest = int(trace.prompts["prompt_len"].max()) + plan.max_tokens + k + 16
+    servers = vllm_serve.Servers(python, target.path, draft.path, m.dtype if m.dtype != "gguf" else "float32", longest)
+    runs = vllm_serve.measure(trace, plan, servers, out / "runs", port, log=_log(quiet))
+    result = vllm_serve.compare(prediction, runs)
+    result["requests"].to_csv(out / "requests.csv", index=False)
+    summary = {**result["summary"], "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    write_json(summary, out / "summary.json")
+    for r in summary["runs"]:
+        line = (f"{r['kind']} repeat {r['repeat'] + 1}: {r['throughput_tokens_per_s_measured']:.2f} tokens/s "
+                f"(predicted {r['throughput_tokens_per_s_predicted']:.2f}); TTFT mean {r['ttft_mean_s_measured']:.3f} s "
+                f"({r['ttft_mean_s_predicted']:.3f}); TPOT mean {r['tpot_mean_s_measured']:.4f} s "
+                f"({r['tpot_mean_s_predicted']:.4f})")
+        if "counters_measured" in r:
+            line += f"; vLLM's counters {'equal' if r['counters_equal_prediction'] else 'differ from'} the prediction"
+        typer.echo(line)
+    typer.echo(f"wrote {portable_path(out)}: {vllm_serve.PREDICTION}, runs/, requests.csv, summary.json")

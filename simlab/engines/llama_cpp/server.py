@@ -31,7 +31,6 @@ generated and the slot's own counters and timings (``timings``: ``predicted_n``,
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import tempfile
 import threading
@@ -48,6 +47,7 @@ from simlab.common.errors import SimlabError
 from simlab.common.locations import portable_path
 from simlab.engines.llama_cpp.args import ModelPair, drafting_args, environment
 from simlab.engines.llama_cpp.build import SERVER
+from simlab.engines.local_server import free_port, wait_healthy
 
 STARTUP_S = 300.0  # loading both models and the server's warm-up decode, on a slow shared CPU
 REQUEST_S = 1800.0  # one request's longest wait for its answer
@@ -87,12 +87,6 @@ class Answer:
         return self.received - self.predicted_ms / 1e3
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @dataclass(frozen=True)
 class Server:
     url: str
@@ -110,7 +104,7 @@ def running(binary: Path, pair: ModelPair, slots: int, ctx_per_slot: int,
 
     ``--cache-ram 0``: no prompt cache in host memory, so a new request never saves or restores a
     slot's state (work the trace does not price); each request also asks ``cache_prompt: false``."""
-    port = _free_port()
+    port = free_port()
     models = pair.target_only() if drafting is None else [
         *pair.models(), *drafting_args(drafting.draft_max, drafting.draft_min, drafting.p_min)]
     cmd = [str(binary), *models, "-np", str(slots), "-c", str(slots * ctx_per_slot), "--cache-ram", "0",
@@ -119,7 +113,7 @@ def running(binary: Path, pair: ModelPair, slots: int, ctx_per_slot: int,
     with open(log_file, "w+") if log_file is not None else tempfile.TemporaryFile(mode="w+") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=environment())
         try:
-            _wait_healthy(url, proc, log)
+            wait_healthy(url, proc, SERVER, STARTUP_S, lambda: _last_line(log))
             yield Server(url, proc.pid)
         finally:
             proc.terminate()
@@ -135,21 +129,9 @@ def running(binary: Path, pair: ModelPair, slots: int, ctx_per_slot: int,
         log_file.write_text(text)
 
 
-def _wait_healthy(url: str, proc: subprocess.Popen, log) -> None:
-    deadline = time.monotonic() + STARTUP_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            log.seek(0)
-            tail = log.read().strip().splitlines()[-1:] or ["no output"]
-            raise SimlabError(f"{SERVER} exited {proc.returncode} while starting: {tail[0]}")
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=5) as r:
-                if r.status == 200:
-                    return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            pass
-        time.sleep(0.25)
-    raise SimlabError(f"{SERVER} did not answer {url}/health within {STARTUP_S:.0f} s")
+def _last_line(log) -> str:
+    log.seek(0)
+    return (log.read().strip().splitlines()[-1:] or ["no output"])[0]
 
 
 def send(url: str, prompts: Sequence[str], n_predict: int, gate: str | None = None,

@@ -1,0 +1,258 @@
+"""``vllm serve`` with speculation under load, measured against ``simlab serve``'s prediction of it.
+
+The load (:class:`Plan`): the trace's prompts (request i is prompt i mod N, in prompt_id order, as
+``simlab serve`` cycles them) arriving at the times ``simlab serve --rate R --seed S`` draws
+(:func:`simlab.serve.workload.poisson_arrivals`), or all at once (a burst), into a server with the
+scheduler limits ``--max-num-seqs`` and ``--max-num-batched-tokens``.
+
+The prediction comes first (:func:`predict`, written before any server starts), from two sources:
+
+- the counts per request, from the ``vllm`` policy as ``simlab vllm run`` predicts them
+  (:func:`simlab.live.vllm.predict`): under greedy decoding a request's drafts and acceptances do
+  not depend on what it is batched with, and vLLM's last step drafts and counts past ``max_tokens``,
+  which that prediction models; so vLLM's ``/metrics`` spec-decode counters over the run must equal
+  the sum over its requests, exactly;
+- the times, from ``simlab serve`` with the ``vllm`` policy (and ``ad`` for the server without
+  speculation) on the same arrivals, its scheduler at the same two limits with prompts batched into
+  the running requests' verification forward (``mixed``), as vLLM's chunked prefill puts prompt
+  chunks and decodes in one step. That is simlab's serving model, not yet vLLM's scheduler (which
+  also budgets draft tokens, holds KV slots for them, preempts, and runs the draft model's prefill
+  of each new prompt in the step after it arrives): :func:`compare` reports how far its TTFT, TPOT,
+  end-to-end latency and throughput land from vLLM's.
+
+Then :func:`measure` runs each server kind (speculative, plain) ``repeats`` times, alternating,
+each time on a fresh ``vllm serve`` after one short warm-up request; every run is written to its
+own file as it ends (``runs/{kind}-r{repeat}.json``), so an interrupted run, or a server that died,
+keeps what was measured and the same command resumes after it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from statistics import median
+
+import pandas as pd
+
+from simlab.common.cpu_load import OtherLoad
+from simlab.common.errors import SimlabError
+from simlab.common.jsonfile import write_json
+from simlab.engines.vllm import server as vserver
+from simlab.engines.vllm.jobs import Engine
+from simlab.latency.batch import BatchLatency
+from simlab.live import vllm as offline
+from simlab.policies.vllm import speculative_config
+from simlab.serve.run import BASELINE_POLICY, ServeConfig, serve_once
+from simlab.serve.scheduler import Scheduler
+from simlab.serve.workload import poisson_arrivals
+from simlab.sim.run import Simulator
+from simlab.trace.tables import Trace
+
+POLICY = "vllm"
+KINDS = ("speculative", "plain")
+WARMUP_TOKENS = 4  # the warm-up request's tokens: a fresh server's first forwards touch the weights' pages
+PREDICTION = offline.PREDICTION
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One ``simlab vllm serve`` run: the load, the speculation, the scheduler's limits."""
+
+    k: int
+    max_tokens: int
+    requests: int
+    rate: float | None  # requests per second (Poisson); None: a burst, every request at t = 0
+    seed: int
+    limits: vserver.Limits
+    repeats: int
+
+    def arrivals(self) -> list[float]:
+        return [0.0] * self.requests if self.rate is None else poisson_arrivals(self.rate, self.requests, self.seed)
+
+    def as_json(self) -> dict:
+        return {**asdict(self), "limits": asdict(self.limits)}
+
+
+def request_prompts(trace: Trace, n: int) -> list[int]:
+    """Request i's prompt: the trace's prompt i mod N, in prompt_id order (as ``simlab serve``)."""
+    ids = sorted(int(p) for p in trace.prompts["prompt_id"])
+    return [ids[i % len(ids)] for i in range(n)]
+
+
+def _scheduler(limits: vserver.Limits) -> Scheduler:
+    return Scheduler(limits.max_num_seqs, limits.max_num_batched_tokens, mixed=True,
+                     budget_name="--max-num-batched-tokens")
+
+
+def predict(trace: Trace, plan: Plan) -> dict:
+    """What the servers will do (module docstring), as JSON-ready data."""
+    sim = Simulator(trace)
+    counts = offline.predict(trace, plan.k, plan.max_tokens, [])
+    arrivals = plan.arrivals()
+    latency = BatchLatency(sim.latency)
+    params = {"num_speculative_tokens": plan.k, "max_tokens": plan.max_tokens}
+    config = ServeConfig(POLICY, params, _scheduler(plan.limits))
+    times = {}
+    for kind, policy, p in (("speculative", POLICY, params), ("plain", BASELINE_POLICY, {})):
+        run = serve_once(sim, arrivals, config, policy, p, latency=latency)
+        frame = run.frame
+        times[kind] = {"requests": frame[["request_id", "prompt_id", "arrival_s", "ttft_s", "tpot_s", "e2e_s",
+                                          "tokens"]].to_dict("records"),
+                       **_figures(frame["arrival_s"], frame["ttft_s"], frame["tpot_s"], frame["e2e_s"],
+                                  frame["tokens"])}
+    prompts = request_prompts(trace, plan.requests)
+    total = offline._counters([s for pid in prompts for s in counts["prompts"][str(pid)]["steps"]], plan.k)
+    return {"plan": plan.as_json(), "arrivals": arrivals, "request_prompts": prompts,
+            "prompts": counts["prompts"], "counters": total, "times": times, "latency": latency.rule,
+            "batch_extrapolated": latency.extrapolated}
+
+
+def _figures(arrival, ttft, tpot, e2e, tokens) -> dict:
+    """A run's throughput (generated tokens over first arrival to last token) and the mean and
+    median of TTFT, TPOT and end-to-end latency."""
+    arrival, ttft, tpot, e2e, tokens = (pd.Series(list(x), dtype=float) for x in (arrival, ttft, tpot, e2e, tokens))
+    makespan = float((arrival + e2e).max() - arrival.min())
+    out = {"throughput_tokens_per_s": float(tokens.sum()) / makespan if makespan > 0 else math.nan}
+    for name, s in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e)):
+        out[f"{name}_mean_s"] = float(s.mean())
+        out[f"{name}_median_s"] = float(s.median())
+    return out
+
+
+@dataclass(frozen=True)
+class Servers:
+    """How to start the two servers: vLLM's Python, the models, the dtype."""
+
+    python: str
+    target: str
+    draft: str
+    dtype: str
+    max_model_len: int
+
+    def engine(self, kind: str, k: int) -> Engine:
+        spec = speculative_config(k, self.draft) if kind == "speculative" else None
+        return Engine(self.target, self.dtype, self.max_model_len, spec)
+
+
+def run_file(out: Path, kind: str, repeat: int) -> Path:
+    return out / f"{kind}-r{repeat}.json"
+
+
+def measure(trace: Trace, plan: Plan, servers: Servers, out: Path, port: int | None = None,
+            log: Callable[[str], None] = print) -> dict[str, list[dict]]:
+    """Every (repeat, kind) on a fresh server, alternating kinds; a run already in ``out`` is read
+    back, not run again. Returns {kind: [run, ...]} in repeat order."""
+    prompts = trace.prompts.set_index("prompt_id")
+    ids = {int(pid): [int(x) for x in row.prompt_token_ids] for pid, row in prompts.iterrows()}
+    requests = [ids[pid] for pid in request_prompts(trace, plan.requests)]
+    arrivals = plan.arrivals()
+    runs: dict[str, list[dict]] = {kind: [] for kind in KINDS}
+    for r in range(plan.repeats):
+        for kind in KINDS:
+            file = run_file(out, kind, r)
+            if file.exists():
+                runs[kind].append(json.loads(file.read_text()))
+                continue
+            log(f"vllm serve: {kind} server, repeat {r + 1} of {plan.repeats} ({plan.requests} requests, "
+                f"{'a burst' if plan.rate is None else f'{plan.rate:g} per second'})")
+            engine = servers.engine(kind, plan.k)
+            with vserver.running(servers.python, engine, plan.limits, out / f"{kind}-r{r}.log", port) as srv:
+                vserver.send(srv.url, [requests[0]], WARMUP_TOKENS)
+                before = vserver.metrics(srv.url)
+                load = OtherLoad(pids=vserver.session_pids(srv.pid))
+                answers = vserver.send(srv.url, requests, plan.max_tokens, arrivals)
+                other = load.share()
+                after = vserver.metrics(srv.url)
+            result = {"kind": kind, "repeat": r, "other_cpu": other, "load_average_1min": round(os.getloadavg()[0], 2),
+                      "counters": vserver.counters(before, after),
+                      "metrics_change": {key: _change(after.get(key), before.get(key)) for key in after},
+                      "answers": [a.row() for a in answers]}
+            write_json(result, file)
+            runs[kind].append(result)
+            log(f"vllm serve: {kind} repeat {r + 1}: {_measured(result)['throughput_tokens_per_s']:.2f} tokens/s "
+                f"(other processes {'?' if other is None else f'{other:.0%}'} of the CPU)")
+    return runs
+
+
+def _change(after, before):
+    if isinstance(after, list):
+        before = before or [0] * len(after)
+        return [a - b for a, b in zip(after, before)]
+    return (after or 0) - (before or 0)
+
+
+def _measured(run: dict) -> dict:
+    answers = run["answers"]
+    sent = [a["sent"] for a in answers]
+    ttft = [a["first"] - a["sent"] for a in answers]
+    e2e = [a["last"] - a["sent"] for a in answers]
+    tokens = [len(a["token_ids"]) for a in answers]
+    tpot = [(a["last"] - a["first"]) / (n - 1) if n > 1 else math.nan for a, n in zip(answers, tokens)]
+    return _figures(sent, ttft, tpot, e2e, tokens)
+
+
+def compare(prediction: dict, runs: dict[str, list[dict]]) -> dict:
+    """Measured beside predicted: one row per request and run, and the summary."""
+    rows, per_run = [], []
+    for kind in KINDS:
+        predicted = prediction["times"][kind]
+        for run in runs[kind]:
+            for a, p in zip(run["answers"], predicted["requests"]):
+                pid = int(p["prompt_id"])
+                n = len(a["token_ids"])
+                rows.append({"kind": kind, "repeat": run["repeat"], "request": a["index"], "prompt_id": pid,
+                             "tokens_measured": n, "tokens_predicted": int(p["tokens"]),
+                             "ttft_s_measured": a["first"] - a["sent"], "ttft_s_predicted": p["ttft_s"],
+                             "tpot_s_measured": (a["last"] - a["first"]) / (n - 1) if n > 1 else math.nan,
+                             "tpot_s_predicted": p["tpot_s"], "e2e_s_measured": a["last"] - a["sent"],
+                             "e2e_s_predicted": p["e2e_s"], "finish_reason": a["finish_reason"]})
+            m = _measured(run)
+            per_run.append({"kind": kind, "repeat": run["repeat"], "other_cpu": run["other_cpu"],
+                            **{f"{key}_measured": v for key, v in m.items()},
+                            **{f"{key}_predicted": predicted[key] for key in m},
+                            **({"counters_measured": run["counters"], "counters_equal_prediction":
+                                run["counters"] == prediction["counters"]} if kind == "speculative" else {})})
+    table = pd.DataFrame(rows)
+    summary = {"runs": per_run, "counters_predicted": prediction["counters"],
+               "counters_equal_in_every_run": all(r["counters_equal_prediction"] for r in per_run
+                                                  if r["kind"] == "speculative")}
+    plain = {r["repeat"]: r["answers"] for r in runs["plain"]}
+    pairs = [(a, plain[r["repeat"]][i]) for r in runs["speculative"] if r["repeat"] in plain
+             for i, a in enumerate(r["answers"])]
+    summary["tokens_equal_plain"] = sum(a["token_ids"] == b["token_ids"] for a, b in pairs)
+    summary["answers_compared_with_plain"] = len(pairs)
+    for key in ("throughput_tokens_per_s", "ttft_mean_s", "ttft_median_s", "tpot_mean_s", "tpot_median_s",
+                "e2e_mean_s", "e2e_median_s"):
+        for kind in KINDS:
+            errs = [r[f"{key}_predicted"] / r[f"{key}_measured"] - 1 for r in per_run if r["kind"] == kind
+                    and r[f"{key}_measured"]]
+            if errs:
+                summary[f"{kind}_{key}_error_median"] = round(median(errs), 4)
+    spec_runs = [r for r in per_run if r["kind"] == "speculative"]
+    plain_runs = {r["repeat"]: r for r in per_run if r["kind"] == "plain"}
+    speedups = [(r["throughput_tokens_per_s_measured"] / plain_runs[r["repeat"]]["throughput_tokens_per_s_measured"],
+                 r["throughput_tokens_per_s_predicted"] / plain_runs[r["repeat"]]["throughput_tokens_per_s_predicted"])
+                for r in spec_runs if r["repeat"] in plain_runs]
+    if speedups:
+        summary["throughput_speedup_measured_median"] = round(median(m for m, _ in speedups), 4)
+        summary["throughput_speedup_predicted"] = round(speedups[0][1], 4)
+    return {"requests": table, "summary": summary}
+
+
+def read_prediction(out: Path, plan: Plan) -> dict | None:
+    """The prediction a resumed run made before measuring; refuses a folder of another plan."""
+    file = out / PREDICTION
+    if not file.exists():
+        return None
+    prediction = json.loads(file.read_text())
+    if prediction.get("plan") != plan.as_json():
+        raise SimlabError(f"{out} holds a run of another plan ({prediction.get('plan')}); pass another --out")
+    return prediction
+
+
+__all__ = ["Plan", "Servers", "predict", "measure", "compare", "read_prediction", "request_prompts", "speculative_config",
+           "PREDICTION"]

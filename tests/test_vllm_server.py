@@ -1,0 +1,178 @@
+"""``simlab vllm serve``'s mechanics without vLLM: the /metrics reading, the load generator's
+times and tokens, the plan's arrivals, the comparison, and bad input refused in one line.
+
+The load generator is checked against a small streaming HTTP server on loopback that answers
+as vLLM's completions endpoint streams (``data:`` lines with ``token_ids``), at known moments, so
+its clock can be checked to the tens of milliseconds. vLLM itself serving under a burst is in
+tests/test_vllm_real.py.
+"""
+
+import json
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from simlab.common.errors import SimlabError
+from simlab.engines.vllm import server as vserver
+from simlab.engines.vllm.jobs import Engine
+from simlab.live import vllm_serve
+from simlab.serve.workload import poisson_arrivals
+
+# the lines of a real vllm serve's /metrics that the reader uses, as vLLM 0.32 prints them (K = 3)
+METRICS = """\
+# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
+# TYPE vllm:spec_decode_num_drafts_total counter
+vllm:spec_decode_num_drafts_total{engine="0",model_name="simlab"} 12.0
+vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="simlab"} 36.0
+vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="simlab"} 30.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="simlab",position="0"} 12.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="simlab",position="1"} 10.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="simlab",position="2"} 8.0
+vllm:generation_tokens_total{engine="0",model_name="simlab"} 52.0
+vllm:num_requests_running{engine="0",model_name="simlab"} 0.0
+vllm:spec_decode_num_drafts_created{engine="0",model_name="simlab"} 1.7e+09
+"""
+
+
+def test_metrics_are_read_as_counters_summed_over_labels_with_the_positions_as_a_list():
+    m = vserver.parse_metrics(METRICS)
+    assert m["spec_decode_num_drafts"] == 12 and m["generation_tokens"] == 52
+    assert m["spec_decode_num_accepted_tokens_per_pos"] == [12, 10, 8]
+    assert "num_requests_running" not in m  # a gauge, not a counter
+    assert not any(key.endswith("created") for key in m)
+
+
+def test_counters_are_the_change_between_two_readings():
+    before = vserver.parse_metrics(METRICS)
+    after = vserver.parse_metrics(METRICS.replace("12.0", "15.0").replace(" 36.0", " 45.0").replace("30.0", "37.0")
+                                  .replace('position="2"} 8.0', 'position="2"} 9.0'))
+    got = vserver.counters(before, after)
+    # 12 -> 15 drafts, 36 -> 45 draft tokens, 30 -> 37 accepted; per position 12->15, 10->10, 8->9
+    assert got == {"num_drafts": 3, "num_draft_tokens": 9, "num_accepted_tokens": 7,
+                   "num_accepted_tokens_per_pos": [3, 0, 1]}
+    # a server's first reading has no spec-decode lines until it ran a step: absent is zero
+    assert vserver.counters({}, before)["num_accepted_tokens_per_pos"] == [12, 10, 8]
+
+
+def test_the_server_command_carries_the_limits_the_speculation_and_no_prefix_cache():
+    engine = Engine("/m/target", "float32", 512, {"method": "draft_model", "model": "/m/draft",
+                                                  "num_speculative_tokens": 3})
+    cmd = vserver.command("py", engine, vserver.Limits(4, 1024), 8123)
+    flag = {a: b for a, b in zip(cmd, cmd[1:])}
+    assert flag["--max-num-seqs"] == "4" and flag["--max-num-batched-tokens"] == "1024"
+    assert flag["--host"] == "127.0.0.1" and flag["--port"] == "8123" and flag["--max-model-len"] == "512"
+    assert json.loads(flag["--speculative-config"])["num_speculative_tokens"] == 3
+    assert "--no-enable-prefix-caching" in cmd
+    assert "--speculative-config" not in vserver.command("py", Engine("/m/target"), vserver.Limits(), 8123)
+
+
+def test_a_port_in_use_is_refused_in_one_line():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(SimlabError, match=f"port {port} on 127.0.0.1 is in use"):
+            vserver.check_port(port)
+    with pytest.raises(SimlabError, match="must be >= 1"):
+        vserver.Limits(0, 2048)
+
+
+class _Streamer(BaseHTTPRequestHandler):
+    """Streams each request's prompt back as three chunks, DELAY seconds apart, after DELAY."""
+
+    DELAY = 0.2
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        ids = body["prompt"]
+        for chunk in ([ids[0]], ids[1:3], ids[3:]):
+            time.sleep(self.DELAY)
+            self.wfile.write(f"data: {json.dumps({'choices': [{'token_ids': chunk, 'finish_reason': None}]})}\n\n"
+                             .encode())
+            self.wfile.flush()
+        self.wfile.write(b'data: {"choices": [{"token_ids": [], "finish_reason": "length"}]}\n\ndata: [DONE]\n\n')
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture()
+def streamer():
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Streamer)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+def test_the_load_generator_posts_on_schedule_and_times_the_first_and_last_token(streamer):
+    d = _Streamer.DELAY
+    answers = vserver.send(streamer, [[1, 2, 3, 4, 5], [6, 7, 8, 9]], 8, at=[0.0, 0.5])
+    a, b = answers
+    assert a.token_ids == [1, 2, 3, 4, 5] and b.token_ids == [6, 7, 8, 9]
+    assert a.chunks == [1, 2, 2] and b.chunks == [1, 2, 1] and a.finish_reason == "length"
+    assert a.sent == pytest.approx(0.0, abs=0.05) and b.sent == pytest.approx(0.5, abs=0.05)
+    # first token one delay after the post, the last two more delays after it
+    assert a.first - a.sent == pytest.approx(d, abs=0.08) and a.last - a.first == pytest.approx(2 * d, abs=0.08)
+    assert b.first - b.sent == pytest.approx(d, abs=0.08)
+    with pytest.raises(SimlabError, match="2 arrival times for 1 requests"):
+        vserver.send(streamer, [[1]], 1, at=[0.0, 1.0])
+
+
+def test_a_server_that_is_gone_is_one_line():
+    port = vserver.free_port()  # nothing listens there
+    with pytest.raises(SimlabError, match="stopped answering during request 0"):
+        vserver.send(f"http://127.0.0.1:{port}", [[1, 2]], 2)
+
+
+def _plan(rate=None, requests=5):
+    return vllm_serve.Plan(3, 16, requests, rate, 7, vserver.Limits(4, 512), 1)
+
+
+def test_the_plan_draws_the_arrivals_simlab_serve_draws_and_cycles_the_prompts():
+    assert _plan(rate=2.0).arrivals() == poisson_arrivals(2.0, 5, 7)
+    assert _plan().arrivals() == [0.0] * 5
+
+    class _Trace:
+        prompts = {"prompt_id": [4, 1, 9]}
+
+    assert vllm_serve.request_prompts(_Trace(), 5) == [1, 4, 9, 1, 4]
+
+
+def _answer(i, sent, first, last, n):
+    return {"index": i, "sent": sent, "first": first, "last": last, "token_ids": list(range(n)), "chunks": [n],
+            "finish_reason": "length"}
+
+
+def test_the_comparison_reports_every_run_and_whether_its_counters_are_the_prediction():
+    counters = {"num_drafts": 4, "num_draft_tokens": 12, "num_accepted_tokens": 9,
+                "num_accepted_tokens_per_pos": [4, 3, 2]}
+    times = {"requests": [{"request_id": 0, "prompt_id": 0, "arrival_s": 0.0, "ttft_s": 1.0, "tpot_s": 0.5,
+                           "e2e_s": 5.0, "tokens": 9}],
+             "throughput_tokens_per_s": 1.8, "ttft_mean_s": 1.0, "ttft_median_s": 1.0, "tpot_mean_s": 0.5,
+             "tpot_median_s": 0.5, "e2e_mean_s": 5.0, "e2e_median_s": 5.0}
+    prediction = {"counters": counters, "request_prompts": [0], "times": {"speculative": times, "plain": times}}
+    runs = {"speculative": [{"repeat": 0, "other_cpu": 0.1, "counters": counters,
+                             "answers": [_answer(0, 0.0, 2.0, 6.0, 9)]},
+                            {"repeat": 1, "other_cpu": 0.1, "counters": {**counters, "num_accepted_tokens": 8},
+                             "answers": [_answer(0, 0.0, 2.0, 6.0, 9)]}],
+            "plain": [{"repeat": 0, "other_cpu": 0.1, "counters": {}, "answers": [_answer(0, 0.0, 1.0, 9.0, 9)]},
+                      {"repeat": 1, "other_cpu": 0.1, "counters": {}, "answers": [_answer(0, 0.0, 1.0, 9.0, 9)]}]}
+    result = vllm_serve.compare(prediction, runs)
+    s = result["summary"]
+    assert [r["counters_equal_prediction"] for r in s["runs"] if r["kind"] == "speculative"] == [True, False]
+    assert not s["counters_equal_in_every_run"]
+    row = result["requests"].iloc[0]
+    # TTFT 2 s measured against 1 s; TPOT (6 - 2) / 8 = 0.5 s; end to end 6 s
+    assert (row["ttft_s_measured"], row["tpot_s_measured"], row["e2e_s_measured"]) == (2.0, 0.5, 6.0)
+    # throughput: 9 tokens over 6 s (speculative) and 9 s (plain): 1.5 against 1.8 predicted
+    spec = s["runs"][0]
+    assert spec["throughput_tokens_per_s_measured"] == pytest.approx(1.5)
+    assert s["speculative_throughput_tokens_per_s_error_median"] == pytest.approx(1.8 / 1.5 - 1, abs=1e-4)
+    assert s["throughput_speedup_measured_median"] == pytest.approx(9 / 6, abs=1e-4)
+    assert s["tokens_equal_plain"] == 2 and s["answers_compared_with_plain"] == 2

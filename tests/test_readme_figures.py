@@ -489,11 +489,11 @@ def serve_live_check() -> tuple[str, str]:
     return f"{ok}/{n}", spread(errors)
 
 
-def vllm_check() -> tuple[str, str]:
-    """Requests of the Qwen K = 4 run (every repeat, each prompt alone and the four at once) whose
+def vllm_check(run: str) -> tuple[str, str]:
+    """Requests of a ``simlab vllm run`` (every repeat, each prompt alone and several at once) whose
     every step drafted and accepted what the prediction said; the range of the tokens/s errors
     (prediction against measurement) of the runs of one prompt at a time."""
-    req = pd.read_csv(ROOT / "results" / "vllm" / "qwen-k4" / "requests.csv")
+    req = pd.read_csv(ROOT / "results" / "vllm" / run / "requests.csv")
     alone = req[req["tokens_per_s_measured"].notna()]
     return (f"{int(req['steps_all_equal'].sum())}/{len(req)}",
             spread(alone["tokens_per_s_predicted"] / alone["tokens_per_s_measured"] - 1))
@@ -508,7 +508,9 @@ CHECKS = {  # the evidence link of a row -> its figures
     "results/llama-cpp": llama_cpp_check,
     "results/llama-server": llama_server_check,
     "results/serve-live": serve_live_check,
-    "results/vllm": vllm_check,
+    "results/vllm/qwen-k4": lambda: vllm_check("qwen-k4"),
+    "results/vllm/qwen-k4-quiet": lambda: vllm_check("qwen-k4-quiet"),
+    "results/vllm/smollm2-k4": lambda: vllm_check("smollm2-k4"),
 }
 
 

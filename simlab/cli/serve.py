@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -13,7 +14,7 @@ from simlab.cli import serve_options as so
 from simlab.cli.app import app
 from simlab.cli.output import Force, console, err_console, frame_output, print_json
 from simlab.cli.serve_options import DEFAULT_REQUESTS
-from simlab.cli.simulate import load_inputs, trace_label
+from simlab.cli.simulate import load_inputs, trace_label, vllm_draft
 from simlab.common.atomic import check_output
 from simlab.common.errors import SimlabError
 from simlab.common.openmp import wait_passively
@@ -203,7 +204,8 @@ def tune(
     tr, lat = load_inputs(trace, latency)
     sim = Simulator(tr, lat, seed=seed)
     tuned = tune_run(sim, batches, max_gamma, requests_per_slot, token_budget)
-    data = tuned.to_json(sim)
+    draft = vllm_draft(tr.manifest)
+    data = tuned.to_json(sim, draft)
     write_json(data, out)
     if tuned.extrapolated and batches[-1] > 1:
         err_console.print(f"[yellow]warning:[/] {tuned.latency_rule}")
@@ -221,6 +223,10 @@ def tune(
         table.add_row(str(b), str(g), f"{tps[g]:.2f}", f"{tps[0]:.2f}", f"{tuned.speedup[b]:.3f}")
     console.print(table)
     console.print(f"wrote {out}: simlab serve --gamma-by-batch {out} (= {tuned.table()})")
+    if draft:
+        vllm = data["vllm_speculative_config"]
+        console.print("vLLM: " + (f"--speculative-config '{json.dumps(vllm)}'" if vllm else
+                                  "no speculation at any batch size (no --speculative-config)"), soft_wrap=True)
 
 
 # Columns of the rate sweep's printed table: (header, column, scale, format); --out and --json carry every figure.

@@ -92,3 +92,84 @@ def config_of(policy: str, params: dict, draft: str) -> dict | None:
         return None
     return speculative_config(int(params[key]), draft)
 
+
+
+# vLLM's dynamic speculation (``speculative_config.num_speculative_tokens_per_batch_size``): a list of
+# [range_start, range_end, K] entries, inclusive batch-size ranges, read in vLLM 0.32.0's
+# ``v1/spec_decode/dynamic/utils.py``: the ranges sorted by start must not overlap and the first
+# must start at 1; a gap between two ranges takes the previous range's K, batch sizes past the
+# last range take its K, and every K is capped at ``num_speculative_tokens``. K = 0 drafts nothing.
+SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
+
+
+def check_schedule(schedule: object) -> list[tuple[int, int, int]]:
+    """The schedule sorted as vLLM normalises it, or the :class:`SimlabError` vLLM's
+    ``validate_and_normalize_dynamic_sd_schedule`` would raise, in its words."""
+    def refuse(message: str):
+        return SimlabError(f"vLLM would refuse this {SCHEDULE_KEY}: {message}")
+
+    if not isinstance(schedule, list):
+        raise refuse(f"{SCHEDULE_KEY} must be a non-empty list of (range_start, range_end, num_speculative_tokens) "
+                     "entries.")
+    if not schedule:
+        raise refuse(f"{SCHEDULE_KEY} must not be empty.")
+    parsed = []
+    for entry in schedule:
+        if not isinstance(entry, (list, tuple)) or len(entry) != 3:
+            raise refuse(f"Each {SCHEDULE_KEY} entry must be a 3-item sequence: (range_start, range_end, "
+                         "num_speculative_tokens).")
+        try:
+            start, end, k = (int(x) for x in entry)
+        except (TypeError, ValueError):
+            raise refuse(f"entry {entry!r} holds a value that is not an integer") from None
+        if start <= 0 or end <= 0:
+            raise refuse(f"Batch-size range ({start}, {end}) must be positive.")
+        if start > end:
+            raise refuse(f"Batch-size range start must be <= end for ({start}, {end}, {k}).")
+        if k < 0:
+            raise refuse(f"{SCHEDULE_KEY} values must be >= 0.")
+        parsed.append((start, end, k))
+    parsed.sort(key=lambda e: e[0])
+    previous = 0
+    for start, end, _ in parsed:
+        if start <= previous:
+            raise refuse("Batch-size ranges must be non-overlapping and sorted.")
+        previous = end
+    if parsed[0][0] != 1:
+        raise refuse("The first batch-size range must start at 1 so every runtime batch size has a defined schedule.")
+    return parsed
+
+
+def schedule_of(best: dict[int, int]) -> list[list[int]]:
+    """A draft length per batch size (``simlab serve tune``'s best γ at each tuned B, which holds from
+    B to the next tuned size) as vLLM's schedule: one range per run of equal K, the first from batch
+    size 1 (vLLM needs it; batch sizes below the smallest tuned one take its K), the last carried
+    past its end by vLLM as by simlab's table."""
+    sizes = sorted(best)
+    ranges: list[list[int]] = []
+    for i, b in enumerate(sizes):
+        end = sizes[i + 1] - 1 if i + 1 < len(sizes) else b
+        if ranges and ranges[-1][2] == best[b]:
+            ranges[-1][1] = end
+        else:
+            ranges.append([1 if i == 0 else b, end, best[b]])
+    return ranges
+
+
+def schedule_config(best: dict[int, int], draft: str) -> dict | None:
+    """``--speculative-config`` with a draft length per batch size: K the longest of the table (vLLM
+    caps every entry at it); None when the table drafts at no batch size (no speculation at all)."""
+    k = max(best.values())
+    if k == 0:
+        return None
+    return {**speculative_config(k, draft), SCHEDULE_KEY: schedule_of(best)}
+
+
+def schedule_pairs(config: dict) -> list[tuple[int, int]]:
+    """A ``--speculative-config``'s schedule as simlab's table: (batch size, K) from each range's start
+    on, K capped at ``num_speculative_tokens`` as vLLM caps it; a gap carries the previous K, as both do."""
+    k = config.get("num_speculative_tokens")
+    if type(k) is not int or k < 1:
+        raise SimlabError(f"a --speculative-config with {SCHEDULE_KEY} needs num_speculative_tokens >= 1 (vLLM: "
+                          f"\"vllm_num_speculative_tokens must be > 0.\"), got {k!r}")
+    return [(start, min(k, n)) for start, _, n in check_schedule(config.get(SCHEDULE_KEY))]

@@ -20,12 +20,13 @@ Three of them:
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, Sequence
 
 from simlab.common.errors import SimlabError
-from simlab.common.jsonfile import read_versioned
+from simlab.common.jsonfile import read_json, read_versioned
 from simlab.latency.batch import BatchLatency
 from simlab.policies.base import Outcome, Policy, PromptInfo, RoundState, Serial, TreePlan
 
@@ -156,12 +157,25 @@ class GammaByBatch:
 
 
 def gamma_by_batch_pairs(value: str) -> str:
-    """``--gamma-by-batch``'s value as BATCH:GAMMA pairs: the pairs themselves, or the
+    """``--gamma-by-batch``'s value as BATCH:GAMMA pairs: the pairs themselves; the
     ``gamma_by_batch`` object of a JSON file written by ``simlab serve tune``
-    (``{"1": 6, "4": 3}`` -> ``"1:6,4:3"``; the pairs are checked by :meth:`GammaByBatch.parse`)."""
+    (``{"1": 6, "4": 3}`` -> ``"1:6,4:3"``; the pairs are checked by :meth:`GammaByBatch.parse`); or a
+    vLLM ``--speculative-config`` (its JSON, or a file of it) with ``num_speculative_tokens_per_batch_size``,
+    refused in vLLM's words where vLLM would refuse it (:func:`simlab.policies.vllm.schedule_pairs`)."""
+    from simlab.policies.vllm import SCHEDULE_KEY, schedule_pairs
+
+    if value.lstrip().startswith("{"):
+        try:
+            config = json.loads(value)
+        except ValueError as exc:
+            raise SimlabError(f"--gamma-by-batch: not a --speculative-config JSON object ({exc})") from None
+        return _pairs_text(schedule_pairs(config))
     if not (value.endswith(".json") or Path(value).is_file()):
         return value
     what = "--gamma-by-batch file"
+    data = read_json(value, what)
+    if SCHEDULE_KEY in data:
+        return _pairs_text(schedule_pairs(data))
     table = read_versioned(value, what, TABLE_FORMAT, TABLE_VERSION).get("gamma_by_batch")
     if not isinstance(table, dict) or not table:
         raise SimlabError(f"{what} {value} needs a non-empty \"gamma_by_batch\" object of batch size -> draft length")
@@ -170,7 +184,11 @@ def gamma_by_batch_pairs(value: str) -> str:
         if not (size.isdigit() and type(gamma) is int):
             raise SimlabError(f"{what} {value}: \"gamma_by_batch\" maps batch sizes to draft lengths, got {size!r}: {gamma!r}")
         pairs.append((int(size), gamma))
-    return ",".join(f"{size}:{gamma}" for size, gamma in sorted(pairs))
+    return _pairs_text(sorted(pairs))
+
+
+def _pairs_text(pairs) -> str:
+    return ",".join(f"{size}:{gamma}" for size, gamma in pairs)
 
 
 @dataclass(frozen=True)

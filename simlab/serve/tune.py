@@ -61,7 +61,10 @@ class Tuned:
         """The ``--gamma-by-batch`` pairs of the best lengths."""
         return ",".join(f"{b}:{g}" for b, g in self.best.items())
 
-    def to_json(self, sim: Simulator) -> dict:
+    def to_json(self, sim: Simulator, vllm_draft: str | None = None) -> dict:
+        """The table file; with ``vllm_draft`` (the draft model as vLLM loads it) also the table as
+        vLLM's ``--speculative-config`` (:func:`simlab.policies.vllm.schedule_config`)."""
+        from simlab.policies.vllm import schedule_config
         from simlab.serve.batch_policy import TABLE_FORMAT, TABLE_VERSION
 
         m = sim.trace.manifest
@@ -75,6 +78,7 @@ class Tuned:
             "gamma_by_batch": {str(b): g for b, g in self.best.items()},
             "speedup_by_batch": {str(b): s for b, s in self.speedup.items()},
             "tokens_per_s_by_batch": {str(b): tps for b, tps in self.tokens_per_s.items()},
+            **({"vllm_speculative_config": schedule_config(self.best, vllm_draft)} if vllm_draft else {}),
         }
 
 

@@ -499,6 +499,15 @@ def vllm_check(run: str) -> tuple[str, str]:
             spread(alone["tokens_per_s_predicted"] / alone["tokens_per_s_measured"] - 1))
 
 
+def vllm_serve_check(*runs: str) -> tuple[str, str]:
+    """Runs of ``simlab vllm serve`` with speculation whose /metrics counters equal the prediction;
+    the range of their throughput errors (prediction against measurement)."""
+    rows = [r for run in runs for r in json.loads((ROOT / "results" / "vllm" / run / "summary.json").read_text())["runs"]
+            if r["kind"] == "speculative"]
+    errors = [r["throughput_tokens_per_s_predicted"] / r["throughput_tokens_per_s_measured"] - 1 for r in rows]
+    return f"{sum(r['counters_equal_prediction'] for r in rows)}/{len(rows)}", spread(errors)
+
+
 CHECKS = {  # the evidence link of a row -> its figures
     "results/live/smollm2-all": lambda: live_check("smollm2-all"),
     "results/live/qwen-all": lambda: live_check("qwen-all"),
@@ -511,6 +520,8 @@ CHECKS = {  # the evidence link of a row -> its figures
     "results/vllm/qwen-k4": lambda: vllm_check("qwen-k4"),
     "results/vllm/qwen-k4-quiet": lambda: vllm_check("qwen-k4-quiet"),
     "results/vllm/smollm2-k4": lambda: vllm_check("smollm2-k4"),
+    "results/vllm/README.md#smollm2-serve-burst4-smollm2-serve-rate05-vllm-serve-under-load":
+        lambda: vllm_serve_check("smollm2-serve-burst4", "smollm2-serve-rate05"),
 }
 
 

@@ -176,3 +176,17 @@ def test_the_comparison_reports_every_run_and_whether_its_counters_are_the_predi
     assert s["speculative_throughput_tokens_per_s_error_median"] == pytest.approx(1.8 / 1.5 - 1, abs=1e-4)
     assert s["throughput_speedup_measured_median"] == pytest.approx(9 / 6, abs=1e-4)
     assert s["tokens_equal_plain"] == 2 and s["answers_compared_with_plain"] == 2
+
+
+def test_a_bursts_first_request_is_predicted_alone_and_the_others_in_the_next_step():
+    from simlab.common.locations import ROOT
+    from simlab.trace.io import read_trace
+
+    trace = read_trace(ROOT / "results" / "vllm" / "traces" / "smollm2-humaneval-vllm")
+    p = vllm_serve.predict(trace, vllm_serve.Plan(4, 32, 4, None, 0, vserver.Limits(4, 2048), 1))
+    for kind in ("speculative", "plain"):
+        ttft = [r["ttft_s"] for r in p["times"][kind]["requests"]]
+        # the first prompt's prefill is a step of its own; the other three are prefilled in the next
+        # step, beside its first verification, so their first tokens come a step later
+        assert ttft[0] < ttft[1] == pytest.approx(ttft[2]) == pytest.approx(ttft[3]), (kind, ttft)
+    assert p["arrivals"][0] == 0.0 and p["arrivals"][1:] == [vllm_serve.BURST_LAG_S] * 3

@@ -13,7 +13,8 @@ The prediction comes first (:func:`predict`, written before any server starts), 
   which that prediction models; so vLLM's ``/metrics`` spec-decode counters over the run must equal
   the sum over its requests, exactly;
 - the times, from ``simlab serve`` with the ``vllm`` policy (and ``ad`` for the server without
-  speculation) on the same arrivals, its scheduler at the same two limits with prompts batched into
+  speculation) on the same arrivals (a burst's first request ahead of the others, :data:`BURST_LAG_S`),
+  its scheduler at the same two limits with prompts batched into
   the running requests' verification forward (``mixed``), as vLLM's chunked prefill puts prompt
   chunks and decodes in one step. That is simlab's serving model, not yet vLLM's scheduler (which
   also budgets draft tokens, holds KV slots for them, preempts, and runs the draft model's prefill
@@ -77,6 +78,22 @@ class Plan:
         return {**asdict(self), "limits": asdict(self.limits)}
 
 
+# A burst reaches vLLM's engine core one request at a time (the API server hands each over as it has
+# parsed it) and the engine core starts a step as soon as one is queued: the first request of a
+# burst is prefilled alone and the others join the next step, beside its first verification (as
+# `simlab vllm run`'s groups are admitted; seen under `vllm serve` in results/vllm/smollm2-serve-burst4,
+# first tokens at 2.3 s and 6.8 s). The prediction has the others arrive just after the first.
+BURST_LAG_S = 1e-6
+
+
+def engine_arrivals(plan: Plan) -> list[float]:
+    """The arrival times the prediction serves: the plan's, with a burst's first request ahead."""
+    arrivals = plan.arrivals()
+    if plan.rate is None:
+        return arrivals[:1] + [BURST_LAG_S] * (len(arrivals) - 1)
+    return arrivals
+
+
 def request_prompts(trace: Trace, n: int) -> list[int]:
     """Request i's prompt: the trace's prompt i mod N, in prompt_id order (as ``simlab serve``)."""
     ids = sorted(int(p) for p in trace.prompts["prompt_id"])
@@ -92,7 +109,7 @@ def predict(trace: Trace, plan: Plan) -> dict:
     """What the servers will do (module docstring), as JSON-ready data."""
     sim = Simulator(trace)
     counts = offline.predict(trace, plan.k, plan.max_tokens, [])
-    arrivals = plan.arrivals()
+    arrivals = engine_arrivals(plan)
     latency = BatchLatency(sim.latency)
     params = {"num_speculative_tokens": plan.k, "max_tokens": plan.max_tokens}
     config = ServeConfig(POLICY, params, _scheduler(plan.limits))

@@ -172,6 +172,17 @@ def test_hf_confidence_retunes_once_it_has_more_than_five_samples_of_both_kinds(
     assert roc_threshold([0.6] * 4 + [0.45] * 2 + [0.5], [True] * 4 + [False] * 2 + [True]) == 0.5
 
 
+def test_hf_confidence_at_threshold_0_is_not_retuned():
+    # transformers keeps samples and re-tunes only while assistant_confidence_threshold is truthy:
+    # at 0 (the criterion off) re-tuning stays off. On the re-tuning trace above nothing stops
+    # drafting then: rounds of the cap (5), as without retune; re-tuned after round 2 (threshold
+    # 0.6, as at 0.4) round 3 would stop after one draft
+    trace = conf_trace(RETUNE_CONF, RETUNE_PATTERN)
+    plain = [(1, 6, 4), (6, 6, 0), (7, 6, 5), (13, 1, 0)]
+    assert rounds(simulate(trace, "hf-confidence", max_draft=5, threshold=0.0)) == plain
+    assert rounds(simulate(trace, "hf-confidence", max_draft=5, threshold=0.0, retune=True)) == plain
+
+
 # -- entropy bounds: SVIP, AdaEDL -----------------------------------------------------------------
 
 def test_svip_stops_when_sqrt_of_0_15_entropy_exceeds_h():

@@ -66,20 +66,31 @@ def test_each_timing_column_holds_its_own_steps_of_the_recording(monkeypatch):
         (1.0, 2.0 + 4.0, 8.0, 16.0 + 32.0)
 
 
-def test_a_vllm_recording_writes_vllms_decode_time_and_the_signal_passes_beside_it(monkeypatch):
+def test_a_vllm_recording_writes_vllms_decode_time_then_the_signals_and_the_rollouts_apart(monkeypatch):
     """vLLM decodes (its own measured seconds: generate_seconds); transformers then computes the
-    signals and the rollouts on vLLM's path in one call (path_rows), whose time is written as
-    signals_seconds, the rollouts' included: rollout_seconds is 0 and there is no tree column
-    (docs/architecture.md)."""
-    monkeypatch.setattr(vllm, "path_rows", lambda *args: {})
+    signals and the rollouts on vLLM's path (path_rows), which says how long its rollouts took:
+    signals_seconds is the rest of the call. No tree column (docs/architecture.md)."""
+    monkeypatch.setattr(vllm, "path_rows", lambda *args: ({}, 8.0))  # rollouts: 8 s of the call
     now = iter([10.0, 10.0 + 2.0 + 4.0 + 8.0])  # before and after path_rows: passes, signals, rollouts
     monkeypatch.setattr(vllm, "time", SimpleNamespace(perf_counter=lambda: next(now)))
     result = SimpleNamespace(token_ids=[3, 4, 5], decode_seconds=0.75)
     rows = vllm._prompt_rows(None, Prompt(0, "hand/0", "x", "x"), SimpleNamespace(ids=[1, 2], text="x"), result,
                              budget=3, eos={VOCAB - 1})
     row = rows["prompts"].iloc[0]
-    assert (row["generate_seconds"], row["signals_seconds"], row["rollout_seconds"]) == (0.75, 14.0, 0.0)
+    assert (row["generate_seconds"], row["signals_seconds"], row["rollout_seconds"]) == (0.75, 2.0 + 4.0, 8.0)
     assert "tree_seconds" not in rows["prompts"]
+
+
+def test_the_rollouts_on_another_engines_path_are_timed_with_the_pass_they_branch_from(monkeypatch):
+    # path_rows: the draft's and the target's passes over the whole path (2 s each) and the
+    # signals (4 s), then the draft's pass over the prompt's own output (2 s) and the rollouts
+    # branching from it (8 s): 10 s of rollouts
+    import numpy as np
+
+    timed_steps(monkeypatch, prompt_rows, STEPS)
+    rows, rollout_seconds = prompt_rows.path_rows(pair(), 0, [1, 2, 3], np.array([4, 5, 6, 2]), 3)
+    assert rollout_seconds == 2.0 + 8.0
+    assert len(rows["positions"]) == 3 and len(rows["past_end"]) == 1
 
 
 def test_the_manifests_cost_ratios_are_over_generate_and_leave_the_tree_seconds_out():

@@ -50,7 +50,8 @@ def test_a_run_stopped_at_its_timeout_takes_the_processes_it_forked_with_it(tmp_
 def test_the_committed_report_is_the_ledgers_and_the_development_page_states_its_figures():
     """docs/mutation-report.md is what tools/mutation.py writes from the committed ledger and notes
     (so neither drifts from the other), no survivor is left open, and docs/development.md states
-    the report's mutant count, checked count and lowest module score with tests."""
+    the core's mutant count, checked count and lowest module score with tests (the modules beyond
+    the core have a table of their own)."""
     import json
     import re
 
@@ -59,7 +60,8 @@ def test_the_committed_report_is_the_ledgers_and_the_development_page_states_its
     text = mutation.report(ledger, notes)
     assert mutation.REPORT.read_text() == text
     assert "open: no test tells it apart yet" not in text
-    rows = {r[0]: r[1:] for r in (line.strip("| ").split(" | ") for line in text.splitlines()
+    core = text.split("## Beyond the core")[0]  # the development page states the core's figures
+    rows = {r[0]: r[1:] for r in (line.strip("| ").split(" | ") for line in core.splitlines()
                                    if re.match(r"\| (\*\*all\*\*|[a-z_]+) \| \d+ \|", line))}
     total, checked = int(rows.pop("**all**")[0]), sum(int(r[1]) for r in rows.values())
     lowest = min(float(r[-1].rstrip("%")) for r in rows.values())
@@ -69,3 +71,18 @@ def test_the_committed_report_is_the_ledgers_and_the_development_page_states_its
     assert m, "docs/development.md no longer states the mutation figures"
     assert round(total, -2) == int(m.group(1).replace(",", ""))
     assert checked == int(m.group(2).replace(",", "")) and lowest == float(m.group(3))
+
+
+def test_modules_beyond_the_core_are_named_by_their_longest_pattern_and_scored_in_a_table_of_their_own():
+    assert mutation.module_of("simlab.serve.tune.x_tune__mutmut_3") == "serve_tune"
+    assert mutation.module_of("simlab.serve.engine.xǁEngineǁ_step__mutmut_1") == "serve"
+    assert mutation.module_of("simlab.sweep.frontier.x_pareto_mask__mutmut_2") == "frontier"
+    assert mutation.module_of("simlab.sweep.grid.x_parse_spec__mutmut_2") == "sweep"
+    entry = {"date": "2026-12-02 16:00 UTC", "module": "live", "mutants": 40, "sample": 4, "seed": 0,
+             "counts": {"killed": 3, "survived": 1}, "survivors": {}}
+    text = mutation.report([entry], {})
+    core, beyond = text.split("## Beyond the core")
+    assert "| live |" not in core and "| **all** | 0 | 0 |" in core
+    # 3 killed of 4 checked: 75%, in the table beyond the core and in its sum
+    assert "| live | 40 | 4 | 3 | 1 | 0 | 0 | 0 | 75.0% | 75.0% |" in beyond
+    assert "| **all** | 40 | 4 | 3 | 1 | 0 | 0 | 0 | 75.0% | 75.0% |" in beyond

@@ -46,7 +46,8 @@ def conf_trace(conf, pattern=None, **kw):
 
 def test_hf_heuristic_adds_two_after_a_full_accept_and_drops_one_otherwise():
     # N=2: 1..2 accepted (+bonus at 3) -> N=4: 4..7, 6 rejected -> N=3: 7..9 accepted -> N=5;
-    # the last position is a plain target step (nothing drafted: N stays 5).
+    # the last position is a plain target step (nothing drafted: N stays 5; transformers counts
+    # 0 of 0 drafts as all accepted, N = 7, which simlab does not yet: docs/policies/hf.md).
     pattern = "1" + "11" + "1" + "1101" + "11" + "1" + "1"
     trace = hand_trace([pattern, "1" * 12])
     assert rounds(simulate(trace, "hf-heuristic", gamma=2)) == [(1, 3, 2), (4, 5, 2), (7, 4, 3), (11, 1, 0)]
@@ -136,6 +137,51 @@ def test_hf_confidence_retune_moves_the_threshold_from_the_next_round():
     assert rounds(plain) == [(1, 21, 3), (5, 20, 3), (9, 16, 3), (13, 12, 3), (17, 8, 3), (21, 4, 3)]
     retuned = simulate(conf_trace(conf, pattern), "hf-confidence", retune=True)
     assert rounds(retuned) == [(1, 21, 3), (5, 20, 3), (9, 5, 3), (13, 5, 3), (17, 5, 3), (21, 4, 3)]
+
+
+def test_hf_confidence_stops_below_the_threshold_not_at_it():
+    # ConfidenceCriteria stops when p < threshold: a draft of exactly 0.5 (exact in float32, as
+    # the trace stores it) goes on at threshold 0.5, one of 0.5 - 2^-10 stops (and is kept).
+    # Six positions, all accepted: from 1 the cap is 6 - 1 - 1 = 4 drafts, whose bonus ends the
+    # prompt; stopped after 2, the round from 4 drafts the last one that fits.
+    at = conf_trace([0.9, 0.9, 0.5, 0.9, 0.9, 0.9])
+    below = conf_trace([0.9, 0.9, 0.5 - 2 ** -10, 0.9, 0.9, 0.9])
+    assert rounds(simulate(at, "hf-confidence", threshold=0.5)) == [(1, 5, 4)]
+    assert rounds(simulate(below, "hf-confidence", threshold=0.5)) == [(1, 3, 2), (4, 2, 1)]
+
+
+# Re-tuning's samples by hand (max_draft 5, threshold 0.4): drafts 1-4 match at confidence 0.6,
+# 5 and 6 miss at 0.45, 7 on match at 0.5. Round 1 drafts 1..5 (none below 0.4): 4 accepted and
+# the first rejected, 5 samples. Round 2 from 6 drafts 6..10: 6 is rejected, 1 sample more.
+RETUNE_CONF = [0.9] + [0.6] * 4 + [0.45, 0.45] + [0.5] * 7
+RETUNE_PATTERN = "1" + "1111" + "00" + "1" * 7
+
+
+def test_hf_confidence_retunes_once_it_has_more_than_five_samples_of_both_kinds():
+    # 5 samples are not enough (transformers: len(probs) > 5), 6 are: after round 2 the ROC
+    # threshold of (0.6 x 4 accepted, 0.45 x 2 rejected) is 0.6 (FPR 0, FNR 0 at 0.6; cost 3 at
+    # +inf). Round 3 from 7: 0.5 < 0.6 stops after one draft (accepted, bonus 8). After it the
+    # samples add a 0.5 accepted: the threshold is 0.5 (cost 0; at 0.6 FNR 1/5, cost 0.6), and
+    # round 4 from 9 drafts on at 0.5 (not below it) to the cap, 14 - 9 - 1 = 4.
+    trace = conf_trace(RETUNE_CONF, RETUNE_PATTERN)
+    assert rounds(simulate(trace, "hf-confidence", max_draft=5, retune=True)) == [
+        (1, 6, 4), (6, 6, 0), (7, 2, 1), (9, 5, 4)]
+    # without re-tuning round 3 drafts 7..11 (5, all accepted), and the last position is a plain step
+    assert rounds(simulate(trace, "hf-confidence", max_draft=5)) == [(1, 6, 4), (6, 6, 0), (7, 6, 5), (13, 1, 0)]
+    # a re-tuned threshold never needs both kinds from one prompt only: it restarts with each prompt
+    assert roc_threshold([0.6] * 4 + [0.45] * 2, [True] * 4 + [False] * 2) == 0.6
+    assert roc_threshold([0.6] * 4 + [0.45] * 2 + [0.5], [True] * 4 + [False] * 2 + [True]) == 0.5
+
+
+def test_hf_confidence_at_threshold_0_is_not_retuned():
+    # transformers keeps samples and re-tunes only while assistant_confidence_threshold is truthy:
+    # at 0 (the criterion off) re-tuning stays off. On the re-tuning trace above nothing stops
+    # drafting then: rounds of the cap (5), as without retune; re-tuned after round 2 (threshold
+    # 0.6, as at 0.4) round 3 would stop after one draft
+    trace = conf_trace(RETUNE_CONF, RETUNE_PATTERN)
+    plain = [(1, 6, 4), (6, 6, 0), (7, 6, 5), (13, 1, 0)]
+    assert rounds(simulate(trace, "hf-confidence", max_draft=5, threshold=0.0)) == plain
+    assert rounds(simulate(trace, "hf-confidence", max_draft=5, threshold=0.0, retune=True)) == plain
 
 
 # -- entropy bounds: SVIP, AdaEDL -----------------------------------------------------------------

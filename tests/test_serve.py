@@ -397,6 +397,64 @@ def test_the_token_budget_counts_every_admitted_prompt_and_one_token_per_running
     assert [r.request_id for r in admitted] == [0, 1] and [r.request_id for r in waiting] == [2]
 
 
+def waiting_prompts(lens: list[int]) -> deque:
+    """Waiting requests, in arrival order, of prompts of ``lens`` tokens."""
+    trace = hand_trace(["11"] * len(lens))
+    trace.prompts["prompt_len"] = lens
+    return deque(ServedRequest(i, p, CappedPolicy(None), 0.0) for i, p in enumerate(Simulator(trace).replay.prompts))
+
+
+@pytest.mark.parametrize("budget, admitted", [(22, [0, 1]), (21, [0])])
+def test_a_prompt_that_fills_the_token_budget_exactly_is_admitted_and_one_token_more_is_not(budget, admitted):
+    # 2 running requests (a token each) and 10-token prompts: 2 + 10 + 10 = 22 tokens fills a
+    # budget of 22 exactly (admitted: the budget bounds with <=); at 21 the second prompt waits
+    waiting = waiting_prompts([10, 10, 10])
+    assert [r.request_id for r in Scheduler(max_batch=8, token_budget=budget).admit(waiting, running=2)] == admitted
+    assert [r.request_id for r in waiting] == [i for i in range(3) if i not in admitted]
+
+
+@pytest.mark.parametrize("running, admitted", [(2, [0, 1]), (3, [0]), (4, [])])
+def test_admission_fills_the_batch_to_max_batch_exactly(running, admitted):
+    # max batch 4 and a budget no prompt reaches: 4 - running requests join, the running included
+    waiting = waiting_prompts([10, 10, 10])
+    assert [r.request_id for r in Scheduler(max_batch=4, token_budget=1000).admit(waiting, running)] == admitted
+
+
+def test_a_request_that_does_not_fit_blocks_the_smaller_ones_behind_it():
+    # first come, first served: a 15-token head beside 2 running requests needs 17 of a budget of
+    # 16 and waits; the 5-token prompt behind it would fit (2 + 5 = 7) but does not overtake it
+    waiting = waiting_prompts([15, 5])
+    assert Scheduler(max_batch=8, token_budget=16).admit(waiting, running=2) == []
+    assert [r.request_id for r in waiting] == [0, 1]
+
+
+def served_together(n: int, scheduler: Scheduler) -> list:
+    """``n`` requests of 10-token prompts and 7 positions (two rounds of sd γ=2, every draft
+    accepted) arriving at once, by request id."""
+    sim = Simulator(hand_trace(["1111111"] * n))
+    run = serve_once(sim, [0.0] * n, ServeConfig(scheduler=scheduler), "sd", {"gamma": 2})
+    return sorted(run.requests, key=lambda r: r.request_id)
+
+
+@pytest.mark.parametrize("budget, n, steps", [(20, 4, [1, 1, 2, 3]), (19, 3, [1, 2, 3])])
+def test_the_engine_admits_at_the_token_budgets_exact_boundary_counting_the_running_requests(budget, n, steps):
+    # max batch 8. Budget 20: step 1 admits two prompts (10 + 10 = 20), step 2 one (2 running +
+    # 10 = 12; + 10 more = 22 > 20), step 3 the last (3 running + 10). Budget 19: one a step, as
+    # 10 + 10 = 20 > 19 in step 1 and 1 running + 10 + 10 = 21 > 19 in step 2. (Each step admits
+    # at its start, so the admission times rank the steps.)
+    requests = served_together(n, Scheduler(8, budget))
+    starts = sorted({r.admitted for r in requests})
+    assert [starts.index(r.admitted) + 1 for r in requests] == steps
+
+
+def test_the_engine_admits_a_waiting_request_when_the_full_batch_frees_a_place():
+    # max batch 2: the first two are admitted together and decode two steps; the third waits for
+    # them and joins at the start of the step after they finish
+    first, second, third = served_together(3, Scheduler(2, 1000))
+    assert first.admitted == second.admitted == 0.0 and first.finish == second.finish
+    assert third.admitted == first.finish > second.first_token
+
+
 def test_bad_policy_parameters_fail_before_the_scheduler_is_checked():
     # a budget of 1 token is too small for any prompt here, but the bad γ is what is reported
     sim = Simulator(hand_trace(["1111"]))

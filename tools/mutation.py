@@ -52,8 +52,9 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTES = ROOT / "tools" / "mutation_notes.toml"
 REPORT = ROOT / "docs" / "mutation-report.md"
 LEDGER = ROOT / "tools" / "mutation_results.json"
-# module -> mutmut's mutant-name pattern (its names are dotted module paths)
-MODULES = {
+# module -> mutmut's mutant-name pattern (its names are dotted module paths): the core, what the
+# simulator's numbers rest on
+CORE = {
     "rounds": "simlab.policies.rounds.*",
     "policies": "simlab.policies.*",
     "sim": "simlab.sim.*",
@@ -67,6 +68,15 @@ MODULES = {
     "tree_replay": "simlab.trace.tree_replay.*",
     "analytic": "simlab.analytic.closed_form.*",
 }
+# beyond the core (issue 44): what users read from live runs, recordings, serving's tuner and
+# sweeps; reported in a table of their own beside the core's
+AREAS = {
+    "live": "simlab.live.*",
+    "record": "simlab.record.*",
+    "serve_tune": "simlab.serve.tune.*",  # also in serve's pattern: the longer one wins
+    "sweep": "simlab.sweep.*",  # frontier's is longer
+}
+MODULES = {**CORE, **AREAS}
 KILLED = {"killed", "timeout", "caught by type check"}  # mutmut's statuses that count as detected
 MISSED = ("survived", "no tests")  # undetected: a survivor, or a mutant no selected test runs
 
@@ -90,12 +100,24 @@ def run_group(cmd: list[str], timeout: float | None) -> subprocess.CompletedProc
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
+# mutmut's first step alone (what `mutmut run` does before it collects its test map): copy the
+# package and the selected tests to mutants/ and write every mutant there, "not checked"
+GENERATE = ("import os, mutmut.__main__ as m; m.set_mutant_under_test('mutant_generation'); "
+            "os.makedirs('mutants', exist_ok=True); m.copy_src_dir(); m.copy_also_copy_files(); "
+            "m.setup_source_paths(); m.create_mutants(1)")
+
+
 def targets(modules: list[str], sample: int | None, seed: int) -> list[str]:
     """What to hand mutmut: the modules' name patterns, or (``sample``) the not yet checked
-    mutants of a seeded random draw of ``sample`` mutants per module."""
+    mutants of a seeded random draw of ``sample`` mutants per module. A module the cache holds
+    no mutant of (a new cache, or a module new to ``only_mutate``) has its mutants generated
+    first, so that the draw is from all of them."""
     if sample is None:
         return [MODULES[m] for m in modules]
     statuses = results()
+    if any(all(module_of(n) != m for n in statuses) for m in modules):
+        run_group([sys.executable, "-c", GENERATE], None)
+        statuses = results()
     chosen = []
     for module in modules:
         names = sorted(n for n in statuses if module_of(n) == module)
@@ -163,6 +185,25 @@ def record(ledger: list[dict], modules: list[str], drawn: list[str] | None, samp
     return ledger
 
 
+def score_table(counts: dict[str, Counter], mutants: dict[str, int], modules: dict[str, str]) -> list[str]:
+    """The rows of one table of scores: each of ``modules``, then their sum."""
+    lines = ["| module | mutants | checked | killed | survived | no tests | equivalent | killed since | "
+             "score | with tests since |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    totals = Counter()
+    for module, c in [*((m, counts[m]) for m in modules), ("**all**", None)]:
+        c = c if c is not None else totals
+        if module != "**all**":
+            totals.update({**c, "mutants": mutants.get(module, 0)})
+        checked = c["killed"] + c["survived"] + c["no tests"]
+        score = f"{c['killed'] / checked:.1%}" if checked else "–"
+        since = f"{(c['killed'] + c['killed since']) / checked:.1%}" if checked else "–"
+        total = c["mutants"] if module == "**all**" else mutants.get(module, "–")
+        lines.append(f"| {module} | {total} | {checked} | {c['killed']} | {c['survived']} | "
+                     f"{c['no tests']} | {c['equivalent']} | {c['killed since']} | {score} | {since} |")
+    return lines
+
+
 def report(ledger: list[dict], notes: dict) -> str:
     """The report, from the ledger's runs. A mutant that no selected test runs ("no tests")
     counts as undetected, like a survivor. ``killed_by`` notes name survivors that a test added
@@ -185,20 +226,12 @@ def report(ledger: list[dict], notes: dict) -> str:
              "/ checked, where a checked mutant was killed, survived, or had no test in the subset that runs its "
              "code (\"no tests\"); equivalent survivors are listed below and count as not killed. \"killed "
              "since\": survivors that tests added after the run kill (each checked on its mutant).", "",
-             "| module | mutants | checked | killed | survived | no tests | equivalent | killed since | "
-             "score | with tests since |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    totals = Counter()
-    for module, c in [*counts.items(), ("**all**", None)]:
-        c = c if c is not None else totals
-        if module != "**all**":
-            totals.update({**c, "mutants": mutants.get(module, 0)})
-        checked = c["killed"] + c["survived"] + c["no tests"]
-        score = f"{c['killed'] / checked:.1%}" if checked else "–"
-        since = f"{(c['killed'] + c['killed since']) / checked:.1%}" if checked else "–"
-        total = c["mutants"] if module == "**all**" else mutants.get(module, "–")
-        lines.append(f"| {module} | {total} | {checked} | {c['killed']} | {c['survived']} | "
-                     f"{c['no tests']} | {c['equivalent']} | {c['killed since']} | {score} | {since} |")
+             *score_table(counts, mutants, CORE)]
+    if any(mutants.get(m) is not None for m in AREAS):
+        lines += ["", "## Beyond the core", "",
+                  "Modules outside the simulator's core (issue 44): what `simlab live`, `simlab record`, "
+                  "`simlab serve --tune` and `simlab sweep` print and write, against their own fast tests "
+                  "(listed last in the subset).", "", *score_table(counts, mutants, AREAS)]
     lines += ["", "Where \"checked\" is below \"mutants\", the module was sampled (`--sample N`, a seeded "
               "random draw) or stopped at `--stop-at`: its score estimates the module's from the checked "
               "ones. \"mutants\" counts the module's mutants at its latest run.", "", "## Runs", "",
@@ -236,7 +269,7 @@ def stop_time(hhmm: str, now: dt.datetime) -> dt.datetime:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("modules", nargs="*", help=f"modules to run, of {', '.join(MODULES)} (default: all)")
+    parser.add_argument("modules", nargs="*", help=f"modules to run, of {', '.join(MODULES)} (default: the core, {', '.join(CORE)})")
     parser.add_argument("--max-children", type=int, default=2, help="parallel mutant runs (default 2)")
     parser.add_argument("--sample", type=int, help="check only this many mutants per module, drawn at random")
     parser.add_argument("--seed", type=int, default=0, help="seed of --sample's draw (default 0)")
@@ -250,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     stop_at = stop_time(args.stop_at, dt.datetime.now(dt.timezone.utc)) if args.stop_at else None
     ledger = json.loads(LEDGER.read_text()) if LEDGER.exists() else []
     if not args.report_only:
-        modules = args.modules or list(MODULES)
+        modules = args.modules or list(CORE)
         drawn = targets(modules, args.sample, args.seed)
         run(drawn, args.max_children, stop_at)
         ledger = record(ledger, modules, drawn, args.sample, args.seed)

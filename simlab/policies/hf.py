@@ -115,7 +115,9 @@ class HfConfidence(StopRule):
     With ``retune``, the online ROC re-tuning ("an unsupervised DISCO", Mamou et al. 2024) runs
     as transformers does when scikit-learn is installed: after each verification every checked
     token is a sample (accepted = 1, the first rejected = 0); with more than 5 samples of both
-    kinds the threshold becomes :func:`roc_threshold` of them.
+    kinds the threshold becomes :func:`roc_threshold` of them. A threshold of 0 (the criterion
+    off) is never re-tuned: transformers keeps samples and re-tunes only while
+    ``assistant_confidence_threshold`` is truthy.
     """
 
     name = "hf-confidence"
@@ -153,7 +155,7 @@ class HfConfidence(StopRule):
 
     def observe(self, outcome: Outcome) -> None:
         self.n.observe(outcome)
-        if not self.retune:
+        if not self.retune or not self.level:  # transformers re-tunes only a threshold that is on
             return
         for i, signal in enumerate(outcome.checked):
             self._scores.append(signal.confidence)

@@ -117,13 +117,15 @@ def record_prompt(m: Models, prompt: Prompt) -> dict[str, pd.DataFrame]:
     return tables
 
 
-def path_rows(m: Models, prompt_id: int, prompt_ids: list[int], path: np.ndarray, end: int) -> dict[str, pd.DataFrame]:
+def path_rows(m: Models, prompt_id: int, prompt_ids: list[int], path: np.ndarray,
+              end: int) -> tuple[dict[str, pd.DataFrame], float]:
     """Rows of positions.parquet, past_end.parquet and rollouts.parquet for a greedy path decoded by
     another engine (vLLM: :mod:`simlab.record.vllm`), whose first ``end`` tokens are the prompt's own
     output and the rest its continuation past the end. The signals come from one teacher-forced pass
     of each model over the whole path, as :func:`record_prompt` computes them from the draft's (the
     target's logits too are a forced pass here, where there they come from its own decode); the
-    rollouts, from the draft's pass over the prompt's own output, as there."""
+    rollouts, from the draft's pass over the prompt's own output, as there. Returns the rows and the
+    seconds the rollouts took (that pass included), which a caller times apart from the signals."""
     ids = torch.tensor([prompt_ids], device=m.target.device)
     whole = torch.as_tensor(path, dtype=torch.long)
     draft_pass = forced_pass(m.draft, ids, whole)
@@ -131,11 +133,13 @@ def path_rows(m: Models, prompt_id: int, prompt_ids: list[int], path: np.ndarray
     rows = _position_rows(prompt_id, path, signals)
     own = path[:end]
     runs: list[Rollout] = []
+    started = time.perf_counter()
     if m.rollout > 0:
         cache = forced_pass(m.draft, ids, whole[:end]).cache
         runs = _rollouts(m.draft, cache, len(prompt_ids), own, signals.draft.token[:end], m.rollout)
+    rollout_seconds = time.perf_counter() - started
     return {"positions": rows.iloc[:end].reset_index(drop=True), "past_end": rows.iloc[end:].reset_index(drop=True),
-            "rollouts": _rollout_rows(prompt_id, runs)}
+            "rollouts": _rollout_rows(prompt_id, runs)}, rollout_seconds
 
 
 def _position_rows(prompt_id: int, path: np.ndarray, s: PositionSignals) -> pd.DataFrame:

@@ -291,12 +291,12 @@ def _prompt_rows(m: Models, prompt: Prompt, rendered, result: jobs.RequestResult
     path = np.asarray(result.token_ids, dtype=np.int64)
     end, stop = _end(result.token_ids, budget, eos)
     t0 = time.perf_counter()
-    rows = path_rows(m, prompt.prompt_id, rendered.ids, path, end)
-    signals = time.perf_counter() - t0
+    rows, rollout = path_rows(m, prompt.prompt_id, rendered.ids, path, end)
+    signals = time.perf_counter() - t0 - rollout
     rows["prompts"] = pd.DataFrame({
         "prompt_id": [prompt.prompt_id], "source": [prompt.source], "prompt_len": [len(rendered.ids)],
         "n_tokens": [end], "stop": [stop], "prompt_text": [rendered.text], "prompt_token_ids": [list(rendered.ids)],
-        "generate_seconds": [result.decode_seconds], "signals_seconds": [signals], "rollout_seconds": [0.0]})
+        "generate_seconds": [result.decode_seconds], "signals_seconds": [signals], "rollout_seconds": [rollout]})
     return rows
 
 

@@ -57,7 +57,7 @@ def test_one_flipped_byte_in_any_table_is_refused_naming_the_file(source, tmp_pa
     read_trace(trace)
 
 
-def test_a_flipped_byte_that_decodes_to_another_valid_trace_isexpect_error(tmp_path):
+def test_a_flipped_byte_that_decodes_to_another_valid_trace_is_refused(tmp_path):
     """Issue 44's case: one bit of positions.parquet's draft tokens (byte 13001 of the shipped
     Qwen trace, inside their data page) flipped still decodes to a valid trace, and it simulates
     to another figure (794 target calls become 795); only the digest tells it from the recorded one."""
@@ -71,7 +71,7 @@ def test_a_flipped_byte_that_decodes_to_another_valid_trace_isexpect_error(tmp_p
     assert Simulator(read_trace(trace)).run("sd", {}).summary.target_calls == 795
 
 
-def test_a_table_the_manifest_does_not_list_isexpect_error(tmp_path):
+def test_a_table_the_manifest_does_not_list_is_refused(tmp_path):
     trace = _copy(TREES, tmp_path)
     data = _manifest(trace)
     del data[CHECKSUMS]["topk.parquet"]
@@ -79,14 +79,14 @@ def test_a_table_the_manifest_does_not_list_isexpect_error(tmp_path):
     expect_error(trace, "topk.parquet is not listed in manifest.json's checksums")
 
 
-def test_an_optional_table_the_manifest_lists_but_is_gone_isexpect_error(tmp_path):
+def test_an_optional_table_the_manifest_lists_but_is_gone_is_refused(tmp_path):
     trace = _copy(TREES, tmp_path)
     (trace / "tree.parquet").unlink()
     expect_error(trace, "tree.parquet is missing, but manifest.json lists its checksum")
 
 
 @pytest.mark.parametrize("value", [["abc"], {"positions.parquet": "abc"}, {"notes.parquet": "0" * 64}])
-def test_a_malformed_checksums_field_isexpect_error(synthetic, tmp_path, value):
+def test_a_malformed_checksums_field_is_refused(synthetic, tmp_path, value):
     trace = _copy(synthetic, tmp_path)
     (trace / "manifest.json").write_text(json.dumps({**_manifest(trace), CHECKSUMS: value}))
     expect_error(trace, "field 'checksums'", "simlab trace rehash")

@@ -121,6 +121,15 @@ class Ctx:
         (self.trace / "manifest.json").write_text(json.dumps(data))
         return self.trace
 
+    def edited_cache(self) -> Path:
+        """A sweep cache of the base trace with one number of one row edited."""
+        cache = self.tmp / "cache"
+        main(["sweep", "--trace", str(self.trace), "--policy", "sd:gamma=1..2", "--workers", "1", "--cache", str(cache)])
+        (store,) = cache.glob("*.jsonl")
+        text = store.read_text()
+        store.write_text(text.replace('"target_calls": ', '"target_calls": 1', 1))
+        return cache
+
     def selfspec_without_layers(self) -> Path:
         t = self.tmp / "selfspec"
         shutil.copytree(SELFSPEC, t, ignore=shutil.ignore_patterns("layers.parquet"))
@@ -282,6 +291,9 @@ CASES: list[tuple[str, Callable[[Ctx], list], int, str]] = [
      "positions.parquet does not match its sha256"),
     ("trace-rehash-missing", lambda c: ["trace", "rehash", c.tmp / "nope"], 2, "is not a directory"),
     ("trace-rehash-not-a-trace", lambda c: ["trace", "rehash", c.not_a_trace()], 2, "manifest.json"),
+    ("sweep-cache-row-edited", lambda c: ["sweep", "--trace", c.trace, "--policy", "sd:gamma=1..2", "--workers", "1",
+                                          "--cache", c.edited_cache()], 0,
+     "1 row(s) failed their sha256 check (edited, damaged, or written by an older simlab); simulating them again"),
     ("trace-is-a-file", lambda c: [*SIM, c.file], 2, "is not a directory"),
     ("trace-missing", lambda c: [*SIM, c.tmp / "nope"], 2, "trace not found"),
     ("empty-directory", lambda c: [*SIM, c.tmp], 2, "manifest.json is missing"),
@@ -490,6 +502,33 @@ def test_a_corrupt_sweep_cache_is_set_aside_once(base, tmp_path, capsys):
     assert len(list(tmp_path.glob("*.corrupt-*"))) == 1
     code, out, err = run_cli(capsys, *args)
     assert code == 0 and "corrupt" not in err and "2 from the cache" in out
+
+
+@pytest.mark.parametrize("damage", ["number-edited", "digest-dropped"])
+def test_a_cache_row_that_fails_its_sha256_is_simulated_again_and_replaced(base, tmp_path, capsys, damage):
+    """An edited number (or a row of a simlab that wrote no digests) is never served: the sweep
+    says so in one line, simulates that configuration again, and its table equals an uncached
+    sweep's; the row it appends replaces the bad one, so the next run is silent."""
+    args = ("sweep", "--trace", base / "trace", "--policy", "sd:gamma=1..3", "--workers", "1", "--cache", tmp_path,
+            "--force", "--out")
+    timing = ["sim_seconds", "cpu_seconds"]
+    assert run_cli(capsys, *args, tmp_path / "first.csv")[0] == 0
+    first = pd.read_csv(tmp_path / "first.csv").drop(columns=timing)
+    (store,) = tmp_path.glob("*.jsonl")
+    lines = store.read_text().splitlines()
+    row = json.loads(lines[1])
+    if damage == "number-edited":
+        row["target_calls"] += 1
+    else:
+        del row["sha256"]
+    store.write_text("\n".join([lines[0], json.dumps(row), *lines[2:]]) + "\n")
+    code, out, err = run_cli(capsys, *args, tmp_path / "again.csv")
+    assert code == 0 and err.count("failed their sha256 check") == 1 and f"sweep cache {store}: 1 row(s)" in err, err
+    assert "2 from the cache, 1 simulated" in out
+    assert pd.read_csv(tmp_path / "again.csv").drop(columns=timing).equals(first)
+    code, out, err = run_cli(capsys, *args, tmp_path / "third.csv")
+    assert code == 0 and "sha256" not in err and "3 from the cache, 0 simulated" in out, err
+    assert pd.read_csv(tmp_path / "third.csv").drop(columns=timing).equals(first)
 
 
 def test_an_internal_error_keeps_its_traceback(base, monkeypatch, capsys):

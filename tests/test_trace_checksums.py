@@ -115,12 +115,31 @@ def test_rehash_changes_the_manifest_only_and_by_the_checksums_alone(tmp_path):
     assert {f: (trace / f).read_bytes() for f in tables} == tables
 
 
+SHIPPED = sorted(d for d in [*TRACES.iterdir(), *TRACES.parent.glob("results/**/traces/*")]
+                 if (d / "manifest.json").is_file() and (d / "prompts.parquet").is_file())
+
+
 def test_every_shipped_trace_lists_the_checksums_of_all_its_tables():
-    shipped = [m.parent for m in Path(__file__).resolve().parents[1].glob("**/manifest.json")
-               if (m.parent / "prompts.parquet").exists() and ".git" not in m.parts]
-    assert len(shipped) >= 16
-    for trace in shipped:
+    """traces/ and results/**/traces/: each trace's manifest lists exactly its table files' digests."""
+    assert len(SHIPPED) >= 16
+    for trace in SHIPPED:
         assert _manifest(trace).get(CHECKSUMS) == file_digests(trace), trace
+
+
+@pytest.mark.parametrize("shipped", SHIPPED, ids=[d.name for d in SHIPPED])
+def test_a_shipped_trace_simulates_the_same_with_its_checksums_as_without(shipped, tmp_path, capsys):
+    """The digests are the files', not the trace's: `simulate --json` prints the same bytes."""
+    from simlab.cli import main
+
+    trace = _copy(shipped, tmp_path)
+    main(["simulate", "--json", "--trace", str(trace)])
+    checked = capsys.readouterr().out
+    data = _manifest(trace)
+    del data[CHECKSUMS]
+    (trace / "manifest.json").write_text(json.dumps(data))
+    main(["simulate", "--json", "--trace", str(trace)])
+    unchecked = capsys.readouterr()
+    assert "no checksums" in unchecked.err and unchecked.out == checked and '"target_calls"' in checked
 
 
 # -- an update in place, killed between two renames ------------------------------------------------

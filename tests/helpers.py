@@ -7,13 +7,41 @@ import random
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
 
+from simlab.common.errors import SimlabError
 from simlab.policies.base import Decision, Parallel, Policy, Serial
-from simlab.trace.io import Trace, empty_table
+from simlab.trace.checksums import rehash
+from simlab.trace.io import Trace, empty_table, read_trace
 from simlab.trace.schema import NO_LAYER, Manifest
+
+
+def put_table(trace_dir: Path, name: str, table: pd.DataFrame | pa.Table) -> Path:
+    """``table`` written over ``name.parquet`` of the trace in ``trace_dir`` as another tool would,
+    then vouched for with ``simlab trace rehash`` (a deliberate edit), so that what loading the
+    trace checks next is the table's content."""
+    if isinstance(table, pd.DataFrame):
+        table = pa.Table.from_pandas(table, preserve_index=False)
+    pq.write_table(table, Path(trace_dir) / f"{name}.parquet")
+    rehash(trace_dir)
+    return Path(trace_dir)
+
+
+def expect_error(path, *fragments: str) -> str:
+    """The one-line message with which loading the trace in ``path`` is refused; it holds ``fragments``."""
+    with pytest.raises(SimlabError) as info:
+        read_trace(path)
+    message = str(info.value)
+    assert "\n" not in message
+    for fragment in fragments:
+        assert fragment in message, message
+    return message
 
 
 def latency_table(draft: float = 0.1, verify: dict[int, float] | None = None, ctx=(0, 10_000),

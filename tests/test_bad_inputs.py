@@ -23,8 +23,11 @@ import pytest
 from simlab.cli import main
 from simlab.common.locations import CALIBRATE, TRACES
 from simlab.sim.run import Simulator
+from simlab.trace.checksums import rehash
+from tests.helpers import put_table
 
 SELFSPEC = TRACES / "smollm2-selfspec"
+PAST_END = TRACES.parent / "results" / "vllm" / "traces" / "qwen-coder-humaneval-vllm"  # past_end.parquet
 TREES = TRACES / "smollm2-tree"  # top-4 candidates and EAGLE-2 trees of top-k 4, depth 4
 PROFILE = CALIBRATE / "qwen-coder-cpu.json"
 
@@ -87,8 +90,7 @@ class Ctx:
         values[row] = value
         i = t.schema.get_field_index(column)
         t = t.set_column(i, t.schema.field(i), pa.array(values, type=t.schema.field(i).type))
-        pq.write_table(t, path)
-        return self.trace
+        return put_table(self.trace, table, t)
 
     def set_manifest(self, **fields) -> Path:
         path = self.trace / "manifest.json"
@@ -99,9 +101,34 @@ class Ctx:
 
     def no_prompts(self) -> Path:
         for name in ("prompts", "positions", "rollouts"):
-            path = self.trace / f"{name}.parquet"
-            pq.write_table(pq.read_table(path).slice(0, 0), path)
+            put_table(self.trace, name, pq.read_table(self.trace / f"{name}.parquet").slice(0, 0))
         return self.trace
+
+    def flipped(self, table: str, source: Path | None = None) -> Path:
+        """A copy of the base trace (or of ``source``) with one bit flipped in the middle of a table file."""
+        t = self.trace if source is None else self.tmp / source.name
+        if not t.exists():
+            shutil.copytree(source, t)
+        data = bytearray((t / f"{table}.parquet").read_bytes())
+        data[len(data) // 2] ^= 0x01
+        (t / f"{table}.parquet").write_bytes(bytes(data))
+        return t
+
+    def checksums(self, edit: Callable[[dict], None]) -> Path:
+        """The base trace with its manifest's checksums edited."""
+        data = json.loads((self.trace / "manifest.json").read_text())
+        edit(data["checksums"])
+        (self.trace / "manifest.json").write_text(json.dumps(data))
+        return self.trace
+
+    def edited_cache(self) -> Path:
+        """A sweep cache of the base trace with one number of one row edited."""
+        cache = self.tmp / "cache"
+        main(["sweep", "--trace", str(self.trace), "--policy", "sd:gamma=1..2", "--workers", "1", "--cache", str(cache)])
+        (store,) = cache.glob("*.jsonl")
+        text = store.read_text()
+        store.write_text(text.replace('"target_calls": ', '"target_calls": 1', 1))
+        return cache
 
     def selfspec_without_layers(self) -> Path:
         t = self.tmp / "selfspec"
@@ -148,8 +175,7 @@ class Ctx:
             shutil.copytree(TREES, t)
         df = pd.read_parquet(t / f"{table}.parquet")
         edit(df)
-        df.to_parquet(t / f"{table}.parquet", index=False)
-        return t
+        return put_table(t, table, df)
 
     def model(self, layers: int) -> Path:
         """A model directory whose config.json declares ``layers`` decoder layers (no weights:
@@ -170,8 +196,11 @@ def _negative_coefficient(profile: dict) -> None:
     profile["surfaces"][0]["base"][0] = -1.0
 
 
-def _garbage(path: Path) -> Path:
+def _garbage(path: Path, vouched: bool = False) -> Path:
+    """``path`` filled with random bytes; ``vouched``: and the trace rehashed, as if on purpose."""
     path.write_bytes(os.urandom(64))
+    if vouched:
+        rehash(path.parent)
     return path.parent
 
 
@@ -241,7 +270,30 @@ CASES: list[tuple[str, Callable[[Ctx], list], int, str]] = [
      "incomplete trace (interrupted write?)"),
     ("manifest-missing", lambda c: [*SIM, (c.trace / "manifest.json").unlink() or c.trace], 2,
      "incomplete trace (interrupted write?)"),
-    ("positions-garbage", lambda c: [*SIM, _garbage(c.trace / "positions.parquet")], 2, "not a readable Parquet"),
+    ("positions-garbage", lambda c: [*SIM, _garbage(c.trace / "positions.parquet")], 2,
+     "positions.parquet does not match its sha256 in manifest.json"),
+    ("positions-garbage-rehashed", lambda c: [*SIM, _garbage(c.trace / "positions.parquet", vouched=True)], 2,
+     "not a readable Parquet"),
+    # -- integrity: every table file against the sha256 its manifest lists; one flipped bit is refused ------
+    *((f"{table}-bit-flipped", lambda c, t=table, src=src: [*SIM, c.flipped(t, src)], 2,
+       f"{table}.parquet does not match its sha256 in manifest.json: the file was damaged or edited after the "
+       "trace was written; copy it again from where the trace came from, or if the edit was deliberate run "
+       "`simlab trace rehash ")
+      for table, src in (("prompts", None), ("positions", None), ("rollouts", None), ("latency", None),
+                         ("layers", TREES), ("topk", TREES), ("tree", TREES), ("past_end", PAST_END))),
+    ("table-not-listed", lambda c: [*SIM, c.checksums(lambda s: s.pop("rollouts.parquet"))], 2,
+     "rollouts.parquet is not listed in manifest.json's checksums"),
+    ("listed-table-gone", lambda c: [*SIM, c.checksums(lambda s: s.update({"layers.parquet": "0" * 64}))], 2,
+     "layers.parquet is missing, but manifest.json lists its checksum"),
+    ("checksum-not-hex", lambda c: [*SIM, c.checksums(lambda s: s.update({"prompts.parquet": "abc"}))], 2,
+     "manifest.json field 'checksums' must map table files to sha256 digests"),
+    ("trace-check-bit-flipped", lambda c: ["trace", "check", c.flipped("positions")], 2,
+     "positions.parquet does not match its sha256"),
+    ("trace-rehash-missing", lambda c: ["trace", "rehash", c.tmp / "nope"], 2, "is not a directory"),
+    ("trace-rehash-not-a-trace", lambda c: ["trace", "rehash", c.not_a_trace()], 2, "manifest.json"),
+    ("sweep-cache-row-edited", lambda c: ["sweep", "--trace", c.trace, "--policy", "sd:gamma=1..2", "--workers", "1",
+                                          "--cache", c.edited_cache()], 0,
+     "1 row(s) failed their sha256 check (edited, damaged, or written by an older simlab); simulating them again"),
     ("trace-is-a-file", lambda c: [*SIM, c.file], 2, "is not a directory"),
     ("trace-missing", lambda c: [*SIM, c.tmp / "nope"], 2, "trace not found"),
     ("empty-directory", lambda c: [*SIM, c.tmp], 2, "manifest.json is missing"),
@@ -450,6 +502,33 @@ def test_a_corrupt_sweep_cache_is_set_aside_once(base, tmp_path, capsys):
     assert len(list(tmp_path.glob("*.corrupt-*"))) == 1
     code, out, err = run_cli(capsys, *args)
     assert code == 0 and "corrupt" not in err and "2 from the cache" in out
+
+
+@pytest.mark.parametrize("damage", ["number-edited", "digest-dropped"])
+def test_a_cache_row_that_fails_its_sha256_is_simulated_again_and_replaced(base, tmp_path, capsys, damage):
+    """An edited number (or a row of a simlab that wrote no digests) is never served: the sweep
+    says so in one line, simulates that configuration again, and its table equals an uncached
+    sweep's; the row it appends replaces the bad one, so the next run is silent."""
+    args = ("sweep", "--trace", base / "trace", "--policy", "sd:gamma=1..3", "--workers", "1", "--cache", tmp_path,
+            "--force", "--out")
+    timing = ["sim_seconds", "cpu_seconds"]
+    assert run_cli(capsys, *args, tmp_path / "first.csv")[0] == 0
+    first = pd.read_csv(tmp_path / "first.csv").drop(columns=timing)
+    (store,) = tmp_path.glob("*.jsonl")
+    lines = store.read_text().splitlines()
+    row = json.loads(lines[1])
+    if damage == "number-edited":
+        row["target_calls"] += 1
+    else:
+        del row["sha256"]
+    store.write_text("\n".join([lines[0], json.dumps(row), *lines[2:]]) + "\n")
+    code, out, err = run_cli(capsys, *args, tmp_path / "again.csv")
+    assert code == 0 and err.count("failed their sha256 check") == 1 and f"sweep cache {store}: 1 row(s)" in err, err
+    assert "2 from the cache, 1 simulated" in out
+    assert pd.read_csv(tmp_path / "again.csv").drop(columns=timing).equals(first)
+    code, out, err = run_cli(capsys, *args, tmp_path / "third.csv")
+    assert code == 0 and "sha256" not in err and "3 from the cache, 0 simulated" in out, err
+    assert pd.read_csv(tmp_path / "third.csv").drop(columns=timing).equals(first)
 
 
 def test_an_internal_error_keeps_its_traceback(base, monkeypatch, capsys):

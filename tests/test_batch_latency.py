@@ -12,7 +12,7 @@ from simlab.latency.batch import BatchLatency
 from simlab.latency.grid import LatencyGrid
 from simlab.latency.model import TableLatency, load_profile, save_profile
 from simlab.trace.schema import NO_LAYER
-from tests.helpers import latency_table
+from tests.helpers import latency_table, put_table
 
 H100_PROFILE = CALIBRATE / "roofline" / "qwen2.5-coder-0.5b-1.5b-h100.json"
 
@@ -169,7 +169,7 @@ def test_an_old_trace_without_a_batch_column_reads_as_batch_one(tmp_path):
 
     path = write_trace(synth_trace(SynthSpec(prompts=2, tokens=20, seed=1)), tmp_path / "t")
     table = pq.read_table(path / "latency.parquet")
-    pq.write_table(table.drop_columns(["batch"]), path / "latency.parquet")
+    put_table(path, "latency", table.drop_columns(["batch"]))
     lat = read_trace(path).latency
     assert (lat["batch"] == 1).all()
     assert not TableLatency.from_samples(lat).batches

@@ -12,6 +12,7 @@ from simlab.analytic import closed_form as analytic
 from simlab.common.metrics import PLAIN
 from simlab.common.metrics import SUMMARY_KEYS
 from simlab.trace.io import read_trace
+from tests.helpers import put_table
 
 JSON_KEYS = {*SUMMARY_KEYS, "acceptance_per_position"}
 
@@ -97,7 +98,7 @@ def test_corrupt_trace_is_one_line(synthetic, tmp_path):
     bad = tmp_path / "bad"
     shutil.copytree(synthetic, bad)
     (bad / "positions.parquet").write_bytes(b"garbage")
-    one_line_error(simlab("simulate", "--trace", bad, check=False), "positions.parquet is not a readable Parquet")
+    one_line_error(simlab("simulate", "--trace", bad, check=False), "positions.parquet does not match its sha256")
 
 
 def test_negative_latency_is_one_line(synthetic, tmp_path):
@@ -107,7 +108,7 @@ def test_negative_latency_is_one_line(synthetic, tmp_path):
     shutil.copytree(synthetic, bad)
     lat = pd.read_parquet(bad / "latency.parquet")
     lat.loc[0, "seconds"] = -1.0
-    lat.to_parquet(bad / "latency.parquet", index=False)
+    put_table(bad, "latency", lat)
     one_line_error(simlab("simulate", "--trace", bad, check=False), "negative")
 
 

@@ -23,6 +23,7 @@ from simlab.common.errors import SimlabError
 from simlab.sim.run import Simulator
 from simlab.trace.io import read_trace, write_trace
 from simlab.trace.synth import SynthSpec, synth_trace
+from tests.helpers import put_table
 
 HOUR = 3600.0
 PROB = (0.0, 1.0)
@@ -64,7 +65,7 @@ def _plant(root: Path, table: str, column: str, row: int, value) -> tuple[int, o
     row %= len(values)
     values[row] = value
     array = pa.array(values, type=pa.float64() if pa.types.is_floating(field.type) else field.type)
-    pq.write_table(t.set_column(i, field, array.cast(field.type, safe=False)), path)
+    put_table(root, table, t.set_column(i, field, array.cast(field.type, safe=False)))
     return row, pq.read_table(path)[column].to_pylist()[row]
 
 

@@ -5,13 +5,12 @@ import os
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
-from simlab.common.errors import SimlabError
 from simlab.trace import read_trace, write_trace
+from simlab.trace.checksums import rehash
 from simlab.trace.synth import SynthSpec, synth_trace
+from tests.helpers import expect_error, put_table
 
 
 @pytest.fixture()
@@ -43,19 +42,10 @@ def test_write_then_read_gives_identical_tables_and_manifest(trace, written):
 def test_rows_of_an_uncommitted_prompt_are_ignored(trace, written):
     """A recorder killed after writing positions but before prompts.parquet leaves extra rows."""
     pos = pd.concat([trace.positions, trace.positions[trace.positions.prompt_id == 0].assign(prompt_id=99)])
-    pq.write_table(pa.Table.from_pandas(pos, preserve_index=False), written / "positions.parquet")
+    put_table(written, "positions", pos)
     back = read_trace(written)
     assert 99 not in set(back.positions.prompt_id)
     assert len(back.positions) == len(trace.positions)
-
-
-def expect_error(path, *fragments):
-    with pytest.raises(SimlabError) as info:
-        read_trace(path)
-    message = str(info.value)
-    assert "\n" not in message
-    for fragment in fragments:
-        assert fragment in message, message
 
 
 def test_missing_directory(tmp_path):
@@ -103,18 +93,18 @@ def test_missing_table(written):
 
 def test_corrupt_parquet(written):
     (written / "latency.parquet").write_bytes(b"PAR1 this is not parquet")
+    rehash(written)
     expect_error(written, "latency.parquet is not a readable Parquet file")
 
 
 def test_missing_column(written, trace):
-    pq.write_table(pa.Table.from_pandas(trace.positions.drop(columns=["draft_conf"]), preserve_index=False),
-                   written / "positions.parquet")
+    put_table(written, "positions", trace.positions.drop(columns=["draft_conf"]))
     expect_error(written, "positions.parquet lacks columns", "draft_conf")
 
 
 def test_wrong_column_type(written, trace):
     pos = trace.positions.assign(draft_conf="high")
-    pq.write_table(pa.Table.from_pandas(pos, preserve_index=False), written / "positions.parquet")
+    put_table(written, "positions", pos)
     expect_error(written, "column 'draft_conf'")
 
 
@@ -122,20 +112,20 @@ def test_wrong_column_type(written, trace):
 def test_bad_latency_values(written, trace, bad):
     lat = trace.latency.copy()
     lat.loc[0, "seconds"] = bad
-    pq.write_table(pa.Table.from_pandas(lat, preserve_index=False), written / "latency.parquet")
+    put_table(written, "latency", lat)
     expect_error(written, "latency.parquet column 'seconds' has 1 value null, not finite, not positive")
 
 
 def test_probability_out_of_range(written, trace):
     pos = trace.positions.copy()
     pos.loc[3, "draft_conf"] = 1.5
-    pq.write_table(pa.Table.from_pandas(pos, preserve_index=False), written / "positions.parquet")
+    put_table(written, "positions", pos)
     expect_error(written, "draft_conf", "outside [0, 1]")
 
 
 def test_positions_with_a_gap(written, trace):
     pos = trace.positions.drop(index=5)
-    pq.write_table(pa.Table.from_pandas(pos, preserve_index=False), written / "positions.parquet")
+    put_table(written, "positions", pos)
     expect_error(written, "prompt 0 should have positions 0..39")
 
 
@@ -144,7 +134,7 @@ def test_a_rollout_step_0_off_the_tail_or_a_rollout_past_it(written, trace, pos,
     """Step 0 belongs to the tail only (pos = n_tokens = 40), and nothing starts past it."""
     rollouts = trace.rollouts.copy()
     rollouts.loc[0, ["pos", "step"]] = [pos, step]
-    pq.write_table(pa.Table.from_pandas(rollouts, preserve_index=False), written / "rollouts.parquet")
+    put_table(written, "rollouts", rollouts)
     expect_error(written, f"position {pos}, step {step}: step 0 belongs only to the tail")
 
 

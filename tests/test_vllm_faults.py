@@ -16,6 +16,7 @@ pytest.importorskip("transformers", reason="the tokenizer checks need the models
 from simlab.common.locations import TRACES  # noqa: E402
 from simlab.engines.vllm import install as vllm_install  # noqa: E402
 from simlab.models import install  # noqa: E402
+from tests.helpers import put_table  # noqa: E402
 from tests.test_bad_inputs import run_cli  # noqa: E402
 
 
@@ -33,8 +34,7 @@ def smollm2_trace(tmp_path_factory):
     manifest.update(draft_model="smollm2", draft_layer=-1, exit_layers=[], rollout_layers=[])
     (out / "manifest.json").write_text(json.dumps(manifest))
     rollouts = pd.read_parquet(out / "rollouts.parquet")
-    rollouts[rollouts["layer"] == -1].to_parquet(out / "rollouts.parquet", index=False)
-    return out
+    return put_table(out, "rollouts", rollouts[rollouts["layer"] == -1])
 
 
 def test_vllm_missing_names_the_install_command(smollm2_trace, tmp_path, capsys, monkeypatch):

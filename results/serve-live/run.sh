@@ -39,6 +39,7 @@ fi
 if [ ! -d trace ]; then
     cp -r "$SHIPPED" trace.part
     cp "$LATENCY/latency.parquet" "$LATENCY/manifest.json" trace.part/
+    "$SIMLAB" trace rehash trace.part  # the manifest came with other tables: list the checksums of these
     mv trace.part trace
 fi
 [ -n "${REPROBE:-}" ] || [ -s predicted.json ] || "$PYTHON" "$HERE/predict.py" trace "$TOKENS" "$GAMMA"

@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[tuple[str, ...], str]] = {
     "models": (("models",), "Install and list real models that need no model hub."),
     "record": (("record",), "Record a trace: per-position signals, divergence rollouts and forward latencies."),
     "datastore": (("datastore",), "Build the token datastore that the rest policy retrieves drafts from."),
+    "trace": (("trace",), "Check traces against the checksums of their tables, or write the checksums."),
     "calibrate": (("calibrate",), "Fit latency profiles and acceptance predictors: `simlab calibrate TRACE --out "
                                   "calibrate/NAME.json`."),
     "simulate": (("simulate",), "Replay a trace in the SimPy simulator under a drafting policy."),

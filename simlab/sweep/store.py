@@ -12,6 +12,13 @@ sweeps sharing a cache append whole lines (one ``write`` each, in append mode), 
 corrupt each other. A file that is not JSON lines beyond a torn last line (a disk error, a
 binary file put there by mistake) is moved aside once, with a warning naming both paths, and
 the sweep starts that store afresh instead of failing on every run.
+
+Each row carries the sha256 of its own JSON (``"sha256"``). A row that does not match it (a
+number edited by hand, a damaged disk) or that has none (written by a simlab before rows had
+one) is not served: the sweep says so in one line and simulates that configuration again, and
+the row it appends takes the old one's place. Recomputing, rather than refusing the sweep, because
+the cache holds nothing that cannot be computed again: the right row costs one simulation, and a
+refusal would only make the user delete the file by hand.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import pyarrow as pa
 from simlab.common.atomic import check_output
 from simlab.common.errors import SimlabError
 
+ROW_DIGEST = "sha256"  # the field of a row that holds the digest of the rest
 KEY_CHARS = 20  # hex digits of sha256 kept in keys: collisions are not a practical concern
 
 # Parts of the package that cannot change a simulated result.
@@ -87,17 +95,25 @@ class ResultStore:
             return rows
         data = self.path.read_bytes()
         lines = data.split(b"\n")
+        unverified = set()  # keys of rows that do not match their digest
         for i, line in enumerate(lines):
             try:
                 row = json.loads(line.decode())
             except (UnicodeDecodeError, json.JSONDecodeError):
                 row = None
             if isinstance(row, dict) and "key" in row:
-                rows[row["key"]] = row
+                if row.pop(ROW_DIGEST, None) == row_digest(row):
+                    rows[row["key"]] = row
+                else:
+                    unverified.add(row["key"])
             elif line and i < len(lines) - 1:  # a bad line that is not the torn last one
                 return self._set_aside()
         if data and not data.endswith(b"\n"):
             self._write("\n")
+        recompute = len(unverified - set(rows))
+        if recompute:
+            print(f"simlab: warning: sweep cache {self.path}: {recompute} row(s) failed their sha256 check (edited, "
+                  "damaged, or written by an older simlab); simulating them again", file=sys.stderr)
         return rows
 
     def _set_aside(self) -> dict[str, dict]:
@@ -108,7 +124,9 @@ class ResultStore:
         return {}
 
     def append(self, row: dict) -> None:
-        self._write(json.dumps(row, default=_plain) + "\n")
+        """Write ``row`` with its digest (of the row as JSON gives it back)."""
+        plain = json.loads(json.dumps(row, default=_plain))
+        self._write(json.dumps({**plain, ROW_DIGEST: row_digest(plain)}) + "\n")
 
     def _write(self, text: str) -> None:
         """One ``write`` in append mode, so that concurrent writers never interleave a line."""
@@ -118,6 +136,11 @@ class ResultStore:
             os.write(fd, text.encode())
         finally:
             os.close(fd)
+
+
+def row_digest(row: dict) -> str:
+    """The sha256 of a row as JSON (keys sorted)."""
+    return hashlib.sha256(json.dumps(row, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def _plain(obj: Any) -> Any:

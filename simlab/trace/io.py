@@ -7,8 +7,9 @@ with tables but no manifest is an interrupted write and is refused as one. :func
 finished prompts) last; a reader keeps only rows of prompts listed there, so a recorder
 killed between two renames still leaves a trace that loads, holding every finished prompt.
 
-Reading checks every column (nulls, finiteness, range) and names the table, column, prompt
-and position of the first bad value (:mod:`simlab.trace.checks`).
+Reading checks each table file against the sha256 the manifest lists for it
+(:mod:`simlab.trace.checksums`), then every column (nulls, finiteness, range), and names the
+table, column, prompt and position of the first bad value (:mod:`simlab.trace.checks`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from simlab.common.atomic import check_output, replace_dir, replace_file
 from simlab.common.errors import SimlabError
 from simlab.common.jsonfile import read_json
 from simlab.trace.checks import check_manifest_types, validate
+from simlab.trace.checksums import CHECKSUMS, PENDING, Listing, manifest_text, sha256
 from simlab.trace.schema import (
     DEFAULTED_COLUMNS,
     MANIFEST,
@@ -67,13 +69,49 @@ def _to_arrow(name: str, df: pd.DataFrame) -> pa.Table:
         raise SimlabError(f"cannot write table {name!r}: {exc}") from exc
 
 
-def _write_files(trace: Trace, out: Path) -> None:
-    """Every table (prompts last), then the manifest, each renamed into place in ``out``."""
-    tables = {name: _to_arrow(name, trace.table(name)) for name in WRITE_ORDER if trace.table(name) is not None}
-    for name, table in tables.items():
-        replace_file(out / f"{name}.parquet", lambda p, t=table: pq.write_table(t, p))
-    manifest = json.dumps(trace.manifest.to_dict(), indent=2) + "\n"
+def _write_files(trace: Trace, out: Path, in_place: bool = False) -> None:
+    """Every table (prompts last), then the manifest with the tables' digests, each renamed into
+    place in ``out``. ``in_place``: ``out`` holds the trace already, and its manifest first gains
+    the new tables' digests as pending ones, so that a reader takes each table old or new while
+    they are renamed (:mod:`simlab.trace.checksums`)."""
+    files = {f"{name}.parquet": _parquet_bytes(_to_arrow(name, trace.table(name)))
+             for name in WRITE_ORDER if trace.table(name) is not None}
+    sums = {file: sha256(data) for file, data in files.items()}
+    if in_place:
+        sums = {**_mark_pending(out, sums), **sums}
+    for file, data in files.items():
+        replace_file(out / file, lambda p, d=data: p.write_bytes(d))
+    manifest = manifest_text(trace.manifest.to_dict(), sums)
     replace_file(out / MANIFEST, lambda p: p.write_text(manifest))
+
+
+def _parquet_bytes(table: pa.Table) -> bytes:
+    """The Parquet file of ``table``, as ``pq.write_table`` writes it to disk."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    return sink.getvalue().to_pybytes()
+
+
+def _mark_pending(out: Path, pending: dict[str, str]) -> dict[str, str]:
+    """List ``pending`` in the manifest in ``out`` as the digests of the tables on their way;
+    return the digests of the table files there now (an update that does not rewrite a table
+    keeps its entry)."""
+    try:
+        data = json.loads((out / MANIFEST).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        data = None
+    tables = [f.name for f in sorted(out.glob("*.parquet")) if f.stem in TABLES]
+    listed = data.get(CHECKSUMS) if isinstance(data, dict) else None
+    if not isinstance(listed, dict):  # a trace without digests: the files as they are
+        return {f: sha256((out / f).read_bytes()) for f in tables}
+    # an earlier update killed midway: a file that matches its pending digest was renamed in
+    before = data.get(PENDING) if isinstance(data.get(PENDING), dict) else {}
+    now = {f: before[f] if f in before and sha256((out / f).read_bytes()) == before[f] else listed.get(f)
+           for f in tables}
+    now = {f: d for f, d in now.items() if d}
+    text = manifest_text({k: v for k, v in data.items() if k not in (CHECKSUMS, PENDING)}, now, pending)
+    replace_file(out / MANIFEST, lambda p: p.write_text(text))
+    return now
 
 
 def write_trace(trace: Trace, path: str | os.PathLike) -> Path:
@@ -88,7 +126,7 @@ def update_trace(trace: Trace, path: str | os.PathLike) -> Path:
     """Rewrite the trace in directory ``path`` in place (it grows by whole prompts, as a
     recording does): a reader keeps only committed prompts, so no copy of the trace is needed."""
     out = Path(path)
-    _write_files(trace, out)
+    _write_files(trace, out, in_place=True)
     return out
 
 
@@ -103,16 +141,17 @@ def read_trace(path: str | os.PathLike, allow_empty: bool = False) -> Trace:
         raise SimlabError(f"trace {root} is not a directory (a trace is a directory with {MANIFEST})")
     if not (root / MANIFEST).exists() and any(root.glob("*.parquet")):
         raise SimlabError(f"incomplete trace (interrupted write?): {root} has tables but no {MANIFEST}")
-    manifest = _read_manifest(root)
+    manifest, listing = _read_manifest(root)
     tables: dict[str, pd.DataFrame | None] = {}
     for name in TABLES:
         file = root / f"{name}.parquet"
         if not file.exists():
             if name in OPTIONAL_TABLES:
+                listing.check_absent(file.name)
                 tables[name] = None
                 continue
             raise SimlabError(f"incomplete trace (interrupted write?): {root}: {file.name} is missing")
-        tables[name] = _read_table(root, name, file)
+        tables[name] = _read_table(root, name, file, listing)
     done = set(tables["prompts"]["prompt_id"].tolist())
     for name in ("positions", "rollouts", "layers", "topk", "tree", "past_end"):
         df = tables[name]
@@ -126,7 +165,8 @@ def read_trace(path: str | os.PathLike, allow_empty: bool = False) -> Trace:
     return trace
 
 
-def _read_manifest(root: Path) -> Manifest:
+def _read_manifest(root: Path) -> tuple[Manifest, Listing]:
+    """The manifest, and the digests it lists for the table files."""
     file = root / MANIFEST
     if not file.exists():
         raise SimlabError(f"trace {root}: {MANIFEST} is missing (is this a trace directory?)")
@@ -136,20 +176,26 @@ def _read_manifest(root: Path) -> Manifest:
         raise SimlabError(
             f"trace {root} has schema version {version!r}; this simlab reads version {SCHEMA_VERSION}"
         )
+    listing = Listing(data, root)
     unknown = set(data) - Manifest.field_names()
     if unknown:
         raise SimlabError(f"trace {root}: {MANIFEST} has unknown fields {sorted(unknown)}")
     check_manifest_types(data, f"trace {root}")
     try:
-        return Manifest(**data)
+        return Manifest(**data), listing
     except TypeError as exc:
         raise SimlabError(f"trace {root}: {MANIFEST} is incomplete ({exc})") from exc
 
 
-def _read_table(root: Path, name: str, file: Path) -> pd.DataFrame:
+def _read_table(root: Path, name: str, file: Path, listing: Listing) -> pd.DataFrame:
     try:
-        table = pq.read_table(file)
-    except (pa.ArrowInvalid, OSError) as exc:
+        data = file.read_bytes()
+    except OSError as exc:
+        raise SimlabError(f"trace {root}: cannot read {file.name} ({exc.strerror or exc})") from None
+    listing.check(file.name, data)
+    try:
+        table = pq.read_table(pa.BufferReader(data))
+    except (pa.ArrowException, OSError) as exc:  # any damage Arrow reports, not only ArrowInvalid
         raise SimlabError(f"trace {root}: {file.name} is not a readable Parquet file ({exc})") from exc
     missing = [c for c in TABLES[name] if c not in table.column_names and c not in DEFAULTED_COLUMNS.get(name, {})]
     if missing:

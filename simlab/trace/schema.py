@@ -4,7 +4,8 @@ A trace is one model pair x one prompt set x one hardware x one decoding setting
 directory::
 
     NAME/
-      manifest.json       schema version, models, hardware, temperature, command, ...
+      manifest.json       schema version, models, hardware, temperature, command, ..., and the
+                          sha256 of every table file (``checksums``: simlab.trace.checksums)
       prompts.parquet     one row per finished prompt (the commit record, written last)
       positions.parquet   one row per generated position on the target's own output path
       rollouts.parquet    the draft's own continuation after each position where it diverged,

@@ -14,6 +14,7 @@ TOKENS=64
 if [ ! -d trace ]; then
     cp -r ../../../traces/smollm2-selfspec trace.part
     cp latency/latency.parquet latency/manifest.json trace.part/
+    "$SIMLAB" trace rehash trace.part  # the manifest came with other tables: list the checksums of these
     mv trace.part trace
 fi
 [ -s predicted.json ] || "$PYTHON" ../predict.py trace "$TOKENS"

@@ -64,6 +64,7 @@ import pandas as pd
 
 from simlab.common.errors import SimlabError
 from simlab.common.jsonfile import read_versioned, write_json
+from simlab.latency.coverage import Span
 from simlab.trace.schema import NO_LAYER, with_defaults
 
 PROFILE_FORMAT = "simlab-latency"
@@ -204,6 +205,9 @@ class TableLatency:
     # samples), model -> {k: curve}, model "target" or "draft". Empty: not timed (module docstring).
     prefills: dict[str, dict[int, Curve]] = field(default_factory=dict)
 
+    # A tree forward's price is the chain's corrected by the probed ratio (:mod:`simlab.latency.coverage`).
+    tree_on_chain = True
+
     def __post_init__(self) -> None:
         if not self.draft:
             raise SimlabError(f"latency model {self.name!r} has no draft-step curve")
@@ -217,6 +221,26 @@ class TableLatency:
     @property
     def layers(self) -> list[int]:
         return sorted({layer for layer, _ in self.draft if layer != NO_LAYER})
+
+    def span(self, series: str, corun: bool = False) -> Span | None:
+        """Where ``series`` (:data:`~simlab.latency.fitted.SERIES`' names) was measured, as the
+        prices below read it (co-running curves, else the solo ones); None where it was not."""
+        if series == "draft":
+            curve = self.draft.get((NO_LAYER, corun)) or self.draft.get((NO_LAYER, False))
+            return None if curve is None else Span.of_curves({1: curve})
+        if series == "exit":
+            curves = {x: self.draft.get((x, corun)) or self.draft.get((x, False)) for x in self.layers}
+            return Span.of_curves({x: c for x, c in curves.items() if c is not None})
+        if series == "target":
+            return Span.of_curves(self.target.get(corun) or self.target[False])
+        if series == "target_step":
+            return None if self.plain_step is None else Span.of_curves({1: self.plain_step})
+        if series in ("target_tree", "draft_tree"):
+            probed = _probed(self.target_trees if series == "target_tree" else self.draft_trees, corun)
+            return None if probed is None else Span.of_curves(probed[1])
+        if series == "exit_head":
+            return Span.of_curves(self.exit_heads.get(False, {}))
+        return None
 
     def draft_step(self, context_len, layer: int = NO_LAYER, corun: bool = False):
         """Seconds of one draft step; ``context_len`` may be an array."""

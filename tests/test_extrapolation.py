@@ -170,3 +170,22 @@ def test_table_coverage_of_the_default_trace():
     assert coverage_of(model, "target_forward", 6, ctx).tolist() == [CONTEXT, 0]
     assert coverage_of(model, "target_forward", 200, ctx).tolist() == [K | CONTEXT, K]  # probed to k = 128
     assert coverage_of(model, "draft_step", -1, ctx, corun=True).tolist() == [CONTEXT, 0]
+
+
+def test_sweep_table_and_frontier_plot_say_which_rows_were_extrapolated(k1_path, tmp_path, capsys):
+    from simlab.common.table_file import read_frame
+    from simlab.plots.frontier import EXTRAPOLATED_LABEL, frontier_figure
+    from simlab.sweep.result_table import param_columns
+
+    out = tmp_path / "sweep.csv"
+    args = ("sweep", "--trace", k1_path, "--policy", "sd:gamma=1..2", "--workers", "1", "--no-cache")
+    code, text, err = run_cli(capsys, *args, "--out", out)
+    assert code == 0 and "2 of 2 configurations priced forwards past the measured latencies (rules: k, context;" in (
+        " ".join(text.split()))
+    table = read_frame(out)
+    assert (table["extrapolated_forwards"] > 0).all() and table["extrapolated_rules"].str.startswith("k=").all()
+    assert param_columns(table) == ["gamma"]  # the new columns are not taken for policy parameters
+    labels = [t.get_text() for t in frontier_figure(table).axes[0].get_legend().get_texts()]
+    assert EXTRAPOLATED_LABEL in labels
+    code, text, err = run_cli(capsys, *args, "--strict")
+    assert code == 2 and err.count("\n") == 1 and "--strict: 2 of 2 configurations" in err

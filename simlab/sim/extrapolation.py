@@ -61,6 +61,11 @@ class Extrapolated:
                 "extrapolated_by_rule": {name: self.by_rule[name] for name, _ in RULES.values() if name in self.by_rule}}
 
 
+def rules_text(by_rule: dict[str, int] | None) -> str:
+    """``k=12,context=3``: a run's ``extrapolated_by_rule`` as one table cell ("" for none)."""
+    return ",".join(f"{rule}={n}" for rule, n in (by_rule or {}).items())
+
+
 def forwards(grid: LatencyGrid, op: str, sizes, ctx, corun: bool = False) -> np.ndarray:
     """The rule bits of one ``op`` forward of ``sizes[i]`` at context ``ctx[i]`` each."""
     sizes, ctx = np.asarray(sizes, dtype=np.int64), np.asarray(ctx, dtype=np.int64)

@@ -189,3 +189,19 @@ def test_sweep_table_and_frontier_plot_say_which_rows_were_extrapolated(k1_path,
     assert EXTRAPOLATED_LABEL in labels
     code, text, err = run_cli(capsys, *args, "--strict")
     assert code == 2 and err.count("\n") == 1 and "--strict: 2 of 2 configurations" in err
+
+
+def test_serve_counts_batches_priced_from_batch_1_figures_and_prompt_sized_prefills(k1_path):
+    from simlab.serve.run import ServeConfig, serve
+    from simlab.serve.scheduler import Scheduler
+
+    times = [0.0] * 6
+    # one request at a time on the full table: only the prefills, k = a prompt's tokens at context 0
+    res = serve(Simulator(read_trace(TRACES / "qwen-coder-edit")), times, ServeConfig(scheduler=Scheduler(1)))
+    prefills = 2 * res.run.stats.prefill_steps + res.baseline.stats.prefill_steps  # target and draft; ad: target
+    priced = res.priced.to_dict()
+    assert priced["extrapolated_forwards"] == prefills and set(priced["extrapolated_by_rule"]) == {"k", "context"}
+    # four at once on the k = 1 trace, which has no batch axis: the token-count rule prices every batch
+    res = serve(Simulator(read_trace(k1_path)), times, ServeConfig(scheduler=Scheduler(4)))
+    priced = res.priced.to_dict()
+    assert res.extrapolated and priced["extrapolated_by_rule"]["batch"] > 0 and priced["extrapolated_by_rule"]["k"] > 0

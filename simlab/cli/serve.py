@@ -11,7 +11,16 @@ import typer
 from simlab.cli import policy_options as opt
 from simlab.cli import serve_options as so
 from simlab.cli.app import app
-from simlab.cli.output import Force, console, err_console, frame_output, print_json
+from simlab.cli.output import (
+    Force,
+    Strict,
+    check_strict,
+    console,
+    err_console,
+    frame_output,
+    print_extrapolated,
+    print_json,
+)
 from simlab.cli.serve_options import DEFAULT_REQUESTS
 from simlab.cli.simulate import load_inputs, trace_label
 from simlab.common.atomic import check_output
@@ -62,6 +71,7 @@ def serve(
     repeats: Annotated[int, typer.Option("--repeats", help="With --live: live decodes of each of policy and ad, alternating.")] = 1,
     reprobe: Annotated[Optional[str], typer.Option("--reprobe", help="With --live: time the batch's forwards again first, in this process (SPEC as record's --latency-probe: its k values and contexts, e.g. 'k=1-5;ctx=128,256;repeats=3'), and predict from them; with --out, kept in OUT.latency.csv.")] = None,
     force: Force = False,
+    strict: Strict = False,
 ) -> None:
     """Serve a trace's prompts under load: continuous batching, batched drafting and verification.
 
@@ -120,6 +130,8 @@ def serve(
     sim = Simulator(tr, lat, seed=seed)
     res = serve_run(sim, times, config, baseline=baseline, record=timeline is not None)
     run = res.run
+    priced = res.priced.to_dict()
+    check_strict(priced, strict, f"serve {policy} on {tr.path}")
     if out:
         write_frame(run.frame, out)
     if timeline:
@@ -139,7 +151,7 @@ def serve(
             "slo_ttft_s": slo_ttft, "slo_tpot_s": slo_tpot,
             **run.summary, "mean_batch": mean_batch, "engine_steps": stats.steps,
             "per_position_acceptance": acceptance,
-            "baseline": res.baseline.summary if res.baseline else None, **res.speedups,
+            "baseline": res.baseline.summary if res.baseline else None, **res.speedups, **priced,
         })
         return
     s = run.summary
@@ -163,6 +175,7 @@ def serve(
         console.print(f"without speculation (ad): TPOT mean {b['tpot_mean_s'] * 1e3:.2f} ms, end-to-end mean "
                       f"{b['e2e_mean_s']:.2f} s -> speedup at this load: end-to-end {sp['e2e_speedup']:.3f}x, "
                       f"TPOT {sp['tpot_speedup']:.3f}x, throughput {sp['throughput_ratio']:.3f}x")
+    print_extrapolated(priced)
 
 
 @serve_app.command("tune")

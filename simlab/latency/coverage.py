@@ -89,7 +89,8 @@ def coverage_of(model, op: str, size: int, ctx, corun: bool = False):
     ``draft_step`` (size: the exit layer, or NO_LAYER), ``target_forward``, ``target_step``,
     ``target_tree`` (its chain's bits too where ``model.tree_on_chain``: a table corrects the
     chain price), ``draft_tree`` (the factor: the target's growth and the draft's step),
-    ``exit_head`` (rows, no context term)."""
+    ``exit_head`` (rows, no context term), ``target_prefill`` / ``draft_prefill`` (None where
+    prefills were not timed: :mod:`simlab.latency.batch` prices them from other forwards)."""
     span = model.span
     if op == "draft_step":
         layer = size
@@ -121,4 +122,7 @@ def coverage_of(model, op: str, size: int, ctx, corun: bool = False):
     if op == "exit_head":
         heads = span("exit_head", False)
         return 0 if heads is None else int(heads.codes(size, 0, K))
+    if op in ("target_prefill", "draft_prefill"):  # where prefills were timed (else: None, priced otherwise)
+        timed = span(op, False)
+        return None if timed is None else timed.codes(size, ctx, K)
     raise ValueError(f"unknown operation {op!r}")

@@ -240,6 +240,8 @@ class TableLatency:
             return None if probed is None else Span.of_curves(probed[1])
         if series == "exit_head":
             return Span.of_curves(self.exit_heads.get(False, {}))
+        if series in ("target_prefill", "draft_prefill"):
+            return Span.of_curves(self.prefills.get(series.split("_")[0], {}))
         return None
 
     def draft_step(self, context_len, layer: int = NO_LAYER, corun: bool = False):

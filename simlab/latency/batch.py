@@ -41,7 +41,7 @@ import numpy as np
 from simlab.latency.coverage import BATCH, coverage_of
 from simlab.latency.grid import LatencyGrid
 from simlab.latency.model import _interp_k
-from simlab.latency.priced import draft_runs, tree_drafts
+from simlab.latency.priced import Extrapolated, draft_runs, tree_drafts
 from simlab.latency.roofline import RooflineLatency
 from simlab.trace.schema import NO_LAYER
 
@@ -147,24 +147,23 @@ class BatchLatency:
         return (BATCH | _bit(grid, "draft_step", layer, c) | _bit(grid, "target_forward", sum(ks), c)
                 | _bit(grid, "target_forward", 1, c))
 
-    def draft_phase_bits(self, drafts: Sequence[int], ctxs: Sequence[int], layer: int = NO_LAYER,
-                         feeds: Sequence[int] | None = None,
-                         widths: Sequence[Sequence[int] | None] | None = None) -> list[int]:
-        """The rule bits of each of :meth:`draft_phase`'s draft forwards."""
+    def count_draft_phase(self, out: Extrapolated, drafts: Sequence[int], ctxs: Sequence[int], layer: int = NO_LAYER,
+                          feeds: Sequence[int] | None = None,
+                          widths: Sequence[Sequence[int] | None] | None = None) -> None:
+        """Add :meth:`draft_phase`'s draft forwards to ``out``."""
         feeds = feeds or [1] * len(drafts)
         widths = widths or [None] * len(drafts)
         active = [(c, k, f, w) for c, k, f, w in zip(ctxs, drafts, feeds, widths) if k > 0]
         grid = self.grid
-        if not active:
-            return []
-        if len(active) == 1:
+        if len(active) == 1:  # the simulator's prices, counted as it counts them
             c, k, f, w = active[0]
             if w is None:
-                return draft_runs(grid, [c], [k], layer, feed=[f]).tolist()
-            return tree_drafts(grid, [c], [w], feed=[f]).tolist()
-        longest = max(k for _, k, _, _ in active)
-        widest = max(f for _, _, f, _ in active)
-        out = []
+                draft_runs(out, grid, [c], [k], layer, feed=[f])
+            else:
+                tree_drafts(out, grid, [c], [w], feed=[f])
+            return
+        longest = max((k for _, k, _, _ in active), default=0)
+        widest = max((f for _, _, f, _ in active), default=1)
         for j in range(longest):
             step = [c + j for c, k, _, _ in active if k > j]
             bits = self.draft_bits([1] * len(step), step, layer)
@@ -173,8 +172,7 @@ class BatchLatency:
             for c, k, _, w in active:
                 if w is not None and k > j and w[j] > 1:
                     bits |= _bit(grid, "draft_tree", w[j], c + j)
-            out.append(bits)
-        return out
+            out.add_one(bits)
 
     def prefill_bits(self, prompt_lens: Sequence[int], layer: int = NO_LAYER, drafts: bool = True) -> list[int]:
         """The rule bits of :meth:`prefill`'s forwards (the target's, then the draft's)."""

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from simlab.common.errors import SimlabError
-from simlab.latency.coverage import coverage_of
+from simlab.latency.coverage import RULES, coverage_of
 from simlab.latency.model import LatencyModel
 from simlab.trace.schema import MAX_FORWARD_SECONDS, NO_LAYER
 
@@ -54,6 +54,7 @@ class LatencyGrid:
         inner = model.measured if isinstance(model, LatencyGrid) else model
         self.measured = inner if hasattr(inner, "span") else None
         self._codes: dict[tuple, np.ndarray] = {}  # (op, size, corun, layer) -> rule bits by context
+        self._sums: dict[tuple, np.ndarray | None] = {}  # the same key -> cumulative counts of those bits
 
     def _column(self, fn, what: str, unit: str = " s") -> np.ndarray:
         """``fn`` over every context length: one call on the array if the model takes arrays
@@ -164,6 +165,18 @@ class LatencyGrid:
         if row is None:
             row = self._codes[key] = self._code_column(op, size, self._ctx, corun, layer)
         return row
+
+    def code_sums(self, op: str, size: int, corun: bool = False, layer: int = NO_LAYER) -> np.ndarray | None:
+        """For :meth:`codes`' row: ``sums[p, c]`` = how many of the contexts 0..c-1 have any rule
+        bit set (p = 0), then each rule's (p = 1..): forwards from c to c + n hold
+        ``sums[:, c + n] - sums[:, c]``. None for a row with no bit set."""
+        key = (op, size, corun, layer)
+        if key not in self._sums:
+            row = self.codes(op, size, corun, layer)
+            planes = [row != 0, *((row & bit) != 0 for bit in RULES)]
+            self._sums[key] = None if not row.any() else np.concatenate(
+                [np.zeros((len(planes), 1), np.int64), np.cumsum(planes, axis=1)], axis=1)
+        return self._sums[key]
 
     def codes_at(self, op: str, size: int, ctx: np.ndarray, corun: bool = False, layer: int = NO_LAYER) -> np.ndarray:
         """:meth:`codes` at the context lengths ``ctx`` (past the grid: the model's own)."""

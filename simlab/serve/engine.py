@@ -159,9 +159,8 @@ class Engine:
         seconds, steps = self.latency.draft_phase(drafted, ctxs, max(layers) if layers else NO_LAYER,
                                                   [r.feed for r in decoders], widths)
         if steps:
-            for bits in self.latency.draft_phase_bits(drafted, ctxs, max(layers) if layers else NO_LAYER,
-                                                      [r.feed for r in decoders], widths):
-                self.priced.add_one(bits)
+            self.latency.count_draft_phase(self.priced, drafted, ctxs, max(layers) if layers else NO_LAYER,
+                                           [r.feed for r in decoders], widths)
             tokens = sum(k if r.tree is not None else d for r, k, d in zip(decoders, drafts, drafted))
             t = self._book(self.draft_dev, t, seconds, f"draft x{steps}", len(decoders), tokens)
         if any(r.policy.drafts for r in decoders):
@@ -199,7 +198,7 @@ class Engine:
         if not self.shadow_heads:
             return t
         seconds = self.latency.grid.shadow_seconds(rows, self.shadow_heads)
-        self.priced.add(shadows(self.latency.grid, [rows], self.shadow_heads))
+        shadows(self.priced, self.latency.grid, [rows], self.shadow_heads)
         return self._book(self.target_dev, t, seconds, "shadow", batch, rows)
 
     def _book(self, device: Device, t: float, seconds: float, what: str, batch: int, tokens: int,

@@ -105,9 +105,10 @@ class DelRounds:
         target = seconds.copy()
         target[at] = 0.0
         owner = np.repeat(np.arange(len(rounds)), per_prompt)
-        priced = ex.Extrapolated().add(ex.draft_runs(grid, ctx, drafted, np.array(self.layers)[layer], feed=feed))
-        priced.add(ex.verifications(grid, k + 1, ctx))
-        priced.add(ex.shadows(grid, np.concatenate([np.ones(len(rounds), np.int64), shadow_rows]), heads))
+        priced = ex.Extrapolated()
+        ex.draft_runs(priced, grid, ctx, drafted, np.array(self.layers)[layer], feed=feed)
+        ex.verifications(priced, grid, k + 1, ctx)
+        ex.shadows(priced, grid, np.concatenate([np.ones(len(rounds), np.int64), shadow_rows]), heads)
         return rounds_run(replay.prompt_ids.tolist(), replay.lengths.tolist(), self.ad_wall_time_s, rounds,
                           walls(seconds, ends), np.where(accepted < k, accepted + 1, k), accepted,
                           totals={"target_busy_s": np.bincount(owner, weights=target, minlength=len(rounds)),

@@ -190,7 +190,7 @@ class SimExecutor:
         cache = DraftCache(pl)  # what the drafts' KV caches hold: a round's first draft forward feeds the rest
         cache_draft, cache_crop = cache.draft, cache.crop
         catch_up = grid.catch_up_row(2)  # the common case: two tokens after a fully accepted round
-        note_verify, note_draft, stride = log.verify.append, log.drafts.append, log.STRIDE
+        note_verify, note_draft, note_parallel, stride = log.verify.append, log.drafts.extend, log.parallel.extend, log.STRIDE
         while True:
             try:
                 req = send(answer)
@@ -320,7 +320,7 @@ class SimExecutor:
                 draft_end = draft_dev.book(clock, seconds, "draft (parallel)", c + m, s, None, feed)
                 row = prows.get(1 + m) or grid.target_row(1 + m, corun)
                 clock = target_dev.book(clock, row[ctx], "verify (parallel)", c, 1 + m, accepted + first_new)
-                log.parallel.append((start, s, feed, 1 + m, ctx))
+                note_parallel((start, s, feed, 1 + m, ctx))
                 if draft_end > clock:
                     clock = draft_end
                 target_calls += 1

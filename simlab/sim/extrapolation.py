@@ -19,15 +19,17 @@ the policy's own cost, not by the latency model, and are not counted.
 
 from __future__ import annotations
 
+from array import array
+
 import numpy as np
 
 from simlab.latency.grid import LatencyGrid
 from simlab.latency.priced import (
     Extrapolated,
     draft_runs,
-    each_step,
     forwards,
     rules_text,
+    runs,
     shadows,
     tree_drafts,
     verifications,
@@ -38,43 +40,39 @@ __all__ = ["Extrapolated", "ForwardLog", "baseline", "draft_runs", "forwards", "
            "verifications"]
 
 
-def baseline(grid: LatencyGrid, prompt_lens, tokens) -> np.ndarray:
-    """The rule bits of the target-alone decoding of each prompt's ``tokens[i]`` tokens, one
-    plain step at each context after the prompt's (:func:`~simlab.sim.executor.ad_seconds`)."""
-    steps = each_step(np.asarray(prompt_lens, dtype=np.int64) + 1, np.asarray(tokens, dtype=np.int64))
-    return grid.codes_at("target_step", 1, steps) if grid.measured is not None else np.zeros(len(steps), np.uint8)
+def baseline(out: Extrapolated, grid: LatencyGrid, prompt_lens, tokens) -> None:
+    """Add the target-alone decoding of each prompt's ``tokens[i]`` tokens: one plain step at each
+    context after the prompt's (:func:`~simlab.sim.executor.ad_seconds`)."""
+    runs(out, grid, "target_step", 1, np.asarray(prompt_lens, dtype=np.int64) + 1, tokens)
 
 
 class ForwardLog:
-    """The forwards the SimPy executor booked, noted as it books them (one append a round) and
-    counted at the end (:meth:`count`)."""
-
-    def __init__(self) -> None:
-        self.verify: list[int] = []  # serial verifications (solo): size * STRIDE + context
-        self.drafts: list[tuple[int, int, int, int]] = []  # serial draft runs: (layer, context, steps, fed)
-        self.parallel: list[tuple[int, int, int, int, int]] = []  # (draft start, steps, fed, verify size, context)
-        self.trees: list[tuple[int, tuple[int, ...], int, int]] = []  # (context, widths, fed, verify size)
-        self.shadows: list[int] = []  # rows of each priced shadow read
+    """The forwards the SimPy executor booked, noted as it books them (one append a round, into
+    flat integer arrays) and counted at the end (:meth:`count`)."""
 
     STRIDE = 1 << 32  # a verification's size and context in one int
+
+    def __init__(self) -> None:
+        self.verify = array("q")  # serial verifications (solo): size * STRIDE + context
+        self.drafts = array("q")  # serial draft runs: layer, context, steps, fed
+        self.parallel = array("q")  # parallel rounds: draft start, steps, fed, verify size, context
+        self.trees: list[tuple[int, tuple[int, ...], int, int]] = []  # (context, widths, fed, verify size)
+        self.shadows = array("q")  # rows of each priced shadow read
 
     def count(self, grid: LatencyGrid, corun: bool, plain: bool, heads: int) -> Extrapolated:
         """``corun``: parallel rounds co-run (one device); ``plain``: a one-token verification is
         the plain step (a policy that runs no draft model); ``heads``: exit heads per shadow read."""
         out = Extrapolated()
-        v = np.asarray(self.verify, dtype=np.int64)
-        out.add(verifications(grid, v // self.STRIDE, v % self.STRIDE, plain))
-        if self.drafts:
-            layer, ctx, steps, fed = np.asarray(self.drafts, dtype=np.int64).T
-            out.add(draft_runs(grid, ctx, steps, layer, feed=fed))
-        if self.parallel:
-            start, steps, fed, size, ctx = np.asarray(self.parallel, dtype=np.int64).T
-            out.add(draft_runs(grid, start, steps, corun=corun, feed=fed))
-            out.add(forwards(grid, "target_forward", size, ctx, corun))
+        v = np.frombuffer(self.verify, dtype=np.int64)
+        verifications(out, grid, v // self.STRIDE, v % self.STRIDE, plain)
+        layer, ctx, steps, fed = np.frombuffer(self.drafts, dtype=np.int64).reshape(-1, 4).T
+        draft_runs(out, grid, ctx, steps, layer, feed=fed)
+        start, steps, fed, size, ctx = np.frombuffer(self.parallel, dtype=np.int64).reshape(-1, 5).T
+        draft_runs(out, grid, start, steps, corun=corun, feed=fed)
+        forwards(out, grid, "target_forward", size, ctx, corun)
         for ctx, widths, fed, size in self.trees:
             if widths:
-                out.add(tree_drafts(grid, [ctx], [widths], feed=[fed]))
-            out.add(forwards(grid, "target_tree", [size], [ctx]))
-        if self.shadows:
-            out.add(shadows(grid, self.shadows, heads))
+                tree_drafts(out, grid, [ctx], [widths], feed=[fed])
+            forwards(out, grid, "target_tree", [size], [ctx])
+        shadows(out, grid, np.frombuffer(self.shadows, dtype=np.int64), heads)
         return out

@@ -62,7 +62,8 @@ class LookupRounds:
         verify = self.rows(int(k.max()) + 1 if len(k) else 1)[k, ctx]
         calls = np.asarray(calls, dtype=np.int64)
         wall = walls(interleave(lookup, verify), 2 * np.cumsum(calls))
-        priced = ex.Extrapolated().add(ex.verifications(self.grid, k + 1, ctx, plain=True))
+        priced = ex.Extrapolated()
+        ex.verifications(priced, self.grid, k + 1, ctx, plain=True)
         return rounds_run(replay.prompt_ids.tolist(), replay.lengths.tolist(), self.ad_wall_time_s, calls, wall,
                           np.where(acc < k, acc + 1, k), acc, extrapolated=priced, drafted=k, verified=k, num_drafts=k > 0,
                           draft_busy_s=lookup, target_busy_s=verify)

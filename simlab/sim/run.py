@@ -166,7 +166,7 @@ class Simulator:
         same tokens that its speedup divides by."""
         lens = dict(zip(self.replay.prompt_ids.tolist(), self.replay.prompt_lens.tolist()))
         priced = sim.extrapolated
-        priced.add(baseline(self.latency, [lens[r.prompt_id] for r in sim.prompts], [r.counts.tokens for r in sim.prompts]))
+        baseline(priced, self.latency, [lens[r.prompt_id] for r in sim.prompts], [r.counts.tokens for r in sim.prompts])
         return priced
 
     def past_end_replay(self, tail: int) -> TraceReplay:

@@ -101,10 +101,11 @@ class SpideRounds:
         accepted_all = accepted + first_new
         checked = np.where(accepted < checked_n, accepted + 1, checked_n + parallel)
         serial_round = ~parallel
-        priced = ex.Extrapolated().add(ex.draft_runs(grid, ctx, unpaid, feed=feed))
-        priced.add(ex.verifications(grid, k[serial_round] + 1, ctx[serial_round]))
-        priced.add(ex.forwards(grid, "target_forward", k[par], ctx[par], corun))
-        priced.add(ex.draft_runs(grid, start[par], window[par], corun=corun, feed=feed_new[par]))
+        priced = ex.Extrapolated()
+        ex.draft_runs(priced, grid, ctx, unpaid, feed=feed)
+        ex.verifications(priced, grid, k[serial_round] + 1, ctx[serial_round])
+        ex.forwards(priced, grid, "target_forward", k[par], ctx[par], corun)
+        ex.draft_runs(priced, grid, start[par], window[par], corun=corun, feed=feed_new[par])
         return rounds_run(replay.prompt_ids.tolist(), replay.lengths.tolist(), self.ad_wall_time_s, rounds,
                           walls(seconds, np.cumsum(2 * rounds)), checked, accepted_all,
                           totals={"draft_busy_s": np.bincount(owner, weights=draft_booked, minlength=len(rounds)),

@@ -135,8 +135,9 @@ class TreeRounds:
         verify = prices.target(nodes + 1, ctx)
         wall = walls(interleave(draft, verify), 2 * np.cumsum(prompt_calls))
         checked = np.where(accepted < tree_depth, accepted + 1, tree_depth)
-        priced = ex.Extrapolated().add(ex.tree_drafts(self.grid, ctx, widths, levels, feed))
-        priced.add(ex.forwards(self.grid, "target_tree", nodes + 1, ctx))
+        priced = ex.Extrapolated()
+        ex.tree_drafts(priced, self.grid, ctx, widths, levels, feed)
+        ex.forwards(priced, self.grid, "target_tree", nodes + 1, ctx)
         return rounds_run(self.prompt_ids, self.lengths, self.ad_wall_time_s, prompt_calls, wall, checked, accepted,
                           extrapolated=priced, drafted=nodes, draft_calls=levels, num_drafts=tree_depth > 0, draft_busy_s=draft,
                           target_busy_s=verify)

@@ -131,8 +131,9 @@ class FixedGammaSD:
         bit for bit (``np.bincount`` adds each prompt's weights in order, as the devices do)."""
         calls, k, accepted, draft, verify, ctx, after_full = self._rounds(gamma)
         wall = walls(interleave(draft, verify), 2 * np.cumsum(calls))
-        priced = ex.Extrapolated().add(ex.draft_runs(self.grid, ctx, k, feed=1 + after_full))
-        priced.add(ex.verifications(self.grid, k + 1, ctx))
+        priced = ex.Extrapolated()
+        ex.draft_runs(priced, self.grid, ctx, k, feed=1 + after_full)
+        ex.verifications(priced, self.grid, k + 1, ctx)
         return rounds_run(self.prompt_ids, self.lengths, self.ad_wall_time_s, calls, wall, np.where(accepted < k, accepted + 1, k),
                           accepted, extrapolated=priced, drafted=k, draft_calls=k, verified=k, num_drafts=k > 0,
                           draft_busy_s=draft, target_busy_s=verify)

@@ -115,14 +115,20 @@ def test_closed_forms_count_what_the_simpy_executor_counts(trace, policy, params
     assert closed.extra["extrapolated_forwards"] > 0
 
 
-def test_tree_sizes_past_the_probed_ones_are_flagged():
+@pytest.mark.parametrize("keep_tokens", [False, True])
+def test_tree_sizes_past_the_probed_ones_are_flagged(keep_tokens):
     tr = read_trace(TRACES / "smollm2-tree")
     lat = tr.latency
     tr.latency = lat[(lat["op"] != "target_tree") | (lat["k"] <= 3)].reset_index(drop=True)
-    s = Simulator(tr).run("tree-static", {}).summary
+    sim = Simulator(tr)
+    s = sim.run("tree-static", {}, keep_tokens=keep_tokens).summary
     # every tree verified over more than 3 tokens: all but those cut short at a prompt's end
     assert set(s.extra["extrapolated_by_rule"]) == {"tree_size"}
     assert 0.95 * s.target_calls < s.extra["extrapolated_forwards"] <= s.target_calls
+    # the draft's levels over more nodes than probed, too
+    tr.latency = lat[~lat["op"].isin(["target_tree", "draft_tree"]) | (lat["k"] <= 3)].reset_index(drop=True)
+    both = Simulator(tr).run("tree-static", {}, keep_tokens=keep_tokens).summary
+    assert both.extra["extrapolated_forwards"] > 1.5 * s.extra["extrapolated_forwards"]
 
 
 def test_simulate_json_table_and_strict(k1_path, capsys):
@@ -205,3 +211,40 @@ def test_serve_counts_batches_priced_from_batch_1_figures_and_prompt_sized_prefi
     res = serve(Simulator(read_trace(k1_path)), times, ServeConfig(scheduler=Scheduler(4)))
     priced = res.priced.to_dict()
     assert res.extrapolated and priced["extrapolated_by_rule"]["batch"] > 0 and priced["extrapolated_by_rule"]["k"] > 0
+
+
+def test_rate_rows_carry_the_counts(k1_path, capsys):
+    code, out, err = run_cli(capsys, "serve", "--trace", k1_path, "--rate", "1,2", "--requests", "4", "--max-batch", "4",
+                             "--json")
+    rows = json.loads(out)
+    assert code == 0 and all(r["extrapolated_forwards"] > 0 and "batch=" in r["extrapolated_rules"] for r in rows)
+    code, out, err = run_cli(capsys, "serve", "--trace", k1_path, "--rate", "1,2", "--requests", "4", "--max-batch", "4",
+                             "--strict")
+    assert code == 2 and err.count("\n") == 1 and "--strict: 4 of 4 rows priced forwards" in err
+
+
+def test_fitted_profile_spans_its_samples(k1_path):
+    from simlab.latency.fitted import FittedLatency, fit_latency
+
+    fit = fit_latency(read_trace(k1_path).latency)
+    ctx = np.array([100, 300, 600])  # probed at 128 and 512
+    assert coverage_of(fit, "target_forward", 1, ctx).tolist() == [CONTEXT, 0, CONTEXT]
+    assert coverage_of(fit, "target_forward", 2, ctx).tolist() == [K | CONTEXT, K, K | CONTEXT]
+    profile = fit.to_profile()
+    assert coverage_of(FittedLatency.from_profile(profile), "target_forward", 1, ctx).tolist() == [CONTEXT, 0, CONTEXT]
+    for surface in profile["surfaces"]:  # a profile written before the largest context was kept
+        del surface["ctx_max"]
+    assert coverage_of(FittedLatency.from_profile(profile), "target_forward", 1, ctx).tolist() == [CONTEXT, 0, 0]
+
+
+def test_batch_rule_of_each_batched_price():
+    from simlab.latency.batch import BatchLatency
+    from simlab.latency.coverage import BATCH
+
+    no_axis = BatchLatency(Simulator(read_trace(TRACES / "qwen-coder-edit")).latency)  # batch-1 samples only
+    assert no_axis.target_bits([3], [200]) == 0 and no_axis.target_bits([3, 3], [200, 200]) == BATCH
+    assert no_axis.step_bits([200, 200]) == BATCH and no_axis.draft_bits([1, 1], [200, 200]) == BATCH
+    probed = BatchLatency(Simulator(read_trace(TRACES / "smollm2-selfspec")).latency)  # batches 2, 4, 8; k to 9
+    assert probed.target_bits([3] * 2, [200] * 2) == 0 and probed.target_bits([3] * 3, [200] * 3) == 0
+    assert probed.target_bits([3] * 16, [200] * 16) == BATCH and probed.target_bits([12] * 2, [200] * 2) == K
+    assert probed.step_bits([200] * 16) == BATCH and probed.draft_bits([1] * 16, [200] * 16) == BATCH

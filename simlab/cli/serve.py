@@ -114,7 +114,8 @@ def serve(
             if given:
                 raise SimlabError(f"several --rate values sweep Poisson loads; drop {flag}")
         poisson_arrivals(rates[0], requests or DEFAULT_REQUESTS, seed)  # the lowest rate's arrivals fit the clock
-        return _serve_rates(trace, latency, rates, requests or DEFAULT_REQUESTS, seed, config, baseline, json_out, out)
+        return _serve_rates(trace, latency, rates, requests or DEFAULT_REQUESTS, seed, config, baseline, json_out, out,
+                            strict)
     times = read_arrivals(arrivals) if arrivals else poisson_arrivals(rates[0], requests or DEFAULT_REQUESTS, seed)
     if requests is not None:
         if requests > len(times):
@@ -243,22 +244,28 @@ RATE_COLUMNS = (("rate", "rate_per_s", 1.0, "{:g}"), ("tok/s", "throughput_token
                 ("e2e\np50", "e2e_p50_s", 1.0, "{:.1f}"), ("\np90", "e2e_p90_s", 1.0, "{:.1f}"))
 
 
-def _serve_rates(trace, latency, rates, requests, seed, config, baseline, json_out, out) -> None:
+def _serve_rates(trace, latency, rates, requests, seed, config, baseline, json_out, out, strict) -> None:
     """``serve --rate R1,R2,...``: one serve run per rate (simlab.serve.rates), one row per rate and policy."""
     from simlab.serve.rates import rate_sweep
     from simlab.sim.run import Simulator
+    from simlab.sweep.result_table import extrapolated_rows
 
     tr, lat = load_inputs(trace, latency)
     sim = Simulator(tr, lat, seed=seed)
     frame = rate_sweep(sim, rates, requests, seed, config, baseline)
     frame["trace"], frame["latency"], frame["max_batch"] = str(tr.path), sim.latency.name, config.scheduler.max_batch
     frame["slo_ttft_s"], frame["slo_tpot_s"], frame["seed"] = config.slo.ttft_s, config.slo.tpot_s, seed
+    extrapolated = extrapolated_rows(frame).replace("configurations", "rows")
+    if strict and extrapolated:
+        raise SimlabError(f"--strict: {extrapolated}; probe the missing sizes and contexts, or drop --strict")
     if out:
         write_frame(frame, out)
     if json_out:
         print_json(frame.to_dict(orient="records"))
         return
     show_rates(frame, tr, sim.latency.name, requests, seed, config.scheduler.max_batch, config.slo)
+    if extrapolated:
+        console.print(f"[yellow]note:[/] {extrapolated}")
     if out:
         console.print(f"wrote {out}")
 

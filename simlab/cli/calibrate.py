@@ -13,7 +13,7 @@ import typer
 from typer.core import TyperGroup
 
 from simlab.cli.app import app
-from simlab.cli.output import Force, Strict, console, print_json
+from simlab.cli.output import Force, console, print_json
 from simlab.cli.simulate import trace_label
 from simlab.common.atomic import check_output
 from simlab.common.errors import SimlabError

@@ -18,7 +18,6 @@ from simlab.cli.serve import show_rates
 from simlab.cli.simulate import TopologyOption, load_inputs, topology_label, trace_label, vllm_draft
 from simlab.common.errors import SimlabError
 from simlab.common.table_file import write_frame
-from simlab.sweep.result_table import extrapolated_rows
 from simlab.serve.scheduler import DEFAULT_MAX_BATCH, DEFAULT_TOKEN_BUDGET
 from simlab.sim.devices import Topology
 
@@ -79,6 +78,7 @@ def sweep(
     so an interrupted or repeated sweep resumes.
     """
     from simlab.sweep import SweepInterrupted, combine, run_sweep
+    from simlab.sweep.result_table import extrapolated_rows
 
     load = _serve_load(rate, requests, max_batch, token_budget, gamma_by_batch, sd_off_above, smartspec,
                        mixed_prefill, slo_ttft, slo_tpot, baseline, topology)

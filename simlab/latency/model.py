@@ -49,6 +49,9 @@ measured k, and beyond the largest measured k it extends the last segment's slop
 below the last measured value). Verify cost on CPU is neither flat nor affine in k (an early
 probe of the Qwen pair on 2 CPU cores measured 317 ms at k=1, 935 at k=3, 575 at k=4; see
 docs/architecture.md for the shipped trace's figures), so a table, not a slope, is the default.
+Every price past the measured points (a k, context, tree size or layer outside them) is counted
+by the rule that priced it: :meth:`TableLatency.span` says where each series was measured, and
+:mod:`simlab.latency.coverage` reads it.
 """
 
 from __future__ import annotations

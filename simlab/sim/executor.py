@@ -17,7 +17,9 @@ decoding) from a :class:`~simlab.trace.replay.TraceReplay`:
   serial verification, by an exit head per layer of :func:`~simlab.common.signals.shadow_layers` over
   the positions just settled, one after another on the target
   (:meth:`~simlab.latency.grid.LatencyGrid.shadow_seconds`): the live decoder's work, priced
-  where its latency model has exit-head figures (:func:`shadow_heads`).
+  where its latency model has exit-head figures (:func:`shadow_heads`);
+- every forward it books is noted (one append a round) and counted at the end: how many were
+  priced past what the latency model measured, by rule (:mod:`simlab.sim.extrapolation`).
 
 Time semantics are in :mod:`simlab.sim.devices`. Each prompt is one SimPy process. Its rounds
 never overlap one another, so they are priced on the prompt's local clock — a serial round

@@ -22,9 +22,6 @@ DEFAULT_COMMAND = "fit"
 REPORT_CONTEXT = 512  # context length of the roofline summary table
 REPORT_KS = (1, 2, 4, 8, 16, 32)
 REPORT_TREE_NODES = (4, 16, 64)  # tree sizes of the summary: a tree of n nodes is verified over k = n + 1 tokens
-# the size each fitted series is measured in (the draft-model step has none)
-SIZE_NAMES = {"exit": "layer", "target": "k", "target_tree": "k", "draft_tree": "nodes", "exit_head": "rows",
-              "target_step": "k", "target_prefill": "k", "draft_prefill": "k"}
 
 
 class _DefaultToFit(TyperGroup):
@@ -57,6 +54,7 @@ def fit(
     name: Annotated[Optional[str], typer.Option("--name", help="Profile name.", show_default="the --out file's stem")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     force: Force = False,
+    strict: Annotated[bool, typer.Option("--strict", help="Refuse to write a fit whose samples leave a slope unmeasured (one size, one context) or hold one sample per point.")] = False,
 ) -> None:
     """Fit T_d(ctx) and T_v(k, ctx) to a trace's latency samples by least squares.
 
@@ -66,11 +64,12 @@ def fit(
     size where the trace was probed with a batch axis) gets the form with the smallest BIC:
     affine in k, piecewise-linear in k (hinge) or one intercept per measured k (per-x), each
     with a context term. Prints R², the worst point and the median error on samples left out
-    of the fit (one repeat at a time).
+    of the fit (one repeat at a time), and says which series rest on too few samples (one size,
+    one context, one sample per point).
     """
     from rich.table import Table
 
-    from simlab.latency.fitted import fit_latency, held_out
+    from simlab.latency.fitted import SIZE_NAMES, fit_latency, held_out, thin_fits
     from simlab.latency.model import save_profile
     from simlab.trace.io import read_trace
 
@@ -84,6 +83,9 @@ def fit(
     model = fit_latency(tr.latency, name=name or out.stem, hardware=tr.manifest.hardware, form=form,
                         source=f"least-squares fit of {tr.path} latency samples (simlab calibrate){busy}",
                         draft_layer=tr.manifest.draft_layer)
+    thin = thin_fits(model)
+    if strict and thin:
+        raise SimlabError(f"--strict: {len(thin)} series of {tr.path} rest on too few samples, the first: {thin[0]}")
     try:
         model.held_out = held_out(tr.latency, form=form, draft_layer=tr.manifest.draft_layer).to_dict()
     except SimlabError as exc:  # too few repeats: the fit still stands
@@ -94,7 +96,7 @@ def fit(
 
         plot_fit(model, tr.latency, plot)
     if json_out:
-        print_json({"profile": str(path), **model.to_profile()})
+        print_json({"profile": str(path), **model.to_profile(), "too_few_samples": thin})
         return
     console.print(f"trace: {trace_label(tr)}")
     table = Table(title=f"latency fit {model.name}", header_style="bold")
@@ -118,6 +120,8 @@ def fit(
                       f"the median table: {100 * h['table_median']:.1f}%")
     else:
         console.print(f"[yellow]note:[/] {note}")
+    for line in thin:
+        console.print(f"[yellow]too few samples:[/] {line}", highlight=False)
     console.print(f"wrote {path}" + (f" and {plot}" if plot else ""))
 
 

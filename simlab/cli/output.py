@@ -122,6 +122,34 @@ def meanings(keys: Iterable[str], headers: dict[str, str] | None = None) -> Tabl
 
 
 Force = Annotated[bool, typer.Option("--force", help="Overwrite (replace) an existing output.")]
+Strict = Annotated[bool, typer.Option("--strict", help="Refuse a run that prices any forward past the measured latencies (k, context, tree size, layer, batch) instead of extrapolating.")]
+
+
+def extrapolated_text(figures: dict[str, Any]) -> str:
+    """``N of M priced forwards ... (rule n, ...)`` from a run's figures
+    (:class:`~simlab.sim.extrapolation.Extrapolated`), or "" where none was extrapolated."""
+    n = figures.get("extrapolated_forwards") or 0
+    if not n:
+        return ""
+    rules = ", ".join(f"{rule} {count:,}" for rule, count in (figures.get("extrapolated_by_rule") or {}).items())
+    return (f"{n:,} of {figures.get('priced_forwards', 0):,} priced forwards extrapolated past the measured "
+            f"latencies (by rule: {rules})")
+
+
+def check_strict(figures: dict[str, Any], strict: bool, what: str = "the run") -> None:
+    """Refuse, under ``--strict``, figures that rest on an extrapolated price."""
+    text = extrapolated_text(figures)
+    if strict and text:
+        raise SimlabError(f"--strict: {what} has {text}; probe the missing sizes and contexts, or drop --strict")
+
+
+def print_extrapolated(figures: dict[str, Any]) -> None:
+    """The line under a run's table that says how many of its prices were extrapolated."""
+    text = extrapolated_text(figures)
+    if text:
+        console.print(f"[yellow]note:[/] {text}; --strict refuses such runs (docs/metrics.md: the rules)")
+    elif "priced_forwards" in figures:
+        console.print(f"priced forwards: {figures['priced_forwards']:,}, none extrapolated past the measured latencies")
 
 
 def frame_output(path: str | Path, force: bool, what: str = "--out") -> Path:

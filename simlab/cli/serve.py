@@ -12,7 +12,16 @@ import typer
 from simlab.cli import policy_options as opt
 from simlab.cli import serve_options as so
 from simlab.cli.app import app
-from simlab.cli.output import Force, console, err_console, frame_output, print_json
+from simlab.cli.output import (
+    Force,
+    Strict,
+    check_strict,
+    console,
+    err_console,
+    frame_output,
+    print_extrapolated,
+    print_json,
+)
 from simlab.cli.serve_options import DEFAULT_REQUESTS
 from simlab.cli.simulate import load_inputs, trace_label, vllm_draft
 from simlab.common.atomic import check_output
@@ -63,6 +72,7 @@ def serve(
     repeats: Annotated[int, typer.Option("--repeats", help="With --live: live decodes of each of policy and ad, alternating.")] = 1,
     reprobe: Annotated[Optional[str], typer.Option("--reprobe", help="With --live: time the batch's forwards again first, in this process (SPEC as record's --latency-probe: its k values and contexts, e.g. 'k=1-5;ctx=128,256;repeats=3'), and predict from them; with --out, kept in OUT.latency.csv.")] = None,
     force: Force = False,
+    strict: Strict = False,
 ) -> None:
     """Serve a trace's prompts under load: continuous batching, batched drafting and verification.
 
@@ -105,7 +115,8 @@ def serve(
             if given:
                 raise SimlabError(f"several --rate values sweep Poisson loads; drop {flag}")
         poisson_arrivals(rates[0], requests or DEFAULT_REQUESTS, seed)  # the lowest rate's arrivals fit the clock
-        return _serve_rates(trace, latency, rates, requests or DEFAULT_REQUESTS, seed, config, baseline, json_out, out)
+        return _serve_rates(trace, latency, rates, requests or DEFAULT_REQUESTS, seed, config, baseline, json_out, out,
+                            strict)
     times = read_arrivals(arrivals) if arrivals else poisson_arrivals(rates[0], requests or DEFAULT_REQUESTS, seed)
     if requests is not None:
         if requests > len(times):
@@ -121,6 +132,8 @@ def serve(
     sim = Simulator(tr, lat, seed=seed)
     res = serve_run(sim, times, config, baseline=baseline, record=timeline is not None)
     run = res.run
+    priced = res.priced.to_dict()
+    check_strict(priced, strict, f"serve {policy} on {tr.path}")
     if out:
         write_frame(run.frame, out)
     if timeline:
@@ -140,7 +153,7 @@ def serve(
             "slo_ttft_s": slo_ttft, "slo_tpot_s": slo_tpot,
             **run.summary, "mean_batch": mean_batch, "engine_steps": stats.steps,
             "per_position_acceptance": acceptance,
-            "baseline": res.baseline.summary if res.baseline else None, **res.speedups,
+            "baseline": res.baseline.summary if res.baseline else None, **res.speedups, **priced,
         })
         return
     s = run.summary
@@ -164,6 +177,7 @@ def serve(
         console.print(f"without speculation (ad): TPOT mean {b['tpot_mean_s'] * 1e3:.2f} ms, end-to-end mean "
                       f"{b['e2e_mean_s']:.2f} s -> speedup at this load: end-to-end {sp['e2e_speedup']:.3f}x, "
                       f"TPOT {sp['tpot_speedup']:.3f}x, throughput {sp['throughput_ratio']:.3f}x")
+    print_extrapolated(priced)
 
 
 @serve_app.command("tune")
@@ -236,22 +250,28 @@ RATE_COLUMNS = (("rate", "rate_per_s", 1.0, "{:g}"), ("tok/s", "throughput_token
                 ("e2e\np50", "e2e_p50_s", 1.0, "{:.1f}"), ("\np90", "e2e_p90_s", 1.0, "{:.1f}"))
 
 
-def _serve_rates(trace, latency, rates, requests, seed, config, baseline, json_out, out) -> None:
+def _serve_rates(trace, latency, rates, requests, seed, config, baseline, json_out, out, strict) -> None:
     """``serve --rate R1,R2,...``: one serve run per rate (simlab.serve.rates), one row per rate and policy."""
     from simlab.serve.rates import rate_sweep
     from simlab.sim.run import Simulator
+    from simlab.sweep.result_table import extrapolated_rows
 
     tr, lat = load_inputs(trace, latency)
     sim = Simulator(tr, lat, seed=seed)
     frame = rate_sweep(sim, rates, requests, seed, config, baseline)
     frame["trace"], frame["latency"], frame["max_batch"] = str(tr.path), sim.latency.name, config.scheduler.max_batch
     frame["slo_ttft_s"], frame["slo_tpot_s"], frame["seed"] = config.slo.ttft_s, config.slo.tpot_s, seed
+    extrapolated = extrapolated_rows(frame).replace("configurations", "rows")
+    if strict and extrapolated:
+        raise SimlabError(f"--strict: {extrapolated}; probe the missing sizes and contexts, or drop --strict")
     if out:
         write_frame(frame, out)
     if json_out:
         print_json(frame.to_dict(orient="records"))
         return
     show_rates(frame, tr, sim.latency.name, requests, seed, config.scheduler.max_batch, config.slo)
+    if extrapolated:
+        console.print(f"[yellow]note:[/] {extrapolated}")
     if out:
         console.print(f"wrote {out}")
 

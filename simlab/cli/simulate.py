@@ -10,7 +10,17 @@ import typer
 
 from simlab.cli import policy_options as opt
 from simlab.cli.app import app
-from simlab.cli.output import Force, console, frame_output, meanings, metrics_table, print_json
+from simlab.cli.output import (
+    Force,
+    Strict,
+    check_strict,
+    console,
+    frame_output,
+    meanings,
+    metrics_table,
+    print_extrapolated,
+    print_json,
+)
 from simlab.common.atomic import check_output
 from simlab.common.errors import SimlabError
 from simlab.common.locations import default_trace
@@ -72,6 +82,7 @@ def simulate(
     timeline: Annotated[Optional[Path], typer.Option("--timeline", help="Write one prompt's per-device timeline (Chrome trace JSON).")] = None,
     timeline_prompt: Annotated[Optional[int], typer.Option("--timeline-prompt", help="prompt_id for --timeline.", show_default="the first prompt")] = None,
     force: Force = False,
+    strict: Strict = False,
 ) -> None:
     """Replay a trace in the SimPy simulator under a drafting policy.
 
@@ -96,6 +107,7 @@ def simulate(
     if timeline_prompt is not None and timeline_prompt not in set(tr.prompts["prompt_id"]):
         raise SimlabError(f"--timeline-prompt {timeline_prompt} is not a prompt_id of the trace")
     res = sim.run(policy, params, timeline_prompt=timeline_prompt)
+    check_strict(res.summary.extra, strict, f"{policy} on {tr.path}")
     if out:
         write_frame(res.per_prompt, out)
     if timeline:
@@ -138,6 +150,7 @@ def simulate(
                                 {k: summary[k] for k in SUMMARY_KEYS}, caption))
     console.print("what the figures are:")
     console.print(meanings(SUMMARY_KEYS), highlight=False)
+    print_extrapolated(summary)
     if summary.get("corun_latency", "measured") != "measured" and res.summary.parallel_rounds:
         console.print("[yellow]note:[/] one-device topology without co-running latency samples: parallel rounds "
                       "use solo latencies (optimistic)")

@@ -13,7 +13,7 @@ import typer
 
 from simlab.cli import serve_options as so
 from simlab.cli.app import EXIT_INTERRUPTED, app
-from simlab.cli.output import Force, console, fmt, frame_output, meanings
+from simlab.cli.output import Force, Strict, console, fmt, frame_output, meanings
 from simlab.cli.serve import show_rates
 from simlab.cli.simulate import TopologyOption, load_inputs, topology_label, trace_label, vllm_draft
 from simlab.common.errors import SimlabError
@@ -64,6 +64,7 @@ def sweep(
     slo_tpot: Annotated[Optional[float], so.option("slo_tpot", SERVING)] = None,
     baseline: Annotated[bool, so.option("baseline", SERVING)] = True,
     force: Force = False,
+    strict: Strict = False,
 ) -> None:
     """Simulate every combination of policies and parameters; mark the speed-vs-cost Pareto front.
 
@@ -77,6 +78,7 @@ def sweep(
     so an interrupted or repeated sweep resumes.
     """
     from simlab.sweep import SweepInterrupted, combine, run_sweep
+    from simlab.sweep.result_table import extrapolated_rows
 
     load = _serve_load(rate, requests, max_batch, token_budget, gamma_by_batch, sd_off_above, smartspec,
                        mixed_prefill, slo_ttft, slo_tpot, baseline, topology)
@@ -92,6 +94,9 @@ def sweep(
         print(f"simlab: interrupted: {exc}", file=sys.stderr)
         sys.exit(EXIT_INTERRUPTED)
     table = res.table
+    extrapolated = extrapolated_rows(table)
+    if strict and extrapolated:
+        raise SimlabError(f"--strict: {extrapolated}; probe the missing sizes and contexts, or drop --strict")
     if load is not None:
         show_rates(table, tr, table["latency"].iat[0], requests, seed, max_batch, load.slo)
     else:
@@ -101,6 +106,8 @@ def sweep(
         console.print(results_table(table, shown))
         console.print("what the columns are:")
         console.print(meanings(SHOWN, SHOWN), highlight=False)
+    if extrapolated:
+        console.print(f"[yellow]note:[/] {extrapolated}")
     if load is None:
         draft = vllm_draft(tr.manifest)
         best = best_fixed_k(table, draft) if draft else None

@@ -34,10 +34,14 @@ same grid cells the SimPy executor reads), so a batch of one reproduces ``simula
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
+import numpy as np
+
+from simlab.latency.coverage import BATCH, coverage_of
 from simlab.latency.grid import LatencyGrid
 from simlab.latency.model import _interp_k
+from simlab.latency.priced import Extrapolated, draft_runs, tree_drafts
 from simlab.latency.roofline import RooflineLatency
 from simlab.trace.schema import NO_LAYER
 
@@ -83,6 +87,117 @@ class BatchLatency:
             return TOKEN_COUNT_RULE
         rule = MEASURED_RULE.format(sizes=",".join(map(str, self.sizes)))
         return rule + ("; batches beyond the measured ones extrapolated linearly" if self.beyond else "")
+
+    # -- the rule bits of each price (simlab.latency.coverage): what the engine counts ----------
+    # Each mirrors the price of the same name, reading the grids' tabulated bits, never a price;
+    # ``batch``: past the largest measured batch size, or by the token-count rule.
+
+    def _bits_in_batch(self, b: int, bits: Callable[[LatencyGrid], int]) -> int:
+        """:meth:`_in_batch`'s: the batch sizes it reads, and the batch rule past the largest."""
+        if b in self.grids:
+            return bits(self.grids[b])
+        sizes = self.sizes
+        if b > sizes[-1]:
+            return BATCH | bits(self.grids[sizes[-2]]) | bits(self.grids[sizes[-1]])
+        i = int(np.searchsorted(sizes, b)) - 1
+        return bits(self.grids[sizes[i]]) | bits(self.grids[sizes[i + 1]])
+
+    def target_bits(self, ks: Sequence[int], ctxs: Sequence[int], trees: Sequence[bool] | None = None) -> int:
+        """The rule bits of :meth:`target`'s forward."""
+        if self.roofline is not None:
+            return 0
+        if trees is not None and any(trees):
+            if len(ks) == 1:
+                return _bit(self.grid, "target_tree", ks[0], ctxs[0])
+            k, c = max((k, c) for k, c, tree in zip(ks, ctxs, trees) if tree)
+            return (self.target_bits(ks, ctxs) | _bit(self.grid, "target_tree", k, c)
+                    | _bit(self.grid, "target_forward", k, c))
+        if len(ks) == 1:
+            return _bit(self.grid, "target_forward", ks[0], ctxs[0])
+        if self.measured:
+            k, c = max(ks), max(ctxs)
+            return self._bits_in_batch(len(ks), lambda g: _bit(g, "target_forward", k, c))
+        return BATCH | _bit(self.grid, "target_forward", sum(ks), _mean(ctxs))
+
+    def step_bits(self, ctxs: Sequence[int]) -> int:
+        """The rule bits of :meth:`step`'s forward."""
+        if self.roofline is not None:
+            return 0
+        if len(ctxs) == 1:
+            return _bit(self.grid, "target_step", 1, ctxs[0])
+        if self.measured:
+            c = max(ctxs)
+            return self._bits_in_batch(len(ctxs), lambda g: _bit(g, "target_step", 1, c))
+        c = _mean(ctxs)
+        return (BATCH | _bit(self.grid, "target_forward", len(ctxs), c) | _bit(self.grid, "target_step", 1, c)
+                | _bit(self.grid, "target_forward", 1, c))
+
+    def draft_bits(self, ks: Sequence[int], ctxs: Sequence[int], layer: int = NO_LAYER) -> int:
+        """The rule bits of :meth:`draft`'s forward."""
+        grid = self.grid
+        if len(ks) == 1 and ks[0] == 1:
+            return _bit(grid, "draft_step", layer, ctxs[0])
+        if self.roofline is not None:
+            return 0
+        if self.measured and max(ks) == 1:
+            c = max(ctxs)
+            return (self._bits_in_batch(len(ks), lambda g: _bit(g, "draft_step", NO_LAYER, c))
+                    | _bit(grid, "draft_step", NO_LAYER, c) | _bit(grid, "draft_step", layer, c))
+        c = _mean(ctxs)
+        return (BATCH | _bit(grid, "draft_step", layer, c) | _bit(grid, "target_forward", sum(ks), c)
+                | _bit(grid, "target_forward", 1, c))
+
+    def count_draft_phase(self, out: Extrapolated, drafts: Sequence[int], ctxs: Sequence[int], layer: int = NO_LAYER,
+                          feeds: Sequence[int] | None = None,
+                          widths: Sequence[Sequence[int] | None] | None = None) -> None:
+        """Add :meth:`draft_phase`'s draft forwards to ``out``."""
+        feeds = feeds or [1] * len(drafts)
+        widths = widths or [None] * len(drafts)
+        active = [(c, k, f, w) for c, k, f, w in zip(ctxs, drafts, feeds, widths) if k > 0]
+        grid = self.grid
+        if len(active) == 1:  # the simulator's prices, counted as it counts them
+            c, k, f, w = active[0]
+            if w is None:
+                draft_runs(out, grid, [c], [k], layer, feed=[f])
+            else:
+                tree_drafts(out, grid, [c], [w], feed=[f])
+            return
+        longest = max((k for _, k, _, _ in active), default=0)
+        widest = max((f for _, _, f, _ in active), default=1)
+        for j in range(longest):
+            step = [c + j for c, k, _, _ in active if k > j]
+            bits = self.draft_bits([1] * len(step), step, layer)
+            if j == 0 and widest > 1 and grid.catch_up_seconds(max(step), widest, layer):
+                bits |= self.target_bits([widest] * len(step), step) | self.target_bits([1] * len(step), step)
+            for c, k, _, w in active:
+                if w is not None and k > j and w[j] > 1:
+                    bits |= _bit(grid, "draft_tree", w[j], c + j)
+            out.add_one(bits)
+
+    def prefill_bits(self, prompt_lens: Sequence[int], layer: int = NO_LAYER, drafts: bool = True) -> list[int]:
+        """The rule bits of :meth:`prefill`'s forwards (the target's, then the draft's)."""
+        if self.roofline is not None:
+            return [0, 0] if drafts else [0]
+        model, k = self.grid.measured, sum(prompt_lens)
+        if model is None:
+            return [0, 0] if drafts else [0]
+        target = coverage_of(model, "target_prefill", k, 0)
+        forward = int(coverage_of(model, "target_forward", k, 0))
+        target = forward if target is None else int(target)
+        if not drafts:
+            return [target]
+        draft = coverage_of(model, "draft_prefill", k, 0)
+        if draft is None:
+            draft = int(coverage_of(model, "draft_step", layer, 0)) | target | int(coverage_of(model, "target_forward", 1, 0))
+        return [target, int(draft)]
+
+    def beside_bits(self, prompt_lens: Sequence[int], step_tokens: int, drafts: bool = True) -> int:
+        """The rule bits of :meth:`beside`'s share of the step's forward (both prefills it differs)."""
+        bits = 0
+        for part in (*self.prefill_bits([*prompt_lens, step_tokens], drafts=drafts),
+                     *self.prefill_bits([step_tokens], drafts=drafts)):
+            bits |= part
+        return bits
 
     def _in_batch(self, b: int, price) -> float:
         """``price(grid)`` at batch size ``b``: linear in B between measured sizes, the last
@@ -216,6 +331,13 @@ class BatchLatency:
         (a measured k axis can dip between neighbouring sizes)."""
         step = [step_tokens]
         return max(self.prefill([*prompt_lens, step_tokens], drafts=drafts) - self.prefill(step, drafts=drafts), 0.0)
+
+
+def _bit(grid: LatencyGrid, op: str, size: int, ctx: int) -> int:
+    """The rule bits of one price of ``grid`` (its draft steps' ``size``: the exit layer)."""
+    if grid.measured is None:
+        return 0
+    return int(grid.codes_at(op, size, np.array([ctx]))[0])
 
 
 def _mean(values: Sequence[int]) -> int:

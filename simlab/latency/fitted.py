@@ -41,12 +41,18 @@ import numpy as np
 import pandas as pd
 
 from simlab.common.errors import SimlabError
+from simlab.latency.coverage import Span
 from simlab.latency.model import PROFILE_KINDS, TableLatency, chain_factor, check_k, profile_header
 from simlab.latency.surface import FORMS, Surface, available_forms, fit_best
 from simlab.trace.schema import NO_LAYER, with_defaults
 
 SERIES = ("draft", "exit", "target", "target_tree", "draft_tree", "exit_head", "target_step", "target_prefill",
           "draft_prefill")
+# the size each fitted series is measured in (the draft-model step has none)
+SIZE_NAMES = {"exit": "layer", "target": "k", "target_tree": "k", "draft_tree": "nodes", "exit_head": "rows",
+              "target_step": "k", "target_prefill": "k", "draft_prefill": "k"}
+# series fitted at one size by design: no slope in size to measure
+ONE_SIZE = ("draft", "target_step")
 # ops whose series is named after them (the rest: draft steps, of the draft model or an exit layer)
 OWN_SERIES = ("target_tree", "draft_tree", "exit_head", "target_step", "target_prefill", "draft_prefill")
 
@@ -90,6 +96,18 @@ class FittedLatency:
     @property
     def has_corun(self) -> bool:
         return any(corun for _, corun in self.surfaces)
+
+    tree_on_chain = False  # a fitted tree surface prices a tree forward on its own
+
+    def span(self, series: str, corun: bool = False) -> Span | None:
+        """Where ``series`` was measured (its surface's sizes, each over the contexts of its
+        samples; a profile written before the largest context was kept: open above), as the prices
+        read it; None where it was not fitted."""
+        s = self.surfaces.get((series, corun)) or self.surfaces.get((series, False))
+        if s is None:
+            return None
+        hi = s.ctx_max if s.ctx_max is not None else np.iinfo(np.int64).max
+        return Span({x: (s.ctx_min, hi) for x in s.xs})
 
     def _surface(self, series: str, corun: bool) -> Surface:
         s = self.surfaces.get((series, corun)) or self.surfaces.get((series, False))
@@ -214,6 +232,28 @@ def _fit_single(samples: pd.DataFrame, name: str, hardware: str, form: str, sour
         surfaces[(str(s), bool(corun))] = surface
     return FittedLatency(name, surfaces, hardware, source or "least-squares fit of trace samples",
                          draft_layer=draft_layer)
+
+
+def thin_fits(model: FittedLatency) -> list[str]:
+    """What each series' samples leave unmeasured, one sentence each: a series timed at one size
+    (its slope in k, layers or nodes is then fitted as zero, and every other size is extrapolated),
+    at one context (no context slope), or from one sample per point (no repeat to tell a figure
+    from noise). Empty for a fit whose every series was measured on both axes with repeats."""
+    out = []
+    fits = [(1, model), *sorted(model.batches.items())]
+    for b, (series, corun), s in ((b, key, s) for b, m in fits for key, s in sorted(m.surfaces.items())):
+        label = f"{series}{' (co-run)' if corun else ''}{f' x{b} sequences' if b > 1 else ''}"
+        q, size = s.quality, SIZE_NAMES.get(series, "k")
+        if series not in ONE_SIZE and len(s.xs) < 2:
+            out.append(f"{label}: samples at one {size} only ({size} = {s.xs[0]}): its slope in {size} is not measured "
+                       f"(fitted as zero), so every other {size} is extrapolated")
+        if series != "exit_head" and q.get("contexts", 2) < 2:
+            out.append(f"{label}: samples at one context only ({s.ctx_min}): its slope in context is not measured")
+        points = len(s.xs) * q.get("contexts", 1)
+        if q.get("samples", 2 * points) <= points:
+            out.append(f"{label}: one sample per measured point ({q['samples']} samples): no repeat to tell the "
+                       "figure from noise")
+    return out
 
 
 def predict_samples(model, samples: pd.DataFrame) -> np.ndarray:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from simlab.common.errors import SimlabError
+from simlab.latency.coverage import RULES, coverage_of
 from simlab.latency.model import LatencyModel
 from simlab.trace.schema import MAX_FORWARD_SECONDS, NO_LAYER
 
@@ -49,6 +50,11 @@ class LatencyGrid:
         self._draft_cum: dict[tuple[int, bool], list[float]] = {}
         self._serial: dict[int, tuple] = {}  # top_k -> serial round table (_serial_table)
         self._heads: dict[int, float | None] = {}  # rows -> seconds of one exit head (None: not priced)
+        # the model that says where it was measured (simlab.latency.coverage), None if it does not
+        inner = model.measured if isinstance(model, LatencyGrid) else model
+        self.measured = inner if hasattr(inner, "span") else None
+        self._codes: dict[tuple, np.ndarray] = {}  # (op, size, corun, layer) -> rule bits by context
+        self._sums: dict[tuple, np.ndarray | None] = {}  # the same key -> cumulative counts of those bits
 
     def _column(self, fn, what: str, unit: str = " s") -> np.ndarray:
         """``fn`` over every context length: one call on the array if the model takes arrays
@@ -144,6 +150,56 @@ class LatencyGrid:
             rows = (draft + verify).tolist()
             table = self._serial[top_k] = (rows, *suffix_least(rows))
         return table
+
+    # -- where the prices were measured (simlab.latency.coverage) ----------------------------
+
+    def codes(self, op: str, size: int, corun: bool = False, layer: int = NO_LAYER) -> np.ndarray:
+        """The rule bits (:data:`~simlab.latency.coverage.RULES`) of a row's prices, by context
+        length, tabulated once as the prices are: ``op`` one of
+        :func:`~simlab.latency.coverage.coverage_of`'s operations (``draft_step``: ``size`` is the
+        exit layer, or NO_LAYER), or ``catch_up`` (what a first draft forward feeding ``size``
+        tokens adds, :meth:`catch_up_seconds`, of ``layer``). All 0 for a model that does not say
+        where it was measured."""
+        key = (op, size, corun, layer)
+        row = self._codes.get(key)
+        if row is None:
+            row = self._codes[key] = self._code_column(op, size, self._ctx, corun, layer)
+        return row
+
+    def code_sums(self, op: str, size: int, corun: bool = False, layer: int = NO_LAYER) -> np.ndarray | None:
+        """For :meth:`codes`' row: ``sums[p, c]`` = how many of the contexts 0..c-1 have any rule
+        bit set (p = 0), then each rule's (p = 1..): forwards from c to c + n hold
+        ``sums[:, c + n] - sums[:, c]``. None for a row with no bit set."""
+        key = (op, size, corun, layer)
+        if key not in self._sums:
+            row = self.codes(op, size, corun, layer)
+            planes = [row != 0, *((row & bit) != 0 for bit in RULES)]
+            self._sums[key] = None if not row.any() else np.concatenate(
+                [np.zeros((len(planes), 1), np.int64), np.cumsum(planes, axis=1)], axis=1)
+        return self._sums[key]
+
+    def codes_at(self, op: str, size: int, ctx: np.ndarray, corun: bool = False, layer: int = NO_LAYER) -> np.ndarray:
+        """:meth:`codes` at the context lengths ``ctx`` (past the grid: the model's own)."""
+        ctx = np.asarray(ctx, dtype=np.int64)
+        inside = ctx <= self.max_context
+        if inside.all():
+            return self.codes(op, size, corun, layer)[ctx]
+        out = np.empty(ctx.shape, np.uint8)
+        out[inside] = self.codes(op, size, corun, layer)[ctx[inside]]
+        out[~inside] = self._code_column(op, size, ctx[~inside], corun, layer)
+        return out
+
+    def _code_column(self, op: str, size: int, ctx: np.ndarray, corun: bool, layer: int) -> np.ndarray:
+        model = self.measured
+        if model is None or (op == "catch_up" and (size <= 1 or (
+                layer == NO_LAYER and getattr(self.model, "verify_feeds_draft", False)))):
+            return np.zeros(ctx.shape, np.uint8)
+        if op == "catch_up":  # the step times the target's growth from 1 to size tokens
+            bits = (coverage_of(model, "draft_step", layer, ctx, corun) | coverage_of(model, "target_forward", size, ctx, corun)
+                    | coverage_of(model, "target_forward", 1, ctx, corun))
+        else:
+            bits = coverage_of(model, op, size, ctx, corun)
+        return np.broadcast_to(np.asarray(bits, np.uint8), ctx.shape).copy()
 
     @property
     def prices_shadows(self) -> bool:

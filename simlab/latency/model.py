@@ -49,6 +49,9 @@ measured k, and beyond the largest measured k it extends the last segment's slop
 below the last measured value). Verify cost on CPU is neither flat nor affine in k (an early
 probe of the Qwen pair on 2 CPU cores measured 317 ms at k=1, 935 at k=3, 575 at k=4; see
 docs/architecture.md for the shipped trace's figures), so a table, not a slope, is the default.
+Every price past the measured points (a k, context, tree size or layer outside them) is counted
+by the rule that priced it: :meth:`TableLatency.span` says where each series was measured, and
+:mod:`simlab.latency.coverage` reads it.
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ import pandas as pd
 
 from simlab.common.errors import SimlabError
 from simlab.common.jsonfile import read_versioned, write_json
+from simlab.latency.coverage import Span
 from simlab.trace.schema import NO_LAYER, with_defaults
 
 PROFILE_FORMAT = "simlab-latency"
@@ -204,6 +208,9 @@ class TableLatency:
     # samples), model -> {k: curve}, model "target" or "draft". Empty: not timed (module docstring).
     prefills: dict[str, dict[int, Curve]] = field(default_factory=dict)
 
+    # A tree forward's price is the chain's corrected by the probed ratio (:mod:`simlab.latency.coverage`).
+    tree_on_chain = True
+
     def __post_init__(self) -> None:
         if not self.draft:
             raise SimlabError(f"latency model {self.name!r} has no draft-step curve")
@@ -217,6 +224,28 @@ class TableLatency:
     @property
     def layers(self) -> list[int]:
         return sorted({layer for layer, _ in self.draft if layer != NO_LAYER})
+
+    def span(self, series: str, corun: bool = False) -> Span | None:
+        """Where ``series`` (:data:`~simlab.latency.fitted.SERIES`' names) was measured, as the
+        prices below read it (co-running curves, else the solo ones); None where it was not."""
+        if series == "draft":
+            curve = self.draft.get((NO_LAYER, corun)) or self.draft.get((NO_LAYER, False))
+            return None if curve is None else Span.of_curves({1: curve})
+        if series == "exit":
+            curves = {x: self.draft.get((x, corun)) or self.draft.get((x, False)) for x in self.layers}
+            return Span.of_curves({x: c for x, c in curves.items() if c is not None})
+        if series == "target":
+            return Span.of_curves(self.target.get(corun) or self.target[False])
+        if series == "target_step":
+            return None if self.plain_step is None else Span.of_curves({1: self.plain_step})
+        if series in ("target_tree", "draft_tree"):
+            probed = _probed(self.target_trees if series == "target_tree" else self.draft_trees, corun)
+            return None if probed is None else Span.of_curves(probed[1])
+        if series == "exit_head":
+            return Span.of_curves(self.exit_heads.get(False, {}))
+        if series in ("target_prefill", "draft_prefill"):
+            return Span.of_curves(self.prefills.get(series.split("_")[0], {}))
+        return None
 
     def draft_step(self, context_len, layer: int = NO_LAYER, corun: bool = False):
         """Seconds of one draft step; ``context_len`` may be an array."""

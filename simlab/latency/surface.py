@@ -55,6 +55,7 @@ class Surface:
     ctx_x_slope: float = 0.0
     ctx_min: int = 0  # smallest measured context length (clamp below)
     quality: dict = field(default_factory=dict, compare=False)
+    ctx_max: int | None = None  # largest measured context length (None: a profile written before it was kept)
 
     def base_at(self, x):
         if self.form == "affine":
@@ -80,6 +81,7 @@ class Surface:
             "ctx_x_slope": self.ctx_x_slope,
             "ctx_min": self.ctx_min,
             "quality": self.quality,
+            **({} if self.ctx_max is None else {"ctx_max": self.ctx_max}),
         }
 
     @classmethod
@@ -89,7 +91,7 @@ class Surface:
             raise SimlabError(f"unknown latency surface form {form!r}; known: {', '.join(FORMS)}")
         surface = cls(form, tuple(float(v) for v in d["base"]), tuple(int(v) for v in d["xs"]),
                       float(d.get("ctx_slope", 0.0)), float(d.get("ctx_x_slope", 0.0)), int(d.get("ctx_min", 0)),
-                      dict(d.get("quality", {})))
+                      dict(d.get("quality", {})), None if d.get("ctx_max") is None else int(d["ctx_max"]))
         expected = {"affine": 2, "hinge": 3, "per-x": len(surface.xs)}[form]
         if len(surface.base) != expected:
             raise SimlabError(f"a {form} latency surface needs {expected} base parameters, got {len(surface.base)}")
@@ -121,7 +123,7 @@ class _Problem:
         self.y = np.asarray(y, dtype=float)
         self.xs = tuple(int(v) for v in np.unique(self.x))
         self.contexts = len(np.unique(self.ctx))
-        self.ctx_min = int(self.ctx.min())
+        self.ctx_min, self.ctx_max = int(self.ctx.min()), int(self.ctx.max())
         self.n_ctx = _n_ctx_params(self.xs, self.contexts)
         if form == "per-x":
             self.index = np.searchsorted(self.xs, self.x)
@@ -136,7 +138,8 @@ class _Problem:
         if self.form == "affine" and nb == 1:
             base = (base[0], 0.0)
         ctx = list(theta[nb:]) + [0.0, 0.0]
-        return Surface(self.form, base, self.xs, float(ctx[0]), float(ctx[1]), self.ctx_min, quality or {})
+        return Surface(self.form, base, self.xs, float(ctx[0]), float(ctx[1]), self.ctx_min, quality or {},
+                       self.ctx_max)
 
     def predict(self, theta: np.ndarray) -> np.ndarray:
         nb = self.n_base

@@ -23,6 +23,7 @@ from matplotlib.figure import Figure
 from simlab.plots.labels import place_labels
 from simlab.plots.table import SWEEP_NUMBERS, require, series_of, setup_name
 from simlab.sweep.frontier import pareto_front
+from simlab.sweep.result_table import extrapolated_rows
 
 REFERENCE_STYLE = {"color": "tab:red", "linestyle": "--", "linewidth": 1}
 PARITY_STYLE = {"color": "black", "linestyle": "-", "linewidth": 0.8}
@@ -31,6 +32,7 @@ MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 SERIES_LABELS = {"oracle": "oracle (serial-schedule bound)"}  # what a series is, where its name does not say
 COLORS = colormaps["tab20"]  # its 10 dark colours (tab10's) first, then the 10 light ones
 SYMBOLS = {"gamma": "γ", "tau": "τ"}  # parameters named as the papers write them
+EXTRAPOLATED_LABEL = "priced past the measured latencies"
 
 
 def frontier_figure(table: pd.DataFrame, title: str | None = None) -> Figure:
@@ -59,9 +61,14 @@ def frontier_figure(table: pd.DataFrame, title: str | None = None) -> Figure:
     ax.axvline(1.0, **PARITY_STYLE)
     ax.plot([1.0], [speed], "*", color="tab:red", markersize=14, markeredgecolor="black",
             label=f"sd at its best γ={gamma}")
+    extrapolated = extrapolated_rows(table)
+    if extrapolated:  # the configurations whose figures rest on a price past the measured ones
+        hit = table[table["extrapolated_forwards"].fillna(0) > 0]
+        ax.plot(hit["cost"], hit["speedup"], "x", color="tab:red", markersize=9, label=EXTRAPOLATED_LABEL)
     ax.set_xlabel("cost (target calls / sd at its best γ)")
     ax.set_ylabel("speedup over autoregressive decoding")
-    ax.set_title(title or f"Speed vs cost: {setup_name(table)}")
+    ax.set_title((title or f"Speed vs cost: {setup_name(table)}") + (f"\n{extrapolated}" if extrapolated else ""),
+                 fontsize=None if not extrapolated else 9)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()

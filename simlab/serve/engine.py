@@ -41,6 +41,7 @@ import simpy
 
 from simlab.common.metrics import PositionStats
 from simlab.latency.batch import BatchLatency
+from simlab.latency.priced import Extrapolated, shadows
 from simlab.serve.batch_policy import BatchPolicy
 from simlab.serve.request import ServedRequest
 from simlab.serve.scheduler import Scheduler
@@ -79,6 +80,8 @@ class Engine:
         self.record = record
         self.slices: list[Slice] = []
         self._wake: simpy.Event | None = None
+        # the forwards priced and those priced past the measured latencies (simlab.latency.priced)
+        self.priced = Extrapolated()
 
     def submit(self, request: ServedRequest) -> None:
         """A request arrives: queue it and wake the engine if it sleeps."""
@@ -120,6 +123,8 @@ class Engine:
         self.stats.prefill_steps += 1
         lens = [r.prompt_len for r in admitted]
         seconds = self.latency.prefill(lens, drafts=any(r.policy.drafts for r in admitted))
+        for bits in self.latency.prefill_bits(lens, drafts=any(r.policy.drafts for r in admitted)):
+            self.priced.add_one(bits)
         end = self._book(self.target_dev, t, seconds, "prefill", len(admitted), sum(lens))
         self._first_tokens(admitted, t, end)
         return self._shadows(end, len(admitted), len(admitted))
@@ -154,12 +159,16 @@ class Engine:
         seconds, steps = self.latency.draft_phase(drafted, ctxs, max(layers) if layers else NO_LAYER,
                                                   [r.feed for r in decoders], widths)
         if steps:
+            self.latency.count_draft_phase(self.priced, drafted, ctxs, max(layers) if layers else NO_LAYER,
+                                           [r.feed for r in decoders], widths)
             tokens = sum(k if r.tree is not None else d for r, k, d in zip(decoders, drafts, drafted))
             t = self._book(self.draft_dev, t, seconds, f"draft x{steps}", len(decoders), tokens)
         if any(r.policy.drafts for r in decoders):
             verify = self.latency.target([k + 1 for k in drafts], ctxs, trees)
+            bits = self.latency.target_bits([k + 1 for k in drafts], ctxs, trees)
         else:  # autoregressive decoding: a plain step, with no draft beside it
             verify = self.latency.step(ctxs)
+            bits = self.latency.step_bits(ctxs)
         accepted = 0
         for r, (first, k, layer) in zip(decoders, rounds):
             accepted += r.verify(first, k, layer, self.positions)
@@ -168,8 +177,10 @@ class Engine:
             self.stats.prefill_steps += 1
             lens = [r.prompt_len for r in admitted]
             verify += self.latency.beside(lens, tokens, drafts=any(r.policy.drafts for r in [*decoders, *admitted]))
+            bits |= self.latency.beside_bits(lens, tokens, drafts=any(r.policy.drafts for r in [*decoders, *admitted]))
             tokens, what = tokens + sum(lens), "verify+prefill"
         t = self._book(self.target_dev, t, verify, what, len(decoders) + len(admitted), tokens, accepted)
+        self.priced.add_one(bits)
         self._first_tokens(admitted, start, t)
         # a decoder's step ends after the shadow read, as live
         t = self._shadows(t, len(decoders) + len(admitted), accepted + len(decoders) + len(admitted))
@@ -187,6 +198,7 @@ class Engine:
         if not self.shadow_heads:
             return t
         seconds = self.latency.grid.shadow_seconds(rows, self.shadow_heads)
+        shadows(self.priced, self.latency.grid, [rows], self.shadow_heads)
         return self._book(self.target_dev, t, seconds, "shadow", batch, rows)
 
     def _book(self, device: Device, t: float, seconds: float, what: str, batch: int, tokens: int,

@@ -18,6 +18,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from simlab.common.errors import SimlabError
+from simlab.latency.priced import rules_text
 from simlab.serve.metrics import speedups
 from simlab.serve.run import BASELINE_POLICY, ServeConfig, serve_once
 from simlab.serve.workload import poisson_arrivals
@@ -62,9 +63,12 @@ def serve_at_rate(sim: Simulator, rate: float, requests: int, seed: int, config:
     mean decoding batch. The row has no label: a caller names its series."""
     run = serve_once(sim, poisson_arrivals(rate, requests, seed), config, config.policy, config.params)
     stats = run.stats
+    priced = run.priced.to_dict()
     return {"rate_per_s": rate, "policy": run.policy, "batch_policy": run.batch_policy,
                  "speculative": run.policy != BASELINE_POLICY, **run.summary,
-                 "mean_batch": stats.batch_sizes / stats.decode_steps if stats.decode_steps else 0.0}
+                 "mean_batch": stats.batch_sizes / stats.decode_steps if stats.decode_steps else 0.0,
+                 "priced_forwards": priced["priced_forwards"], "extrapolated_forwards": priced["extrapolated_forwards"],
+                 "extrapolated_rules": rules_text(priced["extrapolated_by_rule"])}
 
 
 def rate_sweep(sim: Simulator, rates: Sequence[float], requests: int, seed: int, config: ServeConfig,

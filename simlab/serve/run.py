@@ -17,6 +17,7 @@ import simpy
 from simlab.common.errors import SimlabError
 from simlab.common.metrics import PositionStats
 from simlab.latency.batch import BatchLatency
+from simlab.latency.priced import Extrapolated
 from simlab.policies import REGISTRY, make_policy
 from simlab.serve.batch_policy import BatchSpec, CappedPolicy
 from simlab.serve.engine import Engine, EngineStats
@@ -52,6 +53,7 @@ class ServeRun:
     positions: PositionStats
     stats: EngineStats
     slices: list[Slice]
+    priced: Extrapolated = field(default_factory=Extrapolated)  # the engine's forwards (simlab.latency.priced)
 
 
 @dataclass
@@ -60,6 +62,15 @@ class ServeResult:
     baseline: ServeRun | None
     latency_rule: str
     extrapolated: bool
+
+    @property
+    def priced(self) -> Extrapolated:
+        """The forwards the run and its baseline priced, and those past the measured latencies."""
+        out = Extrapolated()
+        for run in (self.run, self.baseline):
+            if run is not None:
+                out += run.priced
+        return out
 
     @property
     def speedups(self) -> dict:
@@ -106,7 +117,7 @@ def serve_once(sim: Simulator, arrivals: Sequence[float], config: ServeConfig, p
     env.run()
     frame = request_frame(engine.finished, config.slo)
     return ServeRun(policy, requests[0].policy.describe(), batch_policy.name, requests, frame, summarize(frame), engine.positions, engine.stats,
-                    engine.slices)
+                    engine.slices, engine.priced)
 
 
 def serve(sim: Simulator, arrivals: Sequence[float], config: ServeConfig, baseline: bool = True,

@@ -40,6 +40,7 @@ from numba import njit
 from simlab.latency.grid import LatencyGrid
 from simlab.policies.del_update import update
 from simlab.policies.early_exit import Del
+from simlab.sim import extrapolation as ex
 from simlab.sim.draft_paths import FlatPaths, confidence
 from simlab.sim.executor import SimRun, ad_seconds, shadow_heads
 from simlab.sim.vanilla import TargetRows, rounds_run, walls
@@ -104,10 +105,14 @@ class DelRounds:
         target = seconds.copy()
         target[at] = 0.0
         owner = np.repeat(np.arange(len(rounds)), per_prompt)
+        priced = ex.Extrapolated()
+        ex.draft_runs(priced, grid, ctx, drafted, np.array(self.layers)[layer], feed=feed)
+        ex.verifications(priced, grid, k + 1, ctx)
+        ex.shadows(priced, grid, np.concatenate([np.ones(len(rounds), np.int64), shadow_rows]), heads)
         return rounds_run(replay.prompt_ids.tolist(), replay.lengths.tolist(), self.ad_wall_time_s, rounds,
                           walls(seconds, ends), np.where(accepted < k, accepted + 1, k), accepted,
                           totals={"target_busy_s": np.bincount(owner, weights=target, minlength=len(rounds)),
-                                  "rollout_overruns": overruns},
+                                  "rollout_overruns": overruns}, extrapolated=priced,
                           drafted=drafted, draft_calls=drafted, verified=k, num_drafts=k > 0, draft_busy_s=draft)
 
 

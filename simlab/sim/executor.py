@@ -17,7 +17,9 @@ decoding) from a :class:`~simlab.trace.replay.TraceReplay`:
   serial verification, by an exit head per layer of :func:`~simlab.common.signals.shadow_layers` over
   the positions just settled, one after another on the target
   (:meth:`~simlab.latency.grid.LatencyGrid.shadow_seconds`): the live decoder's work, priced
-  where its latency model has exit-head figures (:func:`shadow_heads`).
+  where its latency model has exit-head figures (:func:`shadow_heads`);
+- every forward it books is noted (one append a round) and counted at the end: how many were
+  priced past what the latency model measured, by rule (:mod:`simlab.sim.extrapolation`).
 
 Time semantics are in :mod:`simlab.sim.devices`. Each prompt is one SimPy process. Its rounds
 never overlap one another, so they are priced on the prompt's local clock — a serial round
@@ -54,6 +56,7 @@ from simlab.policies.rounds import (
 )
 from simlab.sim.devices import Device, Slice, Topology
 from simlab.sim.draft_cache import DraftCache
+from simlab.sim.extrapolation import Extrapolated, ForwardLog
 from simlab.sim.tree_round import TreeRounds
 from simlab.trace.replay import PromptReplay, SignalRun, TraceReplay
 from simlab.trace.schema import NO_LAYER, Manifest
@@ -73,6 +76,8 @@ class PromptRun:
 class SimRun:
     prompts: list[PromptRun]
     positions: PositionStats
+    # the policy's priced forwards, and those priced past the measured (the baseline's: Simulator.run)
+    extrapolated: Extrapolated = field(default_factory=Extrapolated)
 
 
 VERIFY, DRAFT = Decision.VERIFY, Decision.DRAFT
@@ -140,20 +145,23 @@ class SimExecutor:
         runs: list[PromptRun] = []
         positions = PositionStats()
         heads = shadow_heads(grid, replay.trace.manifest, policy)
+        log = ForwardLog()
 
         def all_prompts():
             for prompt in replay.prompts:
                 run = PromptRun(prompt.prompt_id, Counts(), [] if self.keep_tokens else None)
-                yield env.process(self._prompt(env, grid, prompt, policy, run, positions, heads))
+                yield env.process(self._prompt(env, grid, prompt, policy, run, positions, heads, log))
                 runs.append(run)
 
         env.process(all_prompts())
         env.run()
-        return SimRun(runs, positions)
+        corun = self.topology is Topology.ONE_DEVICE
+        return SimRun(runs, positions, log.count(grid, corun, not policy.drafts, heads))
 
     def _prompt(self, env: simpy.Environment, grid: LatencyGrid, rp: PromptReplay, policy: Policy,
-                run: PromptRun, positions: PositionStats, heads: int):
-        """``heads``: the exit heads of a shadow read (:func:`shadow_heads`)."""
+                run: PromptRun, positions: PositionStats, heads: int, log: ForwardLog):
+        """``heads``: the exit heads of a shadow read (:func:`shadow_heads`); ``log``: where the
+        forwards booked are noted (:class:`~simlab.sim.extrapolation.ForwardLog`)."""
         record = rp.prompt_id == self.timeline_prompt
         t0 = env.now
         draft_dev = Device("draft", record)
@@ -184,6 +192,7 @@ class SimExecutor:
         cache = DraftCache(pl)  # what the drafts' KV caches hold: a round's first draft forward feeds the rest
         cache_draft, cache_crop = cache.draft, cache.crop
         catch_up = grid.catch_up_row(2)  # the common case: two tokens after a fully accepted round
+        note_verify, note_draft, note_parallel, stride = log.verify.append, log.drafts.extend, log.parallel.extend, log.STRIDE
         while True:
             try:
                 req = send(answer)
@@ -218,7 +227,7 @@ class SimExecutor:
                 continue
             if kind is VerifyTree:
                 answer, clock = _verify_tree(clock, grid, rp, req, draft_dev, target_dev, counts, positions, tokens,
-                                             cache, trees)
+                                             cache, trees, log)
                 continue
             if kind is Propose:  # a lookup over the tokens a decoder holds: the prompt and those committed
                 c, cap, propose, lookup_seconds = req
@@ -236,6 +245,7 @@ class SimExecutor:
                     accepted += 1
                 row = rows.get(k + 1) or grid.target_row(k + 1)
                 clock = target_dev.book(clock, row[pl + c], "verify", c, k + 1, accepted)
+                note_verify((k + 1) * stride + pl + c)
                 if cache.most > pl + c + accepted:
                     cache_crop(pl + c + accepted)
                 target_calls += 1
@@ -261,6 +271,7 @@ class SimExecutor:
                     else:
                         seconds += grid.catch_up_seconds(ctx, feed, unpaid_layer)
                 clock = draft_dev.book(clock, seconds, "draft", unpaid_start, unpaid, None, feed)
+                note_draft((unpaid_layer, ctx, unpaid, feed))
                 drafted += unpaid
                 unpaid = 0
             if kind is Verify:
@@ -273,6 +284,7 @@ class SimExecutor:
                     accepted = end - c - 1
                 row = rows.get(k + 1) or grid.target_row(k + 1)
                 clock = target_dev.book(clock, row[pl + c], "verify", c, k + 1, accepted)
+                note_verify((k + 1) * stride + pl + c)
                 if cache.most > pl + c + accepted:  # else no cache holds more: cropping would change nothing
                     cache_crop(pl + c + accepted)
                 target_calls += 1
@@ -310,6 +322,7 @@ class SimExecutor:
                 draft_end = draft_dev.book(clock, seconds, "draft (parallel)", c + m, s, None, feed)
                 row = prows.get(1 + m) or grid.target_row(1 + m, corun)
                 clock = target_dev.book(clock, row[ctx], "verify (parallel)", c, 1 + m, accepted + first_new)
+                note_parallel((start, s, feed, 1 + m, ctx))
                 if draft_end > clock:
                     clock = draft_end
                 target_calls += 1
@@ -328,6 +341,7 @@ class SimExecutor:
                 if heads:
                     clock = target_dev.book(clock, grid.shadow_seconds(req.count, heads), "shadow", req.start,
                                             req.count)
+                    log.shadows.append(req.count)
             else:  # pragma: no cover - decode() yields only the types above
                 raise TypeError(f"unknown request {req!r}")
         if clock > env.now:
@@ -350,7 +364,7 @@ class SimExecutor:
 
 def _verify_tree(clock: float, grid: LatencyGrid, rp: PromptReplay, req: VerifyTree, draft_dev: Device,
                  target_dev: Device, counts: Counts, positions: PositionStats,
-                 tokens: list[int] | None, cache: DraftCache, trees: TreeRounds) -> tuple[int, float]:
+                 tokens: list[int] | None, cache: DraftCache, trees: TreeRounds, log: ForwardLog) -> tuple[int, float]:
     """Draft forwards over ``req.widths`` nodes per level, then one target forward over the tree;
     the accepted path and the draft cache's account are :meth:`TreeRounds.settle`'s."""
     c, tree, widths = req.start, req.tree, req.widths
@@ -363,6 +377,7 @@ def _verify_tree(clock: float, grid: LatencyGrid, rp: PromptReplay, req: VerifyT
             seconds += grid.catch_up_seconds(ctx, feed)
         clock = draft_dev.book(clock, seconds, "draft", c, n, None, feed)
     clock = target_dev.book(clock, grid.target_tree(n + 1, ctx), "verify", c, n + 1, accepted)
+    log.trees.append((ctx, tuple(widths), feed, n + 1))
     counts.target_calls += 1
     counts.accepted += accepted
     counts.drafted += n

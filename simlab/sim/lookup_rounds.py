@@ -28,6 +28,7 @@ from numba import njit
 from simlab.latency.grid import LatencyGrid
 from simlab.policies.lookup import PromptLookup
 from simlab.policies.ngram_match import match, proposal_length
+from simlab.sim import extrapolation as ex
 from simlab.sim.executor import SimRun, ad_seconds
 from simlab.sim.vanilla import TargetRows, interleave, rounds_run, walls
 from simlab.trace.replay import TraceReplay
@@ -61,8 +62,10 @@ class LookupRounds:
         verify = self.rows(int(k.max()) + 1 if len(k) else 1)[k, ctx]
         calls = np.asarray(calls, dtype=np.int64)
         wall = walls(interleave(lookup, verify), 2 * np.cumsum(calls))
+        priced = ex.Extrapolated()
+        ex.verifications(priced, self.grid, k + 1, ctx, plain=True)
         return rounds_run(replay.prompt_ids.tolist(), replay.lengths.tolist(), self.ad_wall_time_s, calls, wall,
-                          np.where(acc < k, acc + 1, k), acc, drafted=k, verified=k, num_drafts=k > 0,
+                          np.where(acc < k, acc + 1, k), acc, extrapolated=priced, drafted=k, verified=k, num_drafts=k > 0,
                           draft_busy_s=lookup, target_busy_s=verify)
 
 

@@ -19,6 +19,7 @@ from simlab.policies.spide import Spide
 from simlab.sim.context import policy_context, tabulated, typical_context_len
 from simlab.sim.devices import Slice, Topology
 from simlab.sim.executor import SimExecutor, warn_once
+from simlab.sim.extrapolation import baseline
 from simlab.sim.trees import TreeRounds
 from simlab.sim.vanilla import FixedGammaSD
 from simlab.trace.io import Trace
@@ -150,6 +151,7 @@ class Simulator:
             summary.extra["reference_gamma"] = ref.gamma
         if self.topology is Topology.ONE_DEVICE:
             summary.extra["corun_latency"] = "measured" if self.corun_measured else "solo stand-in (optimistic)"
+        summary.extra.update(self._priced(sim).to_dict())
         rows = []
         for r in sim.prompts:
             s = Summary.from_counts(r.counts, ref.per_prompt_calls.get(r.prompt_id) if ref else None)
@@ -157,6 +159,15 @@ class Simulator:
         timeline = [s for r in sim.prompts for s in r.slices]
         tokens = {r.prompt_id: r.tokens for r in sim.prompts} if keep_tokens else None
         return SimResult(policy, pol.describe(), summary, pd.DataFrame(rows), sim.positions, timeline, tokens)
+
+    def _priced(self, sim):
+        """The run's priced forwards and those priced past the measured
+        (:mod:`simlab.sim.extrapolation`): the policy's, and the target-alone decoding's of the
+        same tokens that its speedup divides by."""
+        lens = dict(zip(self.replay.prompt_ids.tolist(), self.replay.prompt_lens.tolist()))
+        priced = sim.extrapolated
+        baseline(priced, self.latency, [lens[r.prompt_id] for r in sim.prompts], [r.counts.tokens for r in sim.prompts])
+        return priced
 
     def past_end_replay(self, tail: int) -> TraceReplay:
         """The replay of the trace's paths run ``tail`` positions past each prompt's end, for a

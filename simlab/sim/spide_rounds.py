@@ -36,6 +36,7 @@ from numba import njit
 
 from simlab.latency.grid import LatencyGrid
 from simlab.policies.spide import UPPER_EDGES, Spide, SpideNoDynaDraft, SpideNoParaVerify
+from simlab.sim import extrapolation as ex
 from simlab.sim.draft_paths import FlatPaths, confidence
 from simlab.sim.executor import SimRun, ad_seconds
 from simlab.sim.vanilla import TargetRows, rounds_run, walls
@@ -99,10 +100,16 @@ class SpideRounds:
         owner = np.repeat(np.arange(len(rounds)), 2 * rounds)
         accepted_all = accepted + first_new
         checked = np.where(accepted < checked_n, accepted + 1, checked_n + parallel)
+        serial_round = ~parallel
+        priced = ex.Extrapolated()
+        ex.draft_runs(priced, grid, ctx, unpaid, feed=feed)
+        ex.verifications(priced, grid, k[serial_round] + 1, ctx[serial_round])
+        ex.forwards(priced, grid, "target_forward", k[par], ctx[par], corun)
+        ex.draft_runs(priced, grid, start[par], window[par], corun=corun, feed=feed_new[par])
         return rounds_run(replay.prompt_ids.tolist(), replay.lengths.tolist(), self.ad_wall_time_s, rounds,
                           walls(seconds, np.cumsum(2 * rounds)), checked, accepted_all,
                           totals={"draft_busy_s": np.bincount(owner, weights=draft_booked, minlength=len(rounds)),
-                                  "rollout_overruns": overruns},
+                                  "rollout_overruns": overruns}, extrapolated=priced,
                           drafted=unpaid + window, draft_calls=unpaid + window, verified=k, parallel_rounds=parallel,
                           num_drafts=k > 0, target_busy_s=verify)
 

@@ -41,6 +41,7 @@ import numpy as np
 from simlab.latency.grid import LatencyGrid
 from simlab.policies.base import Policy
 from simlab.policies.trees import GrowingTree, StaticTree
+from simlab.sim import extrapolation as ex
 from simlab.sim.executor import SimRun, ad_seconds
 from simlab.sim.vanilla import TargetRows, catch_up, interleave, rounds_run, walls
 from simlab.trace.replay import TraceReplay
@@ -134,8 +135,11 @@ class TreeRounds:
         verify = prices.target(nodes + 1, ctx)
         wall = walls(interleave(draft, verify), 2 * np.cumsum(prompt_calls))
         checked = np.where(accepted < tree_depth, accepted + 1, tree_depth)
+        priced = ex.Extrapolated()
+        ex.tree_drafts(priced, self.grid, ctx, widths, levels, feed)
+        ex.forwards(priced, self.grid, "target_tree", nodes + 1, ctx)
         return rounds_run(self.prompt_ids, self.lengths, self.ad_wall_time_s, prompt_calls, wall, checked, accepted,
-                          drafted=nodes, draft_calls=levels, num_drafts=tree_depth > 0, draft_busy_s=draft,
+                          extrapolated=priced, drafted=nodes, draft_calls=levels, num_drafts=tree_depth > 0, draft_busy_s=draft,
                           target_busy_s=verify)
 
     def _rounds(self, nodes: np.ndarray, accepted_at: list[int], tree_depth: np.ndarray, levels: np.ndarray,

@@ -36,6 +36,7 @@ import numpy as np
 
 from simlab.common.metrics import Counts, PositionStats
 from simlab.latency.grid import LatencyGrid
+from simlab.sim import extrapolation as ex
 from simlab.sim.executor import PromptRun, SimRun, ad_seconds
 from simlab.trace.replay import TraceReplay
 from simlab.trace.schema import NO_LAYER
@@ -117,22 +118,25 @@ class FixedGammaSD:
         draft = catch_up(self.grid, draft, ctx, after_full & (k > 0))
         verify = self._verify_rows(int(k.max(initial=0)) + 1)[k, ctx]  # the sizes met: γ may exceed any budget
         calls = np.bincount(self.prompt, weights=rounds, minlength=self.n_prompts).astype(np.int64)
-        return calls, k, accepted, draft, verify
+        return calls, k, accepted, draft, verify, ctx, after_full
 
     def run(self, gamma: int) -> FixedGammaRun:
         """Target calls and wall times at this γ (what the cost reference needs)."""
-        calls, _, _, draft, verify = self._rounds(gamma)
+        calls, _, _, draft, verify, _, _ = self._rounds(gamma)
         wall = walls(interleave(draft, verify), np.cumsum(2 * calls))
         return FixedGammaRun(gamma, calls, wall, _sequential_sum(wall), self.total_ad_wall_time_s)
 
     def simulate(self, gamma: int) -> SimRun:
         """Everything the SimPy executor reports for ``sd`` at this γ, timelines and tokens aside,
         bit for bit (``np.bincount`` adds each prompt's weights in order, as the devices do)."""
-        calls, k, accepted, draft, verify = self._rounds(gamma)
+        calls, k, accepted, draft, verify, ctx, after_full = self._rounds(gamma)
         wall = walls(interleave(draft, verify), 2 * np.cumsum(calls))
+        priced = ex.Extrapolated()
+        ex.draft_runs(priced, self.grid, ctx, k, feed=1 + after_full)
+        ex.verifications(priced, self.grid, k + 1, ctx)
         return rounds_run(self.prompt_ids, self.lengths, self.ad_wall_time_s, calls, wall, np.where(accepted < k, accepted + 1, k),
-                          accepted, drafted=k, draft_calls=k, verified=k, num_drafts=k > 0, draft_busy_s=draft,
-                          target_busy_s=verify)
+                          accepted, extrapolated=priced, drafted=k, draft_calls=k, verified=k, num_drafts=k > 0,
+                          draft_busy_s=draft, target_busy_s=verify)
 
 def catch_up(grid: LatencyGrid, draft: np.ndarray, ctx: np.ndarray, two: np.ndarray) -> np.ndarray:
     """``draft`` (rounds' draft seconds at contexts ``ctx``) plus, where ``two``, what the round's
@@ -167,12 +171,13 @@ def walls(seconds: np.ndarray, ends: np.ndarray) -> np.ndarray:
 
 def rounds_run(prompt_ids: list[int], lengths: list[int], ad_wall_time_s: list[float], calls: np.ndarray,
                wall: np.ndarray, checked: np.ndarray, accepted: np.ndarray, totals: dict[str, np.ndarray] | None = None,
-               **per_round: np.ndarray) -> SimRun:
+               extrapolated: ex.Extrapolated | None = None, **per_round: np.ndarray) -> SimRun:
     """The executor's report from every round of a closed-form replay, in executor order
     (``calls[j]`` rounds of prompt j, then prompt j + 1): per-prompt :class:`Counts` summing
     ``accepted`` and ``per_round`` (Counts fields) over each prompt's rounds, taking ``totals``
     (Counts fields per prompt, summed by the caller: time booked outside rounds) as they are,
-    and the positional histograms of ``checked`` / ``accepted`` drafts per round."""
+    and the positional histograms of ``checked`` / ``accepted`` drafts per round; ``extrapolated``:
+    the rounds' priced forwards (:mod:`simlab.sim.extrapolation`)."""
     prompt = np.repeat(np.arange(len(prompt_ids)), calls)
     sums = {name: np.bincount(prompt, weights=v, minlength=len(prompt_ids))
             for name, v in (("accepted", accepted), *per_round.items())}
@@ -189,7 +194,7 @@ def rounds_run(prompt_ids: list[int], lengths: list[int], ad_wall_time_s: list[f
         for n, count in enumerate(np.bincount(values).tolist()):
             if count:
                 hist[n] = count
-    return SimRun(runs, positions)
+    return SimRun(runs, positions, extrapolated or ex.Extrapolated())
 
 
 def interleave(draft: np.ndarray, verify: np.ndarray) -> np.ndarray:

@@ -12,10 +12,29 @@ from simlab.common.metrics import SUMMARY_KEYS
 
 # Columns of a sweep table besides the policy parameters, in order (metrics: simlab.common.metrics).
 METRIC_COLUMNS = (*SUMMARY_KEYS, "acceptance_per_position", "parallel_rounds", "rollout_overruns",
-                  "reference_gamma", "reference_speedup")
+                  "reference_gamma", "reference_speedup",
+                  # the priced forwards and those extrapolated past the measured latencies (simlab.sim.extrapolation)
+                  "priced_forwards", "extrapolated_forwards", "extrapolated_rules")
 SETUP_COLUMNS = ("trace", "latency", "seed", "topology")
 TIMING_COLUMNS = ("sim_seconds", "cpu_seconds")  # wall and CPU time of one configuration's simulation
 OTHER_COLUMNS = ("policy", "label", "pareto", *TIMING_COLUMNS, "key")
+
+
+def extrapolated_rows(table: pd.DataFrame) -> str:
+    """What a sweep's rows priced past the measured latencies (columns ``extrapolated_forwards``
+    and ``extrapolated_rules``), in words; "" where none did (or the table has no such columns:
+    written before they were)."""
+    if "extrapolated_forwards" not in table.columns:
+        return ""
+    from simlab.latency.coverage import RULES
+
+    hit = table[table["extrapolated_forwards"].fillna(0) > 0]
+    if hit.empty:
+        return ""
+    found = {r.split("=")[0] for cell in hit["extrapolated_rules"].dropna() for r in str(cell).split(",") if r}
+    rules = [name for name, _ in RULES.values() if name in found]
+    return (f"{len(hit)} of {len(table)} configurations priced forwards past the measured latencies (rules: "
+            f"{', '.join(rules)}; columns extrapolated_forwards, extrapolated_rules)")
 
 
 def param_columns(table: pd.DataFrame) -> list[str]:

@@ -37,6 +37,7 @@ from simlab.latency.model import LatencyModel
 from simlab.policies import REGISTRY, make_policy
 from simlab.serve.run import BASELINE_POLICY, check_policy
 from simlab.sim.devices import Topology
+from simlab.sim.extrapolation import rules_text
 from simlab.sim.run import Simulator
 from simlab.sweep.frontier import pareto_mask
 from simlab.sweep.grid import PolicyGrid, parse_policy
@@ -175,6 +176,7 @@ def simulate_config(sim: Simulator, config: Config) -> dict[str, Any]:
     if config.load is None:
         res = sim.run(config.policy, config.params)
         figures = {**res.summary.to_dict(), "reference_speedup": sim.reference().speedup}
+        figures["extrapolated_rules"] = rules_text(figures.pop("extrapolated_by_rule", None))  # a table cell
     else:
         figures = config.load.serve(sim, config.policy, config.params, config.rate)
     return {

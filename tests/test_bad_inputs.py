@@ -188,10 +188,8 @@ class Ctx:
     def timed_at_k1(self) -> Path:
         """The trace with its target forwards' latency samples cut to k = 1: every verification
         of drafts is then priced past what was measured (issue 44)."""
-        path = self.trace / "latency.parquet"
-        df = pd.read_parquet(path)
-        df[(df["op"] != "target_forward") | (df["k"] == 1)].to_parquet(path, index=False)
-        return self.trace
+        df = pd.read_parquet(self.trace / "latency.parquet")
+        return put_table(self.trace, "latency", df[(df["op"] != "target_forward") | (df["k"] == 1)])
 
     def not_a_trace(self) -> Path:
         d = self.tmp / "mine"

@@ -191,6 +191,10 @@ def test_sweep_table_and_frontier_plot_say_which_rows_were_extrapolated(k1_path,
     table = read_frame(out)
     assert (table["extrapolated_forwards"] > 0).all() and table["extrapolated_rules"].str.startswith("k=").all()
     assert param_columns(table) == ["gamma"]  # the new columns are not taken for policy parameters
+    ax = frontier_figure(table).axes[0]
+    assert "2 of 2 configurations priced forwards past the measured latencies" in ax.get_title()
+    assert EXTRAPOLATED_LABEL not in [t.get_text() for t in ax.get_legend().get_texts()]  # all of them: no marks
+    table.loc[0, "extrapolated_forwards"] = 0  # one configuration measured throughout: the other is marked
     labels = [t.get_text() for t in frontier_figure(table).axes[0].get_legend().get_texts()]
     assert EXTRAPOLATED_LABEL in labels
     code, text, err = run_cli(capsys, *args, "--strict")

@@ -10,6 +10,9 @@ of every policy has more series than a colour cycle), the legend sits outside th
 Pareto-optimal point is named by its policy and the value of the parameter that policy sweeps,
 and every other sd point by its γ; labels are placed so that none overlaps another
 (:mod:`simlab.plots.labels`).
+Configurations whose figures rest on a price past the measured latencies (sweep columns
+``extrapolated_forwards``, ``extrapolated_rules``) are counted under the title, and marked with a
+red x where only some are.
 The oracle is labelled as what it is: the fastest *serial* schedule, which parallel policies
 (PEARL, SPIDE) can beat, so it bounds serial policies only. The title names the topology.
 """
@@ -61,9 +64,9 @@ def frontier_figure(table: pd.DataFrame, title: str | None = None) -> Figure:
     ax.axvline(1.0, **PARITY_STYLE)
     ax.plot([1.0], [speed], "*", color="tab:red", markersize=14, markeredgecolor="black",
             label=f"sd at its best γ={gamma}")
-    extrapolated = extrapolated_rows(table)
-    if extrapolated:  # the configurations whose figures rest on a price past the measured ones
-        hit = table[table["extrapolated_forwards"].fillna(0) > 0]
+    extrapolated = extrapolated_rows(table)  # named under the title; marked where it tells points apart
+    hit = table[table["extrapolated_forwards"].fillna(0) > 0] if extrapolated else table.iloc[:0]
+    if 0 < len(hit) < len(table):
         ax.plot(hit["cost"], hit["speedup"], "x", color="tab:red", markersize=9, label=EXTRAPOLATED_LABEL)
     ax.set_xlabel("cost (target calls / sd at its best γ)")
     ax.set_ylabel("speedup over autoregressive decoding")

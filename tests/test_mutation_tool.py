@@ -49,7 +49,7 @@ def test_a_run_stopped_at_its_timeout_takes_the_processes_it_forked_with_it(tmp_
 
 def test_the_committed_report_is_the_ledgers_and_the_development_page_states_its_figures():
     """docs/mutation-report.md is what tools/mutation.py writes from the committed ledger and notes
-    (so neither drifts from the other), no survivor is left open, and docs/development.md states
+    (so neither drifts from the other), no survivor of the core is left open, and docs/development.md states
     the core's mutant count, checked count and lowest module score with tests (the modules beyond
     the core have a table of their own)."""
     import json
@@ -59,7 +59,9 @@ def test_the_committed_report_is_the_ledgers_and_the_development_page_states_its
     notes = mutation.tomllib.loads(mutation.NOTES.read_text())
     text = mutation.report(ledger, notes)
     assert mutation.REPORT.read_text() == text
-    assert "open: no test tells it apart yet" not in text
+    # no core survivor is left open; beyond the core an open one is work the report lists
+    left_open = re.findall(r"^- `(\S+)` \([^)]*\) — open: no test tells it apart yet", text, flags=re.M)
+    assert [name for name in left_open if mutation.module_of(name) not in mutation.AREAS] == []
     core = text.split("## Beyond the core")[0]  # the development page states the core's figures
     rows = {r[0]: r[1:] for r in (line.strip("| ").split(" | ") for line in core.splitlines()
                                    if re.match(r"\| (\*\*all\*\*|[a-z_]+) \| \d+ \|", line))}

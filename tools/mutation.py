@@ -209,6 +209,7 @@ def report(ledger: list[dict], notes: dict) -> str:
     counts as undetected, like a survivor. ``killed_by`` notes name survivors that a test added
     since the run kills (checked on the mutant by hand); the last column scores them as killed."""
     equivalent, killed_by = notes.get("equivalent", {}), notes.get("killed_by", {})
+    beyond = notes.get("beyond_core", {})  # runs: where and beside what the areas' runs ran
     counts = {m: Counter() for m in MODULES}
     mutants: dict[str, int] = {}
     survivors: dict[str, dict] = {}
@@ -231,7 +232,8 @@ def report(ledger: list[dict], notes: dict) -> str:
         lines += ["", "## Beyond the core", "",
                   "Modules outside the simulator's core (issue 44): what `simlab live`, `simlab record`, "
                   "`simlab serve --tune` and `simlab sweep` print and write, against their own fast tests "
-                  "(listed last in the subset).", "", *score_table(counts, mutants, AREAS)]
+                  "(listed last in the subset)." + (f" {beyond['runs']}" if beyond.get("runs") else ""), "",
+                  *score_table(counts, mutants, AREAS)]
     lines += ["", "Where \"checked\" is below \"mutants\", the module was sampled (`--sample N`, a seeded "
               "random draw) or stopped at `--stop-at`: its score estimates the module's from the checked "
               "ones. \"mutants\" counts the module's mutants at its latest run.", "", "## Runs", "",

@@ -16,6 +16,7 @@ from simlab.policies.trees import Eagle2
 from simlab.sim.executor import SimExecutor
 from simlab.sim.run import Simulator
 from simlab.sim.trees import TreeRounds
+from simlab.trace.checksums import rehash
 from simlab.trace.io import read_trace
 from simlab.trees.candidates import Candidates
 from simlab.trees.draft_tree import ROOT, DraftTree
@@ -296,6 +297,9 @@ def test_tree_tables_round_trip_and_are_checked_on_load(tmp_path):
     assert back.manifest.topk == 2 and back.manifest.tree_depth == 3 and len(back.tree) == 12 * 10
     assert Simulator(back).run("eagle2", {"depth": 3}).summary.accepted > 0
     (path / "tree.parquet").unlink()
+    with pytest.raises(SimlabError, match="tree.parquet"):  # gone from the files the manifest lists
+        read_trace(path)
+    rehash(path)  # the manifest vouches for the tables left: what is checked next is the tree's absence
     with pytest.raises(SimlabError, match="tree.parquet is missing.*--tree-depth"):
         read_trace(path)
 

@@ -186,20 +186,13 @@ def measure(trace: Trace, plan: Plan, servers: Servers, out: Path, port: int | N
                 after = vserver.metrics(srv.url)
             result = {"kind": kind, "repeat": r, "other_cpu": other, "load_average_1min": round(os.getloadavg()[0], 2),
                       "counters": vserver.counters(before, after),
-                      "metrics_change": {key: _change(after.get(key), before.get(key)) for key in after},
+                      "metrics_change": {key: vserver.change(after.get(key), before.get(key)) for key in after},
                       "answers": [a.row() for a in answers]}
             write_json(result, file)
             runs[kind].append(result)
             log(f"vllm serve: {kind} repeat {r + 1}: {_measured(result)['throughput_tokens_per_s']:.2f} tokens/s "
                 f"(other processes {'?' if other is None else f'{other:.0%}'} of the CPU)")
     return runs
-
-
-def _change(after, before):
-    if isinstance(after, list):
-        before = before or [0] * len(after)
-        return [a - b for a, b in zip(after, before)]
-    return (after or 0) - (before or 0)
 
 
 def _measured(run: dict) -> dict:

@@ -163,17 +163,23 @@ def metrics(url: str) -> dict:
         return parse_metrics(r.read().decode())
 
 
+def change(after, before):
+    """What a counter (a number, or a list by position) rose by between two readings; a counter
+    absent from the first reading (a server's spec-decode lines appear after its first step) is 0."""
+    if isinstance(after, list):
+        before = before or [0] * len(after)
+        return [a - b for a, b in zip(after, before)]
+    return (after or 0) - (before or 0)
+
+
 def counters(before: dict, after: dict) -> dict:
     """The spec-decode counters of what ran between two readings, under ``vllm run``'s names."""
-    def change(key):
-        a, b = after.get(key, 0), before.get(key, 0)
-        if isinstance(a, list):
-            b = b or [0] * len(a)
-            return [int(round(x - y)) for x, y in zip(a, b)]
-        return int(round(a - b))
-
     keys = ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_accepted_tokens_per_pos")
-    return {k: change("spec_decode_" + k) for k in keys}
+    out = {}
+    for k in keys:
+        delta = change(after.get("spec_decode_" + k), before.get("spec_decode_" + k))
+        out[k] = [int(round(x)) for x in delta] if isinstance(delta, list) else int(round(delta))
+    return out
 
 
 @dataclass(frozen=True)
@@ -264,4 +270,4 @@ def session_pids(sid: int) -> list[int]:
 
 
 __all__ = ["Limits", "Server", "Answer", "running", "send", "metrics", "parse_metrics", "counters", "check_port",
-           "command", "session_pids", "MODEL_NAME"]
+           "command", "session_pids", "change", "MODEL_NAME"]

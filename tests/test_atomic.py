@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import time
 
 import pytest
 
-from simlab.common.atomic import check_output, replace_dir, replace_file
+from simlab.common.atomic import check_output, one_at_a_time, replace_dir, replace_file
 from simlab.common.errors import SimlabError
 
 
@@ -70,3 +73,38 @@ def test_force_never_replaces_a_directory_simlab_did_not_write(tmp_path, force):
     (tmp_path / "notes.txt").write_text("mine")
     with pytest.raises(SimlabError, match="did not write"):
         check_output(tmp_path, directory=True, force=force, owned="manifest.json")
+
+
+HOLDER = """
+import sys, time
+from pathlib import Path
+from simlab.common.atomic import one_at_a_time
+lock, filled = Path(sys.argv[1]), Path(sys.argv[2])
+with one_at_a_time(lock):
+    print("held", flush=True)
+    time.sleep(1.0)
+    filled.write_text("filled")
+"""
+
+
+def test_a_second_installer_waits_for_the_first_and_finds_its_cache_filled(tmp_path):
+    lock, filled = tmp_path / "cache" / ".install.lock", tmp_path / "cache" / "model"
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(lock), str(filled)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    said = []
+    t0 = time.monotonic()
+    with one_at_a_time(lock, said.append):
+        assert filled.read_text() == "filled"  # entered only after the first had filled the cache
+    assert time.monotonic() - t0 > 0.3
+    assert said and "waiting for another simlab process" in said[0]
+    assert holder.wait(timeout=30) == 0
+
+
+def test_the_lock_is_reentrant_in_one_process_and_free_after(tmp_path):
+    lock, said = tmp_path / ".build.lock", []
+    with one_at_a_time(lock, said.append):
+        with one_at_a_time(lock, said.append):  # llama.cpp's server build starts with the plain build
+            pass
+    holder = subprocess.run([sys.executable, "-c", HOLDER, str(lock), str(tmp_path / "x")], capture_output=True,
+                            text=True, timeout=30)
+    assert holder.returncode == 0 and said == []

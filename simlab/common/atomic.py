@@ -12,14 +12,19 @@ Every command that writes a file or a directory goes through here:
   target (``.NAME.tmp-PID``) and rename it into place, so readers see the old output or the
   new one, never a mix. A write that fails removes its temporary path; one killed outright
   leaves it, and the next write to the same target removes it (its process is gone).
+- :func:`one_at_a_time` lets one process at a time fill a shared cache (a model's conversion,
+  vLLM's environment, the llama.cpp build): two simlab commands started together, or two test
+  workers, would otherwise run pip into one environment or cmake into one tree at once.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import re
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Callable
 
@@ -141,3 +146,34 @@ def replace_dir(path: str | os.PathLike, fill: Callable[[Path], None]) -> Path:
             os.replace(tmp, out)
 
     return _written(out, make, install)
+
+
+_HELD: set[Path] = set()  # the locks this process holds (flock would block on a second open of its own lock)
+
+
+@contextlib.contextmanager
+def one_at_a_time(lock: Path, log: Callable[[str], None] = lambda _: None) -> Iterator[None]:
+    """Hold an exclusive lock on the file ``lock`` (created if missing) while the block runs.
+
+    Another process holding it makes this one wait (saying so through ``log``) and then find the
+    cache filled; the kernel drops the lock when its holder dies, so a killed install blocks
+    nobody. Re-entrant within a process: an install that calls another under the same lock
+    (llama.cpp's server build starts with the plain build) does not wait on itself.
+    """
+    lock = lock.resolve()
+    if lock in _HELD:
+        yield
+        return
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"waiting for another simlab process to finish with {lock.parent} ...")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        _HELD.add(lock)
+        try:
+            yield
+        finally:
+            _HELD.discard(lock)
+            fcntl.flock(handle, fcntl.LOCK_UN)

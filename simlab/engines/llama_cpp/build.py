@@ -19,6 +19,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from simlab.common.atomic import one_at_a_time
 from simlab.common.errors import SimlabError
 from simlab.common.locations import cache_root
 
@@ -53,24 +54,37 @@ def binary_path(root: Path | None = None, target: str = TARGET) -> Path:
 
 def build(root: Path | None = None, jobs: int = 2) -> Build:
     """Download the sdist, extract ``vendor/llama.cpp`` and build :data:`TARGET` (cached)."""
-    binary = binary_path(root)
-    if binary.exists():
-        return Build(binary, built_now=False)
-    _configure(root)
-    return Build(_make(root, TARGET, jobs), built_now=True)
+    with _one_builder(root):
+        binary = binary_path(root)
+        if binary.exists():
+            return Build(binary, built_now=False)
+        _configure(root)
+        return Build(_make(root, TARGET, jobs), built_now=True)
+
+
+def _one_builder(root: Path | None):
+    """One process at a time configures and builds in the tree (cmake's own files are not shared safely)."""
+    work = build_dir(root)
+    return one_at_a_time(work.with_name(f".{work.name}.lock"))
 
 
 def build_server(root: Path | None = None, jobs: int = 2) -> Build:
     """Build :data:`SERVER` in the same tree (after :func:`build`; cached)."""
-    build(root, jobs)
-    binary = binary_path(root, SERVER)
-    if binary.exists():
-        return Build(binary, built_now=False)
-    return Build(_make(root, SERVER, jobs), built_now=True)
+    with _one_builder(root):
+        build(root, jobs)
+        binary = binary_path(root, SERVER)
+        if binary.exists():
+            return Build(binary, built_now=False)
+        return Build(_make(root, SERVER, jobs), built_now=True)
 
 
 def build_trace_tool(root: Path | None = None, jobs: int = 2) -> Build:
     """Build :data:`TRACE_TOOL` in the same tree (after :func:`build`); rebuilt when its source changed."""
+    with _one_builder(root):
+        return _build_trace_tool(root, jobs)
+
+
+def _build_trace_tool(root: Path | None, jobs: int) -> Build:
     build(root, jobs)
     binary = binary_path(root, TRACE_TOOL)
     example = build_dir(root) / "src" / "examples" / TRACE_TOOL

@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from simlab.common.atomic import one_at_a_time
 from simlab.common.errors import SimlabError
 from simlab.common.locations import cache_root
 
@@ -70,6 +71,11 @@ def install(root: Path | None = None, log: Callable[[str], None] = print) -> Pat
     if ready is not None:
         return ready
     env = env_dir(root)
+    with one_at_a_time(env.with_name(f".{env.name}.lock"), log):
+        return installed_python(root) or _install(env, log)
+
+
+def _install(env: Path, log: Callable[[str], None]) -> Path:
     env.mkdir(parents=True, exist_ok=True)
     python = env / "venv" / "bin" / "python"
     record = env / "install.log"

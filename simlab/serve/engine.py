@@ -42,6 +42,7 @@ import simpy
 from simlab.common.metrics import PositionStats
 from simlab.latency.batch import BatchLatency
 from simlab.latency.priced import Extrapolated, shadows
+from simlab.serve.adaptive_verify import AdaptiveVerify
 from simlab.serve.batch_policy import BatchPolicy
 from simlab.serve.request import ServedRequest
 from simlab.serve.scheduler import Scheduler
@@ -70,6 +71,8 @@ class Engine:
         self.latency = latency
         self.scheduler = scheduler
         self.batch_policy = batch_policy
+        # a batch-level policy that trims what each request verifies after drafting (simlab.serve.adaptive_verify)
+        self.trims = batch_policy if isinstance(batch_policy, AdaptiveVerify) else None
         self.waiting: deque[ServedRequest] = deque()
         self.running: list[ServedRequest] = []
         self.finished: list[ServedRequest] = []
@@ -163,15 +166,20 @@ class Engine:
                                            [r.feed for r in decoders], widths)
             tokens = sum(k if r.tree is not None else d for r, k, d in zip(decoders, drafts, drafted))
             t = self._book(self.draft_dev, t, seconds, f"draft x{steps}", len(decoders), tokens)
+        if self.trims is not None:  # adaptive verification: each request verifies its admitted drafts only
+            drafts = self.trims.verified([r.confidences(first, layer) for r, (first, _, layer) in zip(decoders, rounds)],
+                                         ctxs, seconds if steps else 0.0)
+            rounds = [(first, k, layer) for (first, _, layer), k in zip(rounds, drafts)]
         if any(r.policy.drafts for r in decoders):
             verify = self.latency.target([k + 1 for k in drafts], ctxs, trees)
             bits = self.latency.target_bits([k + 1 for k in drafts], ctxs, trees)
         else:  # autoregressive decoding: a plain step, with no draft beside it
             verify = self.latency.step(ctxs)
             bits = self.latency.step_bits(ctxs)
-        accepted = 0
-        for r, (first, k, layer) in zip(decoders, rounds):
-            accepted += r.verify(first, k, layer, self.positions)
+        settled = [r.verify(first, k, layer, self.positions) for r, (first, k, layer) in zip(decoders, rounds)]
+        if self.trims is not None:
+            self.trims.observe(drafts, settled)
+        accepted = sum(settled)
         tokens, what = sum(drafts) + len(decoders), "verify"
         if admitted:
             self.stats.prefill_steps += 1

@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from simlab.cli import main
 from simlab.common.errors import SimlabError
 from simlab.latency.batch import BatchLatency
 from simlab.serve import batch_policy
@@ -196,3 +197,15 @@ def test_the_cost_curve_is_the_engines_own_price_of_the_step():
     assert policy.verified([[0.9, 0.9], [0.9, 0.9]], [20, 20], 0.0) == [1, 1]
     # a draft phase of 2 s makes each verified draft cheaper against the step: 2/5 ... 4.97/9 rises, all four
     assert policy.verified([[0.9, 0.9], [0.9, 0.9]], [20, 20], 2.0) == [2, 2]
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["serve", "--adaptive-verify", "0"], "--adaptive-verify must be a draft length >= 1"),
+    (["serve", "--adaptive-verify", "4", "--sd-off-above", "2"], "got --sd-off-above and --adaptive-verify"),
+    (["sweep", "--policy", "sd", "--adaptive-verify", "4"], "--adaptive-verify sets how a serving sweep serves"),
+])
+def test_the_flag_is_refused_in_one_line_before_the_trace_is_read(args, needle, capsys, tmp_path):
+    with pytest.raises(SystemExit) as exc:
+        main([*args, "--trace", str(tmp_path / "no-such-trace")])
+    err = capsys.readouterr().err.strip()
+    assert exc.value.code == 2 and len(err.splitlines()) == 1 and needle in err

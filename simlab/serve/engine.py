@@ -17,7 +17,11 @@ An engine step, in model time (docs/serving.md):
    then runs an exit head per exit layer over the positions every request just settled (its
    accepted drafts and the target's token), as it does after a prefill over each admitted
    request's position 0: the single-request executor's price (:mod:`simlab.sim.executor`), the
-   batch's rows in one head per layer; requests that reached their end leave the batch.
+   batch's rows in one head per layer; requests that reached their end leave the batch. Under
+   adaptive verification (:mod:`simlab.serve.adaptive_verify`) the batch-level policy sees the
+   drafts' confidences once the draft phase ends and each request verifies only the drafts it
+   admits (the others were drafted, paid for and are discarded); it then learns from what the
+   target accepted.
 
 With a ``mixed`` scheduler (llama.cpp's server, :mod:`simlab.serve.scheduler`) a step that both
 admits and decodes has no prefill forward of its own: its verification forward carries the

@@ -115,11 +115,12 @@ class AcceptanceFit:
     # every round's observations and acceptances per position, never cleared (what the fit has seen)
     seen: list[int] = field(default_factory=list)
     seen_accepted: list[int] = field(default_factory=list)
+    seen_predicted: list[float] = field(default_factory=list)  # the probabilities predicted for them, summed
 
     def __post_init__(self) -> None:
         n = self.positions
         self.bias = self.bias or [PRIOR_BIAS] * n
-        self.seen, self.seen_accepted = [0] * n, [0] * n
+        self.seen, self.seen_accepted, self.seen_predicted = [0] * n, [0] * n, [0.0] * n
         self._clear()
 
     def _clear(self) -> None:
@@ -152,6 +153,7 @@ class AcceptanceFit:
             self.counts[k] += 1.0
             self.seen[k] += 1
             self.seen_accepted[k] += k < accepted
+            self.seen_predicted[k] += p
 
     def step(self) -> None:
         """An engine step ended: every ``refit_steps`` steps, refit and start a new round."""

@@ -55,6 +55,7 @@ class ServeRun:
     stats: EngineStats
     slices: list[Slice]
     priced: Extrapolated = field(default_factory=Extrapolated)  # the engine's forwards (simlab.latency.priced)
+    batch: object = None  # the batch-level policy after the run (what adaptive verification's fit learnt)
 
 
 @dataclass
@@ -120,7 +121,7 @@ def serve_once(sim: Simulator, arrivals: Sequence[float], config: ServeConfig, p
     env.run()
     frame = request_frame(engine.finished, config.slo)
     return ServeRun(policy, requests[0].policy.describe(), batch_policy.name, requests, frame, summarize(frame), engine.positions, engine.stats,
-                    engine.slices, engine.priced)
+                    engine.slices, engine.priced, batch_policy)
 
 
 def serve(sim: Simulator, arrivals: Sequence[float], config: ServeConfig, baseline: bool = True,

@@ -3,6 +3,7 @@ across request rates, on shipped traces and three clocks (simulated; README.md b
 
     python results/serve-load/adaptive/compare.py            # writes compare.csv, prints compare.md's table
     python results/serve-load/adaptive/compare.py --quick    # one rate per setup, 200 requests: a smoke run
+    python results/serve-load/adaptive/compare.py --fit > results/serve-load/adaptive/fit.txt
 
 Every served row is appended to compare.csv as it is done and a rerun skips the rows already there,
 so an interrupted run resumes. Progress goes to stderr.
@@ -19,6 +20,7 @@ import pandas as pd
 
 from simlab.cli.simulate import load_inputs
 from simlab.common.locations import ROOT
+from simlab.serve.adaptive_verify import feature
 from simlab.serve.batch_policy import BatchSpec
 from simlab.serve.run import ServeConfig, serve_once
 from simlab.serve.scheduler import Scheduler
@@ -38,9 +40,9 @@ SETUPS = [
     ("h100-hf-eager", "qwen-coder-mtbench", "calibrate/roofline/qwen2.5-coder-0.5b-1.5b-h100.json", 64,
      (2.0, 5.0, 10.0, 20.0), 3000),
     ("h100-ideal", "qwen-coder-humaneval", "results/serve-load/adaptive/qwen2.5-coder-0.5b-1.5b-h100-ideal.json", 256,
-     (100.0, 300.0, 1000.0, 3000.0), 4000),
+     (100.0, 300.0, 1000.0, 3000.0), 12000),
     ("h100-ideal", "qwen-coder-mtbench", "results/serve-load/adaptive/qwen2.5-coder-0.5b-1.5b-h100-ideal.json", 256,
-     (100.0, 300.0, 1000.0, 3000.0), 4000),
+     (100.0, 300.0, 1000.0, 3000.0), 12000),
 ]
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
@@ -74,7 +76,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="One rate per setup and 200 requests: a smoke run.")
     ap.add_argument("--out", type=Path, default=HERE / "compare.csv", help="CSV to append rows to (resumed).")
+    ap.add_argument("--fit", action="store_true", help="Print what the acceptance fit learnt on the CPU traces at "
+                    "0.1 requests/s (fit.txt), and nothing else.")
     args = ap.parse_args()
+    if args.fit:
+        return fit_report()
     done = pd.read_csv(args.out) if args.out.is_file() else pd.DataFrame()
     seen = {tuple(r) for r in done[["clock", "trace", "rate_per_s", "config"]].itertuples(index=False)} if len(done) else set()
     for setup, trace, latency, max_batch, rates, requests in SETUPS:
@@ -96,6 +102,25 @@ def main() -> None:
     print(markdown(pd.read_csv(args.out)))
 
 
+def fit_report() -> None:
+    """Adaptive verification's fit after serving each CPU setup's highest rate: its coefficients,
+    what it predicts for a draft of confidence 0.9 at each position, and its calibration: the mean
+    probability it predicted for the positions the target judged (when they were drafted) beside
+    the share of them accepted."""
+    for setup, trace, latency, max_batch, rates, requests in SETUPS[:2]:
+        tr, lat = load_inputs(ROOT / "traces" / trace, None)
+        spec = BatchSpec(adaptive_verify=K)
+        run = serve_once(Simulator(tr, lat), poisson_arrivals(rates[-1], requests, 0),
+                         ServeConfig("sd", {"gamma": K}, Scheduler(max_batch, TOKEN_BUDGET), spec), "sd", {"gamma": K})
+        fit = run.batch.fit
+        print(f"{setup} {trace}, {rates[-1]} requests/s, {requests} requests: {fit.refits} refits, slope "
+              f"{fit.slope:.3f}, intercepts {' '.join(f'{b:.2f}' for b in fit.bias)}")
+        print("  predicted at confidence 0.9:", " ".join(f"{p:.3f}" for p in fit.probabilities([feature(0.9)] * K)))
+        print("  judged positions, predicted:", " ".join(f"{p / n:.3f}" for p, n in zip(fit.seen_predicted, fit.seen)))
+        print("  judged positions, accepted: ", " ".join(f"{a / n:.3f}" for a, n in zip(fit.seen_accepted, fit.seen)),
+              f"(of {' '.join(map(str, fit.seen))})")
+
+
 def markdown(frame: pd.DataFrame) -> str:
     """One table per clock and trace: TPOT p50 (ms) and throughput (tokens/s) by configuration and rate."""
     parts = []
@@ -114,10 +139,15 @@ def markdown(frame: pd.DataFrame) -> str:
                     continue
                 x = x.iloc[0]
                 share = f" ({x.verified_share:.2f})" if x.drafted and x.verified_share < 1 else ""
-                cells.append(f"{x.tpot_p50_s * 1e3:.3g} / {x.throughput_tokens_per_s:.4g}{share}")
+                cells.append(f"{_figure(x.tpot_p50_s * 1e3)} / {_figure(x.throughput_tokens_per_s)}{share}")
             parts.append(f"| {label} | " + " | ".join(cells) + " |")
         parts.append("")
     return "\n".join(parts)
+
+
+def _figure(v: float) -> str:
+    """Three significant figures, written out in full (1,285, not 1.28e+03)."""
+    return f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
 
 
 if __name__ == "__main__":

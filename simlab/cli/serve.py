@@ -60,6 +60,7 @@ def serve(
     gamma_by_batch: so.GammaByBatch = None,
     sd_off_above: so.SdOffAbove = None,
     smartspec: so.SmartSpec = None,
+    adaptive_verify: so.AdaptiveVerify = None,
     mixed_prefill: so.MixedPrefill = False,
     slo_ttft: so.SloTtft = None,
     slo_tpot: so.SloTpot = None,
@@ -98,7 +99,8 @@ def serve(
     check_policy(policy)
     slo = Slo(slo_ttft, slo_tpot)
     scheduler = Scheduler(max_batch, token_budget, mixed_prefill)
-    batch = BatchSpec(gamma_by_batch_pairs(gamma_by_batch) if gamma_by_batch else None, sd_off_above, smartspec)
+    batch = BatchSpec(gamma_by_batch_pairs(gamma_by_batch) if gamma_by_batch else None, sd_off_above, smartspec,
+                      adaptive_verify)
     if arrivals is not None and "," in rate:
         raise SimlabError("several --rate values sweep Poisson loads; drop --arrivals")
     rates = [] if arrivals else parse_rates(rate)  # --rate is ignored with --arrivals

@@ -17,6 +17,9 @@ FLAGS = {
                        "e.g. 1:6,4:4,16:0, or a JSON file from simlab serve tune."),
     "sd_off_above": ("--sd-off-above", "No speculation in engine steps with more requests than this."),
     "smartspec": ("--smartspec", "SmartSpec: each step drafts the length in 0..N with the highest expected goodput."),
+    "adaptive_verify": ("--adaptive-verify", "vLLM's adaptive verification: every request drafts N, and each step "
+                        "verifies only the drafts most likely to be accepted, as many as pay for their verification "
+                        "(simulated; vLLM runs it on GPUs only)."),
     "mixed_prefill": ("--mixed-prefill", "Admitted prompts ride in the running requests' verification forward, as "
                       "llama.cpp's llama-server batches them; by default they are prefilled in a forward of their own "
                       "first, as vLLM does."),
@@ -37,6 +40,7 @@ TokenBudget = Annotated[int, option("token_budget")]
 GammaByBatch = Annotated[Optional[str], option("gamma_by_batch")]
 SdOffAbove = Annotated[Optional[int], option("sd_off_above")]
 SmartSpec = Annotated[Optional[int], option("smartspec")]
+AdaptiveVerify = Annotated[Optional[int], option("adaptive_verify")]
 MixedPrefill = Annotated[bool, option("mixed_prefill")]
 SloTtft = Annotated[Optional[float], option("slo_ttft")]
 SloTpot = Annotated[Optional[float], option("slo_tpot")]

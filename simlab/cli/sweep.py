@@ -59,6 +59,7 @@ def sweep(
     gamma_by_batch: Annotated[Optional[str], so.option("gamma_by_batch", SERVING)] = None,
     sd_off_above: Annotated[Optional[int], so.option("sd_off_above", SERVING)] = None,
     smartspec: Annotated[Optional[int], so.option("smartspec", SERVING)] = None,
+    adaptive_verify: Annotated[Optional[int], so.option("adaptive_verify", SERVING)] = None,
     mixed_prefill: Annotated[bool, so.option("mixed_prefill", SERVING)] = False,
     slo_ttft: Annotated[Optional[float], so.option("slo_ttft", SERVING)] = None,
     slo_tpot: Annotated[Optional[float], so.option("slo_tpot", SERVING)] = None,
@@ -81,7 +82,7 @@ def sweep(
     from simlab.sweep.result_table import extrapolated_rows
 
     load = _serve_load(rate, requests, max_batch, token_budget, gamma_by_batch, sd_off_above, smartspec,
-                       mixed_prefill, slo_ttft, slo_tpot, baseline, topology)
+                       adaptive_verify, mixed_prefill, slo_ttft, slo_tpot, baseline, topology)
     if out is not None:
         frame_output(out, force)  # a bad path fails now, not after the sweep
     grids = combine(policy, grid)
@@ -136,8 +137,8 @@ def best_fixed_k(table: pd.DataFrame, draft: str) -> tuple[str, dict] | None:
     return (str(row["label"]), config) if config else None
 
 
-def _serve_load(rate, requests, max_batch, token_budget, gamma_by_batch, sd_off_above, smartspec, mixed_prefill,
-                slo_ttft, slo_tpot, baseline, topology):
+def _serve_load(rate, requests, max_batch, token_budget, gamma_by_batch, sd_off_above, smartspec, adaptive_verify,
+                mixed_prefill, slo_ttft, slo_tpot, baseline, topology):
     """``--rate``'s load (None without it), every serving flag checked before anything runs;
     serving flags without ``--rate`` are an error rather than ignored."""
     from simlab.serve.batch_policy import BatchSpec, gamma_by_batch_pairs
@@ -152,6 +153,7 @@ def _serve_load(rate, requests, max_batch, token_budget, gamma_by_batch, sd_off_
             ("--requests", requests, so.DEFAULT_REQUESTS), ("--max-batch", max_batch, DEFAULT_MAX_BATCH),
             ("--token-budget", token_budget, DEFAULT_TOKEN_BUDGET), ("--gamma-by-batch", gamma_by_batch, None),
             ("--sd-off-above", sd_off_above, None), ("--smartspec", smartspec, None),
+            ("--adaptive-verify", adaptive_verify, None),
             ("--mixed-prefill", mixed_prefill, False), ("--slo-ttft", slo_ttft, None),
             ("--slo-tpot", slo_tpot, None), ("--no-baseline", baseline, True)) if value != default]
         if given:
@@ -163,7 +165,8 @@ def _serve_load(rate, requests, max_batch, token_budget, gamma_by_batch, sd_off_
     rates = tuple(parse_rates(rate))
     poisson_arrivals(rates[0], requests)  # the lowest rate's arrivals fit the clock (the draw scales with 1 / rate)
     return ServeLoad(rates, requests, Scheduler(max_batch, token_budget, mixed_prefill),
-                     BatchSpec(gamma_by_batch_pairs(gamma_by_batch) if gamma_by_batch else None, sd_off_above, smartspec),
+                     BatchSpec(gamma_by_batch_pairs(gamma_by_batch) if gamma_by_batch else None, sd_off_above, smartspec,
+                               adaptive_verify),
                      Slo(slo_ttft, slo_tpot), baseline)
 
 

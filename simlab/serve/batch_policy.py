@@ -6,7 +6,7 @@ batch-level policy looks at the step — its batch size and, for SmartSpec, the 
 so far — and caps every running request's draft length for that step. The request's own
 policy still plans and stops as it would; it only drafts no more than the cap (a cap of 0
 makes the round a plain target step; a tree round drafts at most the cap's number of levels).
-Three of them:
+Four of them:
 
 - ``table``: a draft length per batch size, as vLLM's dynamic speculation configures it
   (``--gamma-by-batch 1:6,4:4,16:2,32:0``: batches of 1–3 draft ≤ 6, 4–15 ≤ 4, ...), or the
@@ -16,12 +16,15 @@ Three of them:
   commits per second — from each request's acceptance history; Liu et al., "Optimizing
   Speculative Decoding for Serving Large Language Models Using Goodput" (SmartSpec), 2024,
   arXiv 2406.14066. See docs/serving.md for the estimate.
+- ``adaptive-verify``: vLLM's adaptive verification (vLLM PRs #47808, #52228): every request
+  drafts up to the cap, and the step verifies only the draft slots of highest survival
+  probability, as many as pay for their verification (:mod:`simlab.serve.adaptive_verify`).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol, Sequence
 
@@ -29,6 +32,7 @@ from simlab.common.errors import SimlabError
 from simlab.common.jsonfile import read_json, read_versioned
 from simlab.latency.batch import BatchLatency
 from simlab.policies.base import Outcome, Policy, PromptInfo, RoundState, Serial, TreePlan
+from simlab.serve.adaptive_verify import AdaptiveVerify
 
 # SmartSpec's acceptance estimate: an exponential moving average over verified draft tokens,
 # starting from this prior before a request has any history.
@@ -234,16 +238,18 @@ def _expected_tokens(a: float, k: int) -> float:
 
 @dataclass(frozen=True)
 class BatchSpec:
-    """The batch-level policy a run asks for (at most one of the three)."""
+    """The batch-level policy a run asks for (at most one of the four)."""
 
     gamma_by_batch: str | None = None
     off_above: int | None = None
     smartspec: int | None = None  # the longest draft SmartSpec may choose
+    adaptive_verify: int | None = None  # the drafts every request makes under adaptive verification
 
     def __post_init__(self) -> None:
         """Every check, before anything runs."""
         asked = [name for name, v in (("--gamma-by-batch", self.gamma_by_batch), ("--sd-off-above", self.off_above),
-                                      ("--smartspec", self.smartspec)) if v is not None]
+                                      ("--smartspec", self.smartspec), ("--adaptive-verify", self.adaptive_verify))
+                 if v is not None]
         if len(asked) > 1:
             raise SimlabError(f"choose one batch-level policy, got {' and '.join(asked)}")
         if self.gamma_by_batch is not None:
@@ -252,6 +258,16 @@ class BatchSpec:
             raise SimlabError(f"--sd-off-above must be a batch size >= 1, got {self.off_above}")
         if self.smartspec is not None and self.smartspec < 1:
             raise SimlabError(f"--smartspec must be a longest draft length >= 1, got {self.smartspec}")
+        if self.adaptive_verify is not None and self.adaptive_verify < 1:
+            raise SimlabError(f"--adaptive-verify must be a draft length >= 1, got {self.adaptive_verify}")
+
+    def describe(self) -> dict:
+        """The spec as a cache key's part; without ``adaptive_verify`` when it is not asked for, so
+        the keys of serving sweeps cached before it existed stay what they were."""
+        out = asdict(self)
+        if self.adaptive_verify is None:
+            del out["adaptive_verify"]
+        return out
 
     def build(self, latency: BatchLatency, longest: int | None = None) -> BatchPolicy:
         """The batch-level policy; ``longest``: the longest draft any round can make (a trace's
@@ -263,4 +279,6 @@ class BatchSpec:
             return OffAbove(self.off_above)
         if self.smartspec is not None:
             return SmartSpec(latency, self.smartspec if longest is None else max(1, min(self.smartspec, longest)))
+        if self.adaptive_verify is not None:
+            return AdaptiveVerify(latency, self.adaptive_verify)
         return NoCap()

@@ -17,7 +17,11 @@ An engine step, in model time (docs/serving.md):
    then runs an exit head per exit layer over the positions every request just settled (its
    accepted drafts and the target's token), as it does after a prefill over each admitted
    request's position 0: the single-request executor's price (:mod:`simlab.sim.executor`), the
-   batch's rows in one head per layer; requests that reached their end leave the batch.
+   batch's rows in one head per layer; requests that reached their end leave the batch. Under
+   adaptive verification (:mod:`simlab.serve.adaptive_verify`) the batch-level policy sees the
+   drafts' confidences once the draft phase ends and each request verifies only the drafts it
+   admits (the others were drafted, paid for and are discarded); it then learns from what the
+   target accepted.
 
 With a ``mixed`` scheduler (llama.cpp's server, :mod:`simlab.serve.scheduler`) a step that both
 admits and decodes has no prefill forward of its own: its verification forward carries the
@@ -42,6 +46,7 @@ import simpy
 from simlab.common.metrics import PositionStats
 from simlab.latency.batch import BatchLatency
 from simlab.latency.priced import Extrapolated, shadows
+from simlab.serve.adaptive_verify import AdaptiveVerify
 from simlab.serve.batch_policy import BatchPolicy
 from simlab.serve.request import ServedRequest
 from simlab.serve.scheduler import Scheduler
@@ -70,6 +75,8 @@ class Engine:
         self.latency = latency
         self.scheduler = scheduler
         self.batch_policy = batch_policy
+        # a batch-level policy that trims what each request verifies after drafting (simlab.serve.adaptive_verify)
+        self.trims = batch_policy if isinstance(batch_policy, AdaptiveVerify) else None
         self.waiting: deque[ServedRequest] = deque()
         self.running: list[ServedRequest] = []
         self.finished: list[ServedRequest] = []
@@ -163,15 +170,20 @@ class Engine:
                                            [r.feed for r in decoders], widths)
             tokens = sum(k if r.tree is not None else d for r, k, d in zip(decoders, drafts, drafted))
             t = self._book(self.draft_dev, t, seconds, f"draft x{steps}", len(decoders), tokens)
+        if self.trims is not None:  # adaptive verification: each request verifies its admitted drafts only
+            drafts = self.trims.verified([r.confidences(first, layer) for r, (first, _, layer) in zip(decoders, rounds)],
+                                         ctxs, seconds if steps else 0.0)
+            rounds = [(first, k, layer) for (first, _, layer), k in zip(rounds, drafts)]
         if any(r.policy.drafts for r in decoders):
             verify = self.latency.target([k + 1 for k in drafts], ctxs, trees)
             bits = self.latency.target_bits([k + 1 for k in drafts], ctxs, trees)
         else:  # autoregressive decoding: a plain step, with no draft beside it
             verify = self.latency.step(ctxs)
             bits = self.latency.step_bits(ctxs)
-        accepted = 0
-        for r, (first, k, layer) in zip(decoders, rounds):
-            accepted += r.verify(first, k, layer, self.positions)
+        settled = [r.verify(first, k, layer, self.positions) for r, (first, k, layer) in zip(decoders, rounds)]
+        if self.trims is not None:
+            self.trims.observe(drafts, settled)
+        accepted = sum(settled)
         tokens, what = sum(drafts) + len(decoders), "verify"
         if admitted:
             self.stats.prefill_steps += 1

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import NamedTuple
 
 from simlab.common.metrics import Counts, PositionStats
@@ -127,6 +128,11 @@ class ServedRequest:
                 raise PolicyError(f"{self.policy.inner.name}: parallel rounds are not served")
             else:  # pragma: no cover - decode() yields only the types above
                 raise TypeError(f"unknown request {req!r}")
+
+    def confidences(self, start: int, layer: int | None) -> list[float]:
+        """The draft's top-1 probability at each token of the round just drafted from ``start``
+        (what the engine holds once the draft phase ends; a round cut short of verification too)."""
+        return [s.confidence for s in islice(self.replay.signals(start, layer), self.drafted)]
 
     def verify(self, start: int, drafts: int, layer: int | None, positions: PositionStats) -> int:
         """Settle one verification of ``drafts`` tokens from ``start``: the same acceptance as

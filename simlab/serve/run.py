@@ -19,6 +19,7 @@ from simlab.common.metrics import PositionStats
 from simlab.latency.batch import BatchLatency
 from simlab.latency.priced import Extrapolated
 from simlab.policies import REGISTRY, make_policy
+from simlab.serve.adaptive_verify import AdaptiveVerify, check_inner
 from simlab.serve.batch_policy import BatchSpec, CappedPolicy
 from simlab.serve.engine import Engine, EngineStats
 from simlab.serve.metrics import Slo, request_frame, speedups, summarize
@@ -54,6 +55,7 @@ class ServeRun:
     stats: EngineStats
     slices: list[Slice]
     priced: Extrapolated = field(default_factory=Extrapolated)  # the engine's forwards (simlab.latency.priced)
+    batch: object = None  # the batch-level policy after the run (what adaptive verification's fit learnt)
 
 
 @dataclass
@@ -93,12 +95,14 @@ def serve_once(sim: Simulator, arrivals: Sequence[float], config: ServeConfig, p
         raise SimlabError("nothing to serve: no arrivals")
     check_policy(policy)
     context = sim.context()
-    make_policy(policy, context, **params)  # bad parameters fail before anything runs
+    built = make_policy(policy, context, **params)  # bad parameters fail before anything runs
     prompts = sim.replay.prompts
     config.scheduler.check(max(p.prompt_len for p in prompts[: len(arrivals)]))
     latency = latency or BatchLatency(sim.latency)
     longest = max(p.budget for p in prompts) - 2  # the longest draft a round can make
     batch_policy = config.batch.build(latency, longest) if policy != BASELINE_POLICY else BatchSpec().build(latency)
+    if isinstance(batch_policy, AdaptiveVerify):
+        check_inner(built)
     env = simpy.Environment()
     requests = [ServedRequest(i, prompts[i % len(prompts)], CappedPolicy(make_policy(policy, context, **params)), t)
                 for i, t in enumerate(arrivals)]
@@ -117,7 +121,7 @@ def serve_once(sim: Simulator, arrivals: Sequence[float], config: ServeConfig, p
     env.run()
     frame = request_frame(engine.finished, config.slo)
     return ServeRun(policy, requests[0].policy.describe(), batch_policy.name, requests, frame, summarize(frame), engine.positions, engine.stats,
-                    engine.slices, engine.priced)
+                    engine.slices, engine.priced, batch_policy)
 
 
 def serve(sim: Simulator, arrivals: Sequence[float], config: ServeConfig, baseline: bool = True,

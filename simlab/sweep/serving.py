@@ -53,7 +53,7 @@ class ServeLoad:
 
     def describe(self) -> dict[str, Any]:
         """What a served row depends on besides its policy, rate and the simulator's setup (a cache key's part)."""
-        return {"requests": self.requests, **dataclasses.asdict(self.scheduler), **dataclasses.asdict(self.batch),
+        return {"requests": self.requests, **dataclasses.asdict(self.scheduler), **self.batch.describe(),
                 "slo": dataclasses.asdict(self.slo)}
 
     def columns(self) -> dict[str, Any]:

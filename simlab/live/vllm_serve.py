@@ -114,12 +114,15 @@ def predict(trace: Trace, plan: Plan) -> dict:
     config = ServeConfig(POLICY, params, _scheduler(plan.limits))
     times = {}
     for kind, policy, p in (("speculative", POLICY, params), ("plain", BASELINE_POLICY, {})):
-        run = serve_once(sim, arrivals, config, policy, p, latency=latency)
+        run = serve_once(sim, arrivals, config, policy, p, latency=latency, record=True)
         frame = run.frame
         times[kind] = {"requests": frame[["request_id", "prompt_id", "arrival_s", "ttft_s", "tpot_s", "e2e_s",
                                           "tokens"]].to_dict("records"),
                        **_figures(frame["arrival_s"], frame["ttft_s"], frame["tpot_s"], frame["e2e_s"],
-                                  frame["tokens"])}
+                                  frame["tokens"]),
+                       # the steps vLLM's scheduler will run, beside its step log after the run
+                       "steps": [{"requests": s.args["batch"], "tokens": s.args["tokens"], "start_s": s.start,
+                                  "seconds": s.end - s.start} for s in run.slices]}
     prompts = request_prompts(trace, plan.requests)
     total = offline._counters([s for pid in prompts for s in counts["prompts"][str(pid)]["steps"]], plan.k)
     return {"plan": plan.as_json(), "arrivals": arrivals, "request_prompts": prompts,

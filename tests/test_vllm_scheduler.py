@@ -219,3 +219,16 @@ def test_simlab_serve_takes_vllms_scheduler_and_refuses_what_it_does_not_model_i
                          (["--policy", "sd"], "--scheduler vllm serves")):
         proc = subprocess.run(simlab_cmd(*base, *extra), capture_output=True, text=True, timeout=300)
         assert proc.returncode != 0 and words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_on_a_trace_of_simlabs_recorder_a_step_of_k_tokens_is_its_timed_forward_of_k():
+    from simlab.cli.simulate import load_inputs
+
+    trace, latency = load_inputs(None, None)  # the shipped trace: target forwards timed at k = 1..128, batch 1
+    grid = Simulator(trace, latency).latency
+    price = VllmStepPrice(BatchLatency(grid), K)
+    assert price.forward(8, 200) == pytest.approx(grid.target_forward(8, 200) + grid.draft_step(200))
+    assert price.forward(100, 200) > price.forward(24, 200) > price.forward(5, 200)
+    plain = VllmStepPrice(BatchLatency(grid), 0)
+    assert plain.forward(1, 200) == pytest.approx(grid.target_step(200))
+    assert plain.forward(64, 200) == pytest.approx(grid.target_forward(64, 200))

@@ -24,7 +24,8 @@ between the points, past the largest the last segment's slope (never downwards),
 single-sequence forward is priced in k (:func:`~simlab.latency.model._interp_k`). On a CPU a
 forward is compute-bound and what it costs is its tokens; the attention over each request's own
 context is in the points' context (a verification's point is read at the step's mean context, a
-prefill's at 0). D(B) is the measured batched draft step (:meth:`BatchLatency.draft`). Without
+prefill's at 0); where the table timed one sequence's forward over other token counts (simlab's own
+recorder times k = 1..8), those are points too. D(B) is the measured batched draft step (:meth:`BatchLatency.draft`). Without
 speculation a step is the target's forward alone, its points the plain steps of B requests
 (T = B, ``target_step``) and the prefills (``target_prefill``).
 
@@ -56,6 +57,9 @@ class VllmStepPrice:
         prefills = getattr(model, "prefills", None) or {}
         # the timed prefills' lengths; their price is the model's (target, and the draft's first pass)
         self.prefill_lens = tuple(sorted(prefills.get("target", {})))
+        self.measured_ks = tuple(sorted((getattr(model, "target", None) or {}).get(False, {})))
+        # a trace recorded from vLLM: its target forward holds the draft's first pass (steps.py)
+        self.feeds_draft = bool(getattr(model, "verify_feeds_draft", False))
         self.largest = 0  # the most tokens a measured point holds, at the last pricing
 
     def _points(self, ctx: int) -> dict[int, float]:
@@ -66,6 +70,15 @@ class VllmStepPrice:
                 points[b * (k + 1)] = grid.target_forward(k + 1, ctx) + grid.draft_step(ctx)
             else:
                 points[b] = grid.target_step(ctx)
+        # one sequence's forwards of other token counts, where the table timed them (a trace of
+        # simlab's own recorder: its target forwards over k tokens; the target alone there, so the
+        # plain server's too)
+        grid = self.batch.grid
+        for n in self.measured_ks:
+            if k and n not in points:
+                points[n] = grid.target_forward(n, ctx) + grid.draft_step(ctx)
+            elif not k and n > 1 and not self.feeds_draft:
+                points.setdefault(n, grid.target_forward(n, ctx))
         for p in self.prefill_lens:
             target = model.prefill(p, 0)
             points[p] = target + ((model.prefill(p, 0, draft=True) or 0.0) if k else 0.0)

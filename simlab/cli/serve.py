@@ -62,6 +62,8 @@ def serve(
     smartspec: so.SmartSpec = None,
     adaptive_verify: so.AdaptiveVerify = None,
     mixed_prefill: so.MixedPrefill = False,
+    scheduler_name: so.SchedulerName = "simlab",
+    kv_blocks: so.KvBlocks = None,
     slo_ttft: so.SloTtft = None,
     slo_tpot: so.SloTpot = None,
     baseline: so.Baseline = True,
@@ -98,7 +100,8 @@ def serve(
     # every input is checked before the trace is read or anything runs
     check_policy(policy)
     slo = Slo(slo_ttft, slo_tpot)
-    scheduler = Scheduler(max_batch, token_budget, mixed_prefill)
+    scheduler = _scheduler(scheduler_name, max_batch, token_budget, mixed_prefill, kv_blocks,
+                           gamma_by_batch or sd_off_above or smartspec or adaptive_verify, live)
     batch = BatchSpec(gamma_by_batch_pairs(gamma_by_batch) if gamma_by_batch else None, sd_off_above, smartspec,
                       adaptive_verify)
     if arrivals is not None and "," in rate:
@@ -151,6 +154,7 @@ def serve(
             "latency_rule": res.latency_rule, "batch_latency_extrapolated": res.extrapolated,
             "arrivals": str(arrivals) if arrivals else {"poisson_rate": rates[0], "seed": seed},
             "max_batch": max_batch, "token_budget": token_budget, "mixed_prefill": mixed_prefill,
+            **({"scheduler": "vllm", "kv_blocks": kv_blocks} if scheduler_name == "vllm" else {}),
             "batch_policy": run.batch_policy,
             "slo_ttft_s": slo_ttft, "slo_tpot_s": slo_tpot,
             **run.summary, "mean_batch": mean_batch, "engine_steps": stats.steps,
@@ -180,6 +184,26 @@ def serve(
                       f"{b['e2e_mean_s']:.2f} s -> speedup at this load: end-to-end {sp['e2e_speedup']:.3f}x, "
                       f"TPOT {sp['tpot_speedup']:.3f}x, throughput {sp['throughput_ratio']:.3f}x")
     print_extrapolated(priced)
+
+
+def _scheduler(name: str, max_batch: int, token_budget: int, mixed_prefill: bool, kv_blocks: int | None,
+               batch_policy: object, live: bool):
+    """``--scheduler``'s scheduler, or the one line that says which flags it cannot take."""
+    if name == "simlab":
+        if kv_blocks is not None:
+            raise SimlabError("--kv-blocks sizes vLLM's KV cache; add --scheduler vllm")
+        return Scheduler(max_batch, token_budget, mixed_prefill)
+    if name != "vllm":
+        raise SimlabError(f"--scheduler is simlab or vllm, got {name!r}")
+    for flag, given in (("--mixed-prefill", mixed_prefill),
+                        ("--gamma-by-batch, --sd-off-above, --smartspec or --adaptive-verify", batch_policy),
+                        ("--live", live)):
+        if given:
+            raise SimlabError(f"--scheduler vllm does not take {flag} (vLLM's steps batch prompt chunks with decodes "
+                              "and draft K tokens for every request; simlab vllm serve measures vLLM)")
+    from simlab.serve.vllm_scheduler import VllmScheduler
+
+    return VllmScheduler(max_batch, token_budget, kv_blocks)
 
 
 @serve_app.command("tune")

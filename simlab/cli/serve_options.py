@@ -23,6 +23,12 @@ FLAGS = {
     "mixed_prefill": ("--mixed-prefill", "Admitted prompts ride in the running requests' verification forward, as "
                       "llama.cpp's llama-server batches them; by default they are prefilled in a forward of their own "
                       "first, as vLLM does."),
+    "scheduler": ("--scheduler", "Whose scheduler decides each engine step: simlab's (default), or vllm: vLLM 0.32's "
+                  "(running requests then waiting ones in one --token-budget of prompt chunks, decodes and draft "
+                  "tokens, --max-batch requests, KV blocks with lookahead slots for drafts, preemption), each step one "
+                  "forward priced by its tokens; serves policy vllm (and ad)."),
+    "kv_blocks": ("--kv-blocks", "With --scheduler vllm: KV cache blocks of 128 tokens (vLLM's CPU block size); a "
+                  "request that finds none free preempts the last running one. Default: enough for every request."),
     "slo_ttft": ("--slo-ttft", "SLO on time to first token, seconds."),
     "slo_tpot": ("--slo-tpot", "SLO on time per output token, seconds."),
     "baseline": ("--baseline/--no-baseline", "Also serve the same load without speculation (policy ad) for the speedup."),
@@ -42,6 +48,8 @@ SdOffAbove = Annotated[Optional[int], option("sd_off_above")]
 SmartSpec = Annotated[Optional[int], option("smartspec")]
 AdaptiveVerify = Annotated[Optional[int], option("adaptive_verify")]
 MixedPrefill = Annotated[bool, option("mixed_prefill")]
+SchedulerName = Annotated[str, option("scheduler")]
+KvBlocks = Annotated[Optional[int], option("kv_blocks")]
 SloTtft = Annotated[Optional[float], option("slo_ttft")]
 SloTpot = Annotated[Optional[float], option("slo_tpot")]
 Baseline = Annotated[bool, option("baseline")]

@@ -258,6 +258,8 @@ def serve_command(
     port: int | None = typer.Option(None, "--port", help="The servers' port on 127.0.0.1.", show_default="a free one"),
     python: str | None = typer.Option(None, "--python", help=PYTHON_HELP),
     quiet: bool = typer.Option(False, "--quiet", help="No progress."),
+    predict_only: bool = typer.Option(False, "--predict-only", help="Write and print the prediction, start no "
+                                      "server (commit it; the same command without this flag then measures)."),
 ) -> None:
     """Predict `vllm serve` with draft-model speculation under a load, serve it on loopback, and compare."""
     from simlab.common.jsonfile import write_json
@@ -294,6 +296,8 @@ def serve_command(
     typer.echo(f"predicted (before the run, {portable_path(out / vllm_serve.PREDICTION)}): drafts {c['num_drafts']}, "
                f"draft tokens {c['num_draft_tokens']}, accepted {c['num_accepted_tokens']} "
                f"{c['num_accepted_tokens_per_pos']}")
+    if predict_only:
+        return
     longest = int(trace.prompts["prompt_len"].max()) + plan.max_tokens + k + 16
     servers = vllm_serve.Servers(python, target.path, draft.path, m.dtype if m.dtype != "gguf" else "float32", longest)
     runs = vllm_serve.measure(trace, plan, servers, out / "runs", port, log=_log(quiet))

@@ -12,18 +12,18 @@ The prediction comes first (:func:`predict`, written before any server starts), 
   not depend on what it is batched with, and vLLM's last step drafts and counts past ``max_tokens``,
   which that prediction models; so vLLM's ``/metrics`` spec-decode counters over the run must equal
   the sum over its requests, exactly;
-- the times, from ``simlab serve`` with the ``vllm`` policy (and ``ad`` for the server without
-  speculation) on the same arrivals (a burst's first request ahead of the others, :data:`BURST_LAG_S`),
-  its scheduler at the same two limits with prompts batched into
-  the running requests' verification forward (``mixed``), as vLLM's chunked prefill puts prompt
-  chunks and decodes in one step. That is simlab's serving model, not yet vLLM's scheduler (which
-  also budgets draft tokens, holds KV slots for them, preempts, and runs the draft model's prefill
-  of each new prompt in the step after it arrives): :func:`compare` reports how far its TTFT, TPOT,
-  end-to-end latency and throughput land from vLLM's.
+- the times, from ``simlab serve --scheduler vllm`` with the ``vllm`` policy (and ``ad`` for the
+  server without speculation) on the same arrivals (a burst's first request ahead of the others,
+  :data:`BURST_LAG_S`), at the same two limits: vLLM's scheduler (:mod:`simlab.serve.vllm_scheduler`:
+  running requests then waiting ones in one step's token budget, draft slots, KV blocks with K
+  lookahead slots, preemption) and its steps priced by their scheduled tokens
+  (:mod:`simlab.latency.vllm_step`). :func:`compare` reports how far its TTFT, TPOT, end-to-end
+  latency and throughput land from vLLM's; each run keeps vLLM's own step log (:func:`measure`).
 
 Then :func:`measure` runs each server kind (speculative, plain) ``repeats`` times, alternating,
 each time on a fresh ``vllm serve`` after one short warm-up request; every run is written to its
-own file as it ends (``runs/{kind}-r{repeat}.json``), so an interrupted run, or a server that died,
+own file as it ends, with vLLM's step log of the measured requests (``steps``: what each engine step
+scheduled and its time, :func:`simlab.engines.vllm.server.iterations`) (``runs/{kind}-r{repeat}.json``), so an interrupted run, or a server that died,
 keeps what was measured and the same command resumes after it.
 """
 
@@ -47,8 +47,8 @@ from simlab.engines.vllm.jobs import Engine
 from simlab.latency.batch import BatchLatency
 from simlab.live import vllm as offline
 from simlab.policies.vllm import speculative_config
-from simlab.serve.run import BASELINE_POLICY, ServeConfig, serve_once
-from simlab.serve.scheduler import Scheduler
+from simlab.serve.run import BASELINE_POLICY, ServeConfig, latency_rule, serve_once
+from simlab.serve.vllm_scheduler import VllmScheduler
 from simlab.serve.workload import poisson_arrivals
 from simlab.sim.run import Simulator
 from simlab.trace.tables import Trace
@@ -100,9 +100,8 @@ def request_prompts(trace: Trace, n: int) -> list[int]:
     return [ids[i % len(ids)] for i in range(n)]
 
 
-def _scheduler(limits: vserver.Limits) -> Scheduler:
-    return Scheduler(limits.max_num_seqs, limits.max_num_batched_tokens, mixed=True,
-                     budget_name="--max-num-batched-tokens")
+def _scheduler(limits: vserver.Limits) -> VllmScheduler:
+    return VllmScheduler(limits.max_num_seqs, limits.max_num_batched_tokens)
 
 
 def predict(trace: Trace, plan: Plan) -> dict:
@@ -115,16 +114,19 @@ def predict(trace: Trace, plan: Plan) -> dict:
     config = ServeConfig(POLICY, params, _scheduler(plan.limits))
     times = {}
     for kind, policy, p in (("speculative", POLICY, params), ("plain", BASELINE_POLICY, {})):
-        run = serve_once(sim, arrivals, config, policy, p, latency=latency)
+        run = serve_once(sim, arrivals, config, policy, p, latency=latency, record=True)
         frame = run.frame
         times[kind] = {"requests": frame[["request_id", "prompt_id", "arrival_s", "ttft_s", "tpot_s", "e2e_s",
                                           "tokens"]].to_dict("records"),
                        **_figures(frame["arrival_s"], frame["ttft_s"], frame["tpot_s"], frame["e2e_s"],
-                                  frame["tokens"])}
+                                  frame["tokens"]),
+                       # the steps vLLM's scheduler will run, beside its step log after the run
+                       "steps": [{"requests": s.args["batch"], "tokens": s.args["tokens"], "start_s": s.start,
+                                  "seconds": s.end - s.start} for s in run.slices]}
     prompts = request_prompts(trace, plan.requests)
     total = offline._counters([s for pid in prompts for s in counts["prompts"][str(pid)]["steps"]], plan.k)
     return {"plan": plan.as_json(), "arrivals": arrivals, "request_prompts": prompts,
-            "prompts": counts["prompts"], "counters": total, "times": times, "latency": latency.rule,
+            "prompts": counts["prompts"], "counters": total, "times": times, "latency": latency_rule(config, latency),
             "batch_extrapolated": latency.extrapolated}
 
 
@@ -180,14 +182,16 @@ def measure(trace: Trace, plan: Plan, servers: Servers, out: Path, port: int | N
             with vserver.running(servers.python, engine, plan.limits, out / f"{kind}-r{r}.log", port) as srv:
                 vserver.send(srv.url, [requests[0]], WARMUP_TOKENS)
                 before = vserver.metrics(srv.url)
+                warm_steps = len(vserver.iterations(srv.log))
                 load = OtherLoad(pids=vserver.session_pids(srv.pid))
                 answers = vserver.send(srv.url, requests, plan.max_tokens, arrivals)
                 other = load.share()
                 after = vserver.metrics(srv.url)
+                steps = vserver.iterations(srv.log)[warm_steps:]
             result = {"kind": kind, "repeat": r, "other_cpu": other, "load_average_1min": round(os.getloadavg()[0], 2),
                       "counters": vserver.counters(before, after),
                       "metrics_change": {key: vserver.change(after.get(key), before.get(key)) for key in after},
-                      "answers": [a.row() for a in answers]}
+                      "answers": [a.row() for a in answers], "steps": steps}
             write_json(result, file)
             runs[kind].append(result)
             log(f"vllm serve: {kind} repeat {r + 1}: {_measured(result)['throughput_tokens_per_s']:.2f} tokens/s "

@@ -228,6 +228,6 @@ class Engine:
         r.finish = t
         r.finished_steps += 1
         c = r.counts
-        c.tokens += r.replay.n_tokens - 1
+        c.tokens += r.kept - 1
         c.wall_time_s += t - r.first_token
         self.finished.append(r)

@@ -52,7 +52,7 @@ def request_frame(requests: Sequence[ServedRequest], slo: Slo) -> pd.DataFrame:
     """One row per request, in request order."""
     rows = []
     for r in sorted(requests, key=lambda r: r.request_id):
-        n = r.replay.n_tokens
+        n = r.kept
         c = r.counts
         tpot = (r.finish - r.first_token) / (n - 1) if n > 1 else math.nan
         rows.append({

@@ -81,11 +81,16 @@ class ServedRequest:
         """The target's context before the next round."""
         return self.replay.prompt_len + self.committed
 
+    @property
+    def started(self) -> bool:
+        """Its prefill emitted position 0 (:meth:`start` ran)."""
+        return self._gen is not None
+
     def start(self) -> None:
         """Begin decoding (after the prefill emitted position 0)."""
         rp = self.replay
         info = PromptInfo(rp.prompt_id, rp.prompt_len, rp.n_tokens, rp.budget,
-                          replay=rp if self.policy.needs_future else None)
+                          replay=rp if self.policy.needs_future else None, stop=rp.stop)
         self._gen = decode(self.policy, info)
         self._answer = None
         self.cache = DraftCache(rp.prompt_len)
@@ -165,4 +170,11 @@ class ServedRequest:
 
     @property
     def done(self) -> bool:
-        return self.committed >= self.replay.n_tokens
+        # the prompt's end (a path run past it goes on, past_end.py), or, once a round was verified
+        # (the policy has seen its prompt), the policy's own stop (vllm_engine.StoppingPolicy)
+        return self.committed >= self.replay.stop or (self._answer is not None and self.policy.done(self.committed))
+
+    @property
+    def kept(self) -> int:
+        """The tokens it outputs (position 0's included): those its policy keeps, up to the prompt's end."""
+        return min(self.replay.stop, self.policy.kept(self.committed))

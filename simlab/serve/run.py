@@ -18,6 +18,7 @@ from simlab.common.errors import SimlabError
 from simlab.common.metrics import PositionStats
 from simlab.latency.batch import BatchLatency
 from simlab.latency.priced import Extrapolated
+from simlab.latency.vllm_step import RULE as VLLM_RULE
 from simlab.policies import REGISTRY, make_policy
 from simlab.serve.adaptive_verify import AdaptiveVerify, check_inner
 from simlab.serve.batch_policy import BatchSpec, CappedPolicy
@@ -25,6 +26,8 @@ from simlab.serve.engine import Engine, EngineStats
 from simlab.serve.metrics import Slo, request_frame, speedups, summarize
 from simlab.serve.request import ServedRequest
 from simlab.serve.scheduler import Scheduler
+from simlab.serve.vllm_engine import StoppingPolicy, VllmEngine, server_k
+from simlab.serve.vllm_scheduler import VllmScheduler
 from simlab.sim.devices import Slice
 from simlab.sim.executor import shadow_heads
 from simlab.sim.run import Simulator
@@ -36,7 +39,7 @@ BASELINE_POLICY = "ad"
 class ServeConfig:
     policy: str = "sd"
     params: dict[str, Any] = field(default_factory=dict)
-    scheduler: Scheduler = field(default_factory=Scheduler)
+    scheduler: Scheduler | VllmScheduler = field(default_factory=Scheduler)  # VllmScheduler: vLLM's (vllm_engine.py)
     batch: BatchSpec = field(default_factory=BatchSpec)
     slo: Slo = field(default_factory=Slo)
 
@@ -96,18 +99,24 @@ def serve_once(sim: Simulator, arrivals: Sequence[float], config: ServeConfig, p
     check_policy(policy)
     context = sim.context()
     built = make_policy(policy, context, **params)  # bad parameters fail before anything runs
-    prompts = sim.replay.prompts
-    config.scheduler.check(max(p.prompt_len for p in prompts[: len(arrivals)]))
+    vllm = isinstance(config.scheduler, VllmScheduler)
+    k = server_k(built) if vllm else 0
+    # vLLM drafts and counts past each prompt's end: its scheduler's requests replay the path run
+    # that far (trace/past_end.py), as simulate does for the vllm policy
+    prompts = (sim.past_end_replay(built.past_end) if vllm and built.past_end else sim.replay).prompts
+    config.scheduler.check(max(p.prompt_len for p in prompts[: len(arrivals)]), *((k,) if vllm else ()))
     latency = latency or BatchLatency(sim.latency)
     longest = max(p.budget for p in prompts) - 2  # the longest draft a round can make
     batch_policy = config.batch.build(latency, longest) if policy != BASELINE_POLICY else BatchSpec().build(latency)
     if isinstance(batch_policy, AdaptiveVerify):
         check_inner(built)
     env = simpy.Environment()
-    requests = [ServedRequest(i, prompts[i % len(prompts)], CappedPolicy(make_policy(policy, context, **params)), t)
+    wrap = StoppingPolicy if vllm else CappedPolicy
+    requests = [ServedRequest(i, prompts[i % len(prompts)], wrap(make_policy(policy, context, **params)), t)
                 for i, t in enumerate(arrivals)]
     heads = shadow_heads(sim.latency, sim.trace.manifest, requests[0].policy.inner)
-    engine = Engine(env, latency, config.scheduler, batch_policy, record, heads)
+    engine = (VllmEngine(env, latency, config.scheduler, k, batch_policy, record) if vllm
+              else Engine(env, latency, config.scheduler, batch_policy, record, heads))
 
     def arrive():
         for r in requests:
@@ -131,4 +140,10 @@ def serve(sim: Simulator, arrivals: Sequence[float], config: ServeConfig, baseli
     latency = BatchLatency(sim.latency)
     run = serve_once(sim, arrivals, config, config.policy, config.params, record, latency)
     base = serve_once(sim, arrivals, config, BASELINE_POLICY, {}, latency=latency) if baseline else None
-    return ServeResult(run, base, latency.rule, latency.extrapolated)
+    return ServeResult(run, base, latency_rule(config, latency), latency.extrapolated)
+
+
+def latency_rule(config: ServeConfig, latency: BatchLatency) -> str:
+    """How the engine prices its steps: vLLM's scheduler prices a step by its tokens
+    (:mod:`simlab.latency.vllm_step`), simlab's by its forwards (:mod:`simlab.latency.batch`)."""
+    return VLLM_RULE if isinstance(config.scheduler, VllmScheduler) else latency.rule

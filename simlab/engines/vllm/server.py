@@ -16,6 +16,9 @@ answer keeps the client's times of its post, of its first streamed token (TTFT) 
 (a speculative step's accepted drafts and bonus token together), so the chunk times are steps of
 that request, unless the client fell behind and vLLM merged two steps' outputs into one chunk.
 
+Every step is logged (``--enable-logging-iteration-details``) and :func:`iterations` reads that
+step log back: what each step scheduled and how long it took in the engine core.
+
 The counters are the server's ``/metrics`` (Prometheus text): :func:`metrics` reads every
 ``vllm:*_total`` counter, summed over its labels, and the per-position accepted counter as a
 list; :func:`counters` turns two readings into the run's spec-decode counters under the names
@@ -27,6 +30,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -88,7 +92,7 @@ def command(python: str, engine: Engine, limits: Limits, port: int) -> list[str]
            "--host", "127.0.0.1", "--port", str(port), "--max-num-seqs", str(limits.max_num_seqs),
            "--max-num-batched-tokens", str(limits.max_num_batched_tokens), "--enforce-eager", "--seed", "0",
            "--enable-prefix-caching" if args["enable_prefix_caching"] else "--no-enable-prefix-caching",
-           "--disable-uvicorn-access-log"]
+           "--disable-uvicorn-access-log", "--enable-logging-iteration-details"]
     spec = args.get("speculative_config")
     if spec:
         spec = {**spec, "model": os.path.expanduser(spec["model"])} if isinstance(spec.get("model"), str) else spec
@@ -127,6 +131,27 @@ def stop(proc: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+# vLLM's step log (``--enable-logging-iteration-details``: ``vllm/v1/metrics/loggers.py``,
+# ``_log_iteration_details``), one line a step: requests and tokens by phase, the step's time in the
+# engine core, the KV cache's use
+ITERATION = re.compile(r"Iteration\((\d+)\): (\d+) context requests, (\d+) context tokens, (\d+) generation "
+                       r"requests, (\d+) generation tokens, iteration elapsed time: ([\d.]+) ms.*?KV cache usage: "
+                       r"([\d.]+)%")
+ITERATION_KEYS = ("iteration", "context_requests", "context_tokens", "generation_requests", "generation_tokens",
+                  "elapsed_ms", "kv_cache_usage_pct")
+
+
+def iterations(log: Path) -> list[dict]:
+    """vLLM's step log in a server's output (:data:`ITERATION`), one dict a step, in order."""
+    if not log.exists():
+        return []
+    out = []
+    for m in ITERATION.finditer(log.read_text(errors="replace")):
+        values = m.groups()
+        out.append({key: (float(v) if "." in v else int(v)) for key, v in zip(ITERATION_KEYS, values)})
+    return out
 
 
 def _tail(log: Path) -> str:
@@ -270,4 +295,4 @@ def session_pids(sid: int) -> list[int]:
 
 
 __all__ = ["Limits", "Server", "Answer", "running", "send", "metrics", "parse_metrics", "counters", "check_port",
-           "command", "session_pids", "change", "MODEL_NAME"]
+           "command", "session_pids", "change", "iterations", "MODEL_NAME"]

@@ -1,6 +1,7 @@
 """`simlab` answers without waiting: the root group lists the commands from a table and imports a
-command's module only when it is resolved (simlab/cli/commands.py). How fast is `simlab bench`'s
-start-up rows' business; these tests pin what the speed rests on."""
+command's module only when it is resolved (simlab/cli/commands.py), and `simlab simulate` reads and
+replays a trace without pandas (simlab/trace/tables.py). How fast is `simlab bench`'s start-up
+rows' business; these tests pin what the speed rests on."""
 
 import json
 import os
@@ -14,8 +15,8 @@ from typer.testing import CliRunner
 
 import simlab.cli
 from simlab.cli import app
-from simlab.cli.commands import COMMANDS, load
 from simlab.cli.bench import STARTUP_GOAL, StartupResult, time_startup
+from simlab.cli.commands import COMMANDS, load
 
 HEAVY = ("numpy", "pandas", "pyarrow", "rich", "simpy", "scipy", "matplotlib", "torch", "tqdm", "pydantic")
 NOT_COMMANDS = {"app", "commands", "output", "policy_options", "serve_options"}
@@ -58,6 +59,13 @@ def test_a_commands_help_imports_only_its_own_modules_and_neither_pandas_nor_ric
     others = {f"simlab.cli.{m}" for n, (mods, _) in COMMANDS.items() if n != name for m in mods} - own
     # a command may import another's helpers (simulate's trace loading), but never the whole table
     assert own <= set(got["cli"]) and len(others & set(got["cli"])) <= 2, got["cli"]
+
+
+@pytest.mark.parametrize("args", [(), ("--json",), ("--policy", "spide")])
+def test_simulate_on_the_default_trace_imports_no_pandas(args):
+    # pandas alone is about 0.4 s of a 2-core box's start-up, more than the rest of the command
+    got = imported_by("simulate", *args)
+    assert {"numpy", "pyarrow", "simpy"} <= set(got["heavy"]) and "pandas" not in got["heavy"], got["heavy"]
 
 
 def test_the_lazy_root_help_is_the_help_of_every_command_loaded():

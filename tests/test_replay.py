@@ -20,7 +20,8 @@ from simlab.policies.rounds import DraftLoop
 from simlab.sim.executor import SimExecutor
 from simlab.sim.run import Simulator
 from simlab.trace.io import read_trace
-from simlab.trace.replay import SignalRun, TraceReplay, _sorted, runs_of
+from simlab.trace.replay import SignalRun, TraceReplay, runs_of
+from simlab.trace.tables import Columns
 from tests.helpers import (
     EveryRoundParallel,
     SerialThenParallel,
@@ -498,9 +499,9 @@ def test_a_table_is_sorted_by_all_its_keys_in_order():
     # sorted by (prompt_id, pos, step) the second row comes first: prompt 0 before prompt 1,
     # although pos ties and step rises between them
     df = pd.DataFrame({"prompt_id": [1, 0], "pos": [5, 5], "step": [0, 1]})
-    assert _sorted(df, ["prompt_id", "pos", "step"])["prompt_id"].tolist() == [0, 1]
-    ordered = df.iloc[::-1]
-    assert _sorted(ordered, ["prompt_id", "pos", "step"]) is ordered  # already sorted: returned as is
+    assert Columns("rollouts", df).sorted_by(["prompt_id", "pos", "step"])["prompt_id"].tolist() == [0, 1]
+    ordered = Columns("rollouts", df.iloc[::-1])
+    assert ordered.sorted_by(["prompt_id", "pos", "step"]) is ordered  # already sorted: returned as is
 
 
 @pytest.mark.parametrize("policy", ["sd", "pearl"])

@@ -102,9 +102,10 @@ def simulate(
     tr, lat = load_inputs(trace, latency)
     pred = load_predictor(predictor) if predictor else None
     sim = Simulator(tr, lat, seed=seed, topology=topology, predictor=pred)
+    prompt_ids = tr.columns("prompts")["prompt_id"]
     if timeline is not None and timeline_prompt is None:
-        timeline_prompt = int(tr.prompts["prompt_id"].min())
-    if timeline_prompt is not None and timeline_prompt not in set(tr.prompts["prompt_id"]):
+        timeline_prompt = int(prompt_ids.min())
+    if timeline_prompt is not None and timeline_prompt not in set(prompt_ids.tolist()):
         raise SimlabError(f"--timeline-prompt {timeline_prompt} is not a prompt_id of the trace")
     res = sim.run(policy, params, timeline_prompt=timeline_prompt)
     check_strict(res.summary.extra, strict, f"{policy} on {tr.path}")

@@ -36,15 +36,18 @@ fit predicts samples it did not see, beside the median table the simulator uses 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from simlab.common.errors import SimlabError
 from simlab.latency.coverage import Span
 from simlab.latency.model import PROFILE_KINDS, TableLatency, chain_factor, check_k, profile_header
 from simlab.latency.surface import FORMS, Surface, available_forms, fit_best
 from simlab.trace.schema import NO_LAYER, with_defaults
+
+if TYPE_CHECKING:  # pandas is imported by what fits a latency model, not by every simulation (simlab.trace.tables)
+    import pandas as pd
 
 SERIES = ("draft", "exit", "target", "target_tree", "draft_tree", "exit_head", "target_step", "target_prefill",
           "draft_prefill")
@@ -59,6 +62,8 @@ OWN_SERIES = ("target_tree", "draft_tree", "exit_head", "target_step", "target_p
 
 def series_of(samples: pd.DataFrame) -> pd.Series:
     """The series name of each latency sample."""
+    import pandas as pd
+
     op = samples["op"].to_numpy()
     return pd.Series(np.select([op == "target_forward", *(op == name for name in OWN_SERIES),
                                 samples["layer"].to_numpy() == NO_LAYER],
@@ -69,6 +74,8 @@ def series_of(samples: pd.DataFrame) -> pd.Series:
 def size_of(samples: pd.DataFrame) -> pd.Series:
     """The ``x`` of each sample: the exit layer for early-exit steps, k (new tokens, or tree
     nodes) for every other forward."""
+    import pandas as pd
+
     exit_step = (samples["op"] == "draft_step") & (samples["layer"] != NO_LAYER)
     return pd.Series(np.where(exit_step, samples["layer"], samples["k"]), index=samples.index)
 

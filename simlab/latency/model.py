@@ -58,17 +58,21 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
-import pandas as pd
 
 from simlab.common.errors import SimlabError
 from simlab.common.jsonfile import read_versioned, write_json
 from simlab.latency.coverage import Span
-from simlab.trace.schema import NO_LAYER, with_defaults
+from simlab.trace.schema import NO_LAYER
+from simlab.trace.tables import Columns
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 PROFILE_FORMAT = "simlab-latency"
 PROFILE_VERSION = 1
@@ -327,27 +331,26 @@ class TableLatency:
     # -- construction and files -------------------------------------------------------------
 
     @classmethod
-    def from_samples(cls, samples: pd.DataFrame, name: str = "trace", hardware: str = "",
+    def from_samples(cls, samples: pd.DataFrame | Columns, name: str = "trace", hardware: str = "",
                      draft_layer: int = NO_LAYER, verify_feeds_draft: bool = False) -> "TableLatency":
-        """Medians per (op, k, context_len, layer, corun) of a trace's latency table, one table
-        per batch size (batch 1 is this one, the others its ``batches``)."""
-        by_batch = dict(tuple(with_defaults("latency", samples).groupby("batch")))
-        single = by_batch.pop(1, samples.iloc[:0])
+        """Medians per (op, k, context_len, layer, corun) of a trace's latency table (a DataFrame,
+        or its columns: :meth:`~simlab.trace.tables.Trace.columns`), one table per batch size
+        (batch 1 is this one, the others its ``batches``)."""
+        rows = Columns.of("latency", samples)
+        batch = rows["batch"]
+        by_batch = {b: rows.subset(np.flatnonzero(batch == b)) for b in set(batch.tolist())}
+        single = by_batch.pop(1, rows.subset(np.zeros(0, np.int64)))
         table = cls._from_single(single, name, hardware, draft_layer)
         table.verify_feeds_draft = verify_feeds_draft
-        table.batches = {int(b): cls._from_single(g, f"{name} (batch {b})", hardware, draft_layer)
+        table.batches = {b: cls._from_single(g, f"{name} (batch {b})", hardware, draft_layer)
                          for b, g in sorted(by_batch.items())}
         return table
 
     @classmethod
-    def _from_single(cls, samples: pd.DataFrame, name: str, hardware: str, draft_layer: int) -> "TableLatency":
-        med = (
-            samples.groupby(["op", "k", "context_len", "layer", "corun"], as_index=False)["seconds"]
-            .median()
-        )
-        draft: dict[tuple[int, bool], Curve] = {}
-        for (layer, corun), g in med[med["op"] == "draft_step"].groupby(["layer", "corun"]):
-            draft[(int(layer), bool(corun))] = Curve.from_points(g["context_len"], g["seconds"])
+    def _from_single(cls, samples: Columns, name: str, hardware: str, draft_layer: int) -> "TableLatency":
+        med = _medians(samples)
+        draft = {key: Curve.from_points(ctx, seconds)
+                 for key, (ctx, seconds) in _points(med, "draft_step", lambda k, layer, corun: (layer, corun)).items()}
         plain = _k_curves(med, "target_step").get(False, {}).get(1)
         return cls(name=name, draft=draft, target=_k_curves(med, "target_forward"), hardware=hardware,
                    source="trace samples (medians)", draft_layer=draft_layer,
@@ -435,11 +438,35 @@ def _probed(series: dict[bool, dict[int, Curve]], corun: bool) -> tuple[bool, di
     return None
 
 
-def _k_curves(med: pd.DataFrame, op: str) -> dict[bool, dict[int, Curve]]:
+MEDIAN_KEYS = ("op", "k", "context_len", "layer", "corun")
+
+
+def _medians(samples: Columns) -> list[tuple]:
+    """(op, k, context_len, layer, corun, median seconds) of each distinct sample key, in key order
+    (``statistics.median``: numpy's imports ``numpy.ma``, some 20 ms of a command's start-up)."""
+    groups: dict[tuple, list[float]] = {}
+    for key, seconds in zip(zip(*(samples[c].tolist() for c in MEDIAN_KEYS)), samples["seconds"].tolist()):
+        groups.setdefault(key, []).append(seconds)
+    return [(*key, float(statistics.median(values))) for key, values in sorted(groups.items())]
+
+
+def _points(med: list[tuple], op: str, key) -> dict[tuple, tuple[list[int], list[float]]]:
+    """One operation's medians as (context lengths, seconds) per ``key(k, layer, corun)``, in key
+    order, each in the medians' order."""
+    out: dict[tuple, tuple[list[int], list[float]]] = {}
+    for o, k, ctx, layer, corun, seconds in med:
+        if o == op:
+            points = out.setdefault(key(int(k), int(layer), bool(corun)), ([], []))
+            points[0].append(ctx)
+            points[1].append(seconds)
+    return dict(sorted(out.items()))
+
+
+def _k_curves(med: list[tuple], op: str) -> dict[bool, dict[int, Curve]]:
     """corun -> {k: curve over context length} of one operation's medians."""
     out: dict[bool, dict[int, Curve]] = {}
-    for (corun, k), g in med[med["op"] == op].groupby(["corun", "k"]):
-        out.setdefault(bool(corun), {})[int(k)] = Curve.from_points(g["context_len"], g["seconds"])
+    for (corun, k), (ctx, seconds) in _points(med, op, lambda k, layer, corun: (corun, k)).items():
+        out.setdefault(corun, {})[k] = Curve.from_points(ctx, seconds)
     return out
 
 
@@ -476,6 +503,8 @@ def tabulate(model: LatencyModel, ks, contexts, corun: bool = False) -> pd.DataF
     """Rows of a trace's latency table (one repeat) evaluated from ``model``: the draft-model
     step and the target forward of every k in ``ks`` at every context length — how a synthetic
     trace borrows a fitted or roofline profile's clock. ``corun`` adds co-running rows."""
+    import pandas as pd
+
     rows = []
     for c in (False, True) if corun else (False,):
         for ctx in contexts:

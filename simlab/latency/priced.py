@@ -117,12 +117,18 @@ def _more(out: Extrapolated, grid: LatencyGrid, ctx: np.ndarray, more: np.ndarra
         out.tally(planes(base | more[some]) - planes(base))
 
 
+def _distinct(values: np.ndarray) -> list[int]:
+    """The distinct values, ascending: ``np.unique`` imports ``numpy.ma`` (some 20 ms of a
+    command's start-up) for what a set of a few values does."""
+    return sorted(set(values.tolist()))
+
+
 def codes_of(grid: LatencyGrid, op: str, sizes, ctx, corun: bool = False) -> np.ndarray:
     """The rule bits of one ``op`` forward of ``sizes[i]`` at context ``ctx[i]`` each."""
     sizes, ctx = _ints(sizes), _ints(ctx)
     bits = np.zeros(ctx.shape, np.uint8)
     if grid.measured is not None:
-        for size in np.unique(sizes).tolist():
+        for size in _distinct(sizes):
             at = sizes == size
             bits[at] = grid.codes_at(op, size, ctx[at], corun)
     return bits
@@ -155,7 +161,7 @@ def draft_runs(out: Extrapolated, grid: LatencyGrid, ctx, count, layers=NO_LAYER
     price)."""
     ctx, count = _ints(ctx), np.maximum(_ints(count), 0)
     layers = _ints(layers, ctx.shape)
-    for layer in np.unique(layers).tolist():
+    for layer in _distinct(layers):
         at = layers == layer
         runs(out, grid, "draft_step", layer, ctx[at], count[at], corun)
         if feed is not None:
@@ -168,7 +174,7 @@ def catch_ups(grid: LatencyGrid, ctx: np.ndarray, feed: np.ndarray, layer: int =
     """The rule bits of each round's catch-up at ``ctx`` feeding ``feed`` tokens (0: none)."""
     bits = np.zeros(ctx.shape, np.uint8)
     if grid.measured is not None:
-        for tokens in np.unique(feed[feed > 1]).tolist():
+        for tokens in _distinct(feed[feed > 1]):
             at = feed == tokens
             bits[at] = grid.codes_at("catch_up", tokens, ctx[at], corun, layer)
     return bits

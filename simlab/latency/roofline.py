@@ -42,15 +42,18 @@ import os
 from dataclasses import asdict, dataclass, field, fields
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from simlab.common.errors import SimlabError
 from simlab.common.jsonfile import read_json
 from simlab.common.locations import CALIBRATE
 from simlab.latency.model import PROFILE_KINDS, check_k, profile_header
 from simlab.trace.schema import NO_LAYER
+
+if TYPE_CHECKING:  # pandas is imported by the published figures' check, not by every simulation
+    import pandas as pd
 
 ROOFLINE_DIR = CALIBRATE / "roofline"
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "int8": 1}
@@ -353,6 +356,8 @@ def gpu_spec(name: str) -> GpuSpec:
 
 def published_latencies(path: str | os.PathLike | None = None) -> pd.DataFrame:
     """The published figures, with ``seconds`` per forward derived from the printed value."""
+    import pandas as pd
+
     p = Path(path) if path else ROOFLINE_DIR / "published.csv"
     if not p.is_file():
         raise SimlabError(f"published latency table not found: {p}")

@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import math
 from collections import deque
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from simlab.common.signals import TokenSignal
 from simlab.policies.base import RECENT_WINDOW, Outcome, PromptInfo
 from simlab.policies.fixed import VanillaSD
+
+if TYPE_CHECKING:  # pandas is imported by training, not by a policy that reads a predictor
+    import pandas as pd
 
 FEATURES = ("confidence", "logit_confidence", "entropy", "draft_index", "recent_acceptance")
 LOGIT_CLIP = 1e-4
@@ -87,6 +89,8 @@ class _Recorder(VanillaSD):
 
 def examples(trace, gamma: int = 8, seed: int = 0) -> pd.DataFrame:
     """One row per checked draft token of a vanilla-SD replay: prompt_id, the features, accepted."""
+    import pandas as pd
+
     from simlab.sim.executor import SimExecutor
     from simlab.sim.run import Simulator
 

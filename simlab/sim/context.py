@@ -16,10 +16,9 @@ same one, or they decide differently. Both therefore build it here, from the sam
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from typing import Callable
-
-import numpy as np
 
 from simlab.latency.grid import LatencyGrid
 from simlab.latency.model import LatencyModel
@@ -36,8 +35,9 @@ def tabulated(model: LatencyModel, longest_context: int) -> LatencyGrid:
 
 
 def typical_context_len(prompt_lens: Sequence[int], new_tokens: Sequence[int]) -> int:
-    """The context length policies size windows at: median prompt + half the median new tokens."""
-    return int(np.median(prompt_lens) + np.median(new_tokens) / 2)
+    """The context length policies size windows at: median prompt + half the median new tokens
+    (``statistics.median``: numpy's imports ``numpy.ma``, some 20 ms of a command's start-up)."""
+    return int(statistics.median(prompt_lens) + statistics.median(new_tokens) / 2)
 
 
 def policy_context(latency: LatencyGrid | None, context_len: int, topology: Topology,

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
-
-import pandas as pd
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 from simlab.common.metrics import SUMMARY_KEYS, PositionStats, Summary, total
 from simlab.common.params import check_seed
@@ -27,6 +26,9 @@ from simlab.trace.past_end import extended
 from simlab.trace.replay import TraceReplay
 from simlab.trace.tree_replay import rank_acceptance
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 # Vanilla SD's γ grid for the cost reference ("SD at its best γ", SPIDE §4.1 (ii), Table 17
 # searched up to 13); wide enough that the optimum is not at its edge on high-acceptance traces.
 REFERENCE_GAMMAS = tuple(range(1, 25))
@@ -34,13 +36,23 @@ REFERENCE_GAMMAS = tuple(range(1, 25))
 
 @dataclass
 class SimResult:
+    """A policy's run on a trace: the summary, and per prompt its row of the summary's metrics
+    (``prompt_rows``; :attr:`per_prompt` the same as a DataFrame, built when read, which imports
+    pandas: ``simlab simulate`` prints the summary alone)."""
+
     policy: str
     params: dict[str, Any]
     summary: Summary
-    per_prompt: pd.DataFrame
+    prompt_rows: list[dict[str, Any]]
     positions: PositionStats
     timeline: list[Slice] = field(default_factory=list)
     tokens: dict[int, list[int]] | None = None
+
+    @cached_property
+    def per_prompt(self) -> pd.DataFrame:
+        import pandas as pd
+
+        return pd.DataFrame(self.prompt_rows)
 
 
 @dataclass(frozen=True)
@@ -67,11 +79,12 @@ def latency_of(trace: Trace) -> TableLatency:
     name = f"{trace.path.name if trace.path else 'trace'} samples"
     engine = trace.manifest.extra.get("engine")
     llama = engine == "llama.cpp"
-    if llama and not (trace.latency["op"] == "target_step").any():
+    samples = trace.columns("latency")
+    if llama and not (samples["op"] == "target_step").any():
         warn_once(f"simlab: warning: {name}: this llama.cpp trace has no plain decoding steps (target_step), so "
                   "its AD baseline is priced as one-token verifications, which also run the draft: speedups come "
                   "out high. Time its steps again: simlab llama-cpp record --out TRACE --reprobe")
-    return TableLatency.from_samples(trace.latency, name=name, hardware=trace.manifest.hardware,
+    return TableLatency.from_samples(samples, name=name, hardware=trace.manifest.hardware,
                                      draft_layer=trace.manifest.draft_layer,
                                      verify_feeds_draft=engine in VERIFY_FEEDS_DRAFT)
 
@@ -110,7 +123,7 @@ class Simulator:
 
     def context(self) -> PolicyContext:
         """What every policy of this simulator is built with (:mod:`simlab.sim.context`)."""
-        prompts = self.trace.prompts
+        prompts = self.trace.columns("prompts")
         return policy_context(self.latency, typical_context_len(prompts["prompt_len"], prompts["n_tokens"]),
                               self.topology, self.trace.manifest, best_gamma=lambda: self.reference().gamma,
                               predictor=self.predictor, rank_acceptance=self._rank_acceptance)
@@ -158,7 +171,7 @@ class Simulator:
             rows.append({"prompt_id": r.prompt_id, **{k: getattr(s, k) for k in SUMMARY_KEYS}})
         timeline = [s for r in sim.prompts for s in r.slices]
         tokens = {r.prompt_id: r.tokens for r in sim.prompts} if keep_tokens else None
-        return SimResult(policy, pol.describe(), summary, pd.DataFrame(rows), sim.positions, timeline, tokens)
+        return SimResult(policy, pol.describe(), summary, rows, sim.positions, timeline, tokens)
 
     def _priced(self, sim):
         """The run's priced forwards and those priced past the measured

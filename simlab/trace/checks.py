@@ -6,6 +6,10 @@ turns a speedup into 81,600x. So every column has a rule (:data:`RULES`: no null
 within a range), checked on every row; a message names the table, the column, the first bad
 row's prompt and position (or latency point) and how many rows are bad. The manifest's fields
 are checked against the types :class:`~simlab.trace.schema.Manifest` declares.
+
+The checks read the tables' numpy columns (:meth:`~simlab.trace.tables.Trace.columns`), so that
+loading a trace imports no pandas; only those of the exit layers' and the past-the-end tables,
+which few traces hold, read DataFrames.
 """
 
 from __future__ import annotations
@@ -15,7 +19,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from simlab.common.errors import SimlabError
 from simlab.trace.schema import (
@@ -26,7 +29,7 @@ from simlab.trace.schema import (
     Manifest,
     with_defaults,
 )
-from simlab.trace.tables import Trace
+from simlab.trace.tables import Columns, Trace
 
 PROB_SLACK = 1e-5  # float32 softmax sums may exceed 1 by a rounding error
 ENTROPY_SLACK = 1e-6
@@ -40,11 +43,17 @@ class Rule:
     high: float = math.inf
     what: str = "null"  # what is wrong with a bad value, for messages
 
-    def bad(self, values: pd.Series) -> np.ndarray:
-        if values.dtype == object or pd.api.types.is_string_dtype(values) or pd.api.types.is_bool_dtype(values):
-            return values.isna().to_numpy()
-        v = pd.to_numeric(values, errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+    def bad(self, values: np.ndarray) -> np.ndarray:
+        """Per value, whether it breaks the rule: of text or truth values only a missing one (an
+        integer column with a missing value reads as floats, the missing one NaN)."""
+        if values.dtype.kind in "OUSb":
+            return np.fromiter((_missing(v) for v in values), dtype=bool, count=len(values))
+        v = values.astype(float)
         return ~(np.isfinite(v) & (v >= self.low) & (v <= self.high))
+
+
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, (float, np.floating)) and math.isnan(value))
 
 
 PRESENT = Rule()
@@ -77,33 +86,33 @@ RULES: dict[str, dict[str, Rule]] = {
 RULES["past_end"] = RULES["positions"]  # the same columns, past each prompt's end
 
 
-def _row(df: pd.DataFrame, i: int) -> str:
+def _row(table: Columns, i: int) -> str:
     """Where row ``i`` of a table is, in the trace's own terms."""
     def at(col: str) -> str:
-        return _shown(df[col].iat[i])
+        return _shown(table[col][i])
 
-    if "prompt_id" in df.columns:
-        return f"prompt {at('prompt_id')}" + (f", position {at('pos')}" if "pos" in df.columns else "")
+    if "prompt_id" in table:
+        return f"prompt {at('prompt_id')}" + (f", position {at('pos')}" if "pos" in table else "")
     return f"row {i} ({at('op')}, k={at('k')}, context_len={at('context_len')})"
 
 
 def _shown(value) -> str:
     """A cell as a user wrote it: 3 rather than 3.0 or np.int32(3)."""
-    if pd.isna(value):
-        return "null" if value is None or value is pd.NA else "NaN"
+    if _missing(value):
+        return "null" if value is None else "NaN"
     if isinstance(value, (float, np.floating)) and float(value).is_integer():
         return str(int(value))
     return str(value.item() if hasattr(value, "item") else value)
 
 
-def check_columns(name: str, df: pd.DataFrame, where: str) -> None:
+def check_columns(name: str, table: Columns, where: str) -> None:
     """Apply :data:`RULES` to table ``name``; raise on the first column with a bad value."""
     for col, rule in RULES[name].items():
-        bad = rule.bad(df[col])
+        bad = rule.bad(table[col])
         if bad.any():
             first, n = int(np.flatnonzero(bad)[0]), int(bad.sum())
             raise SimlabError(f"{where}: {name}.parquet column {col!r} has {n} value{'s' * (n > 1)} "
-                              f"{rule.what}; the first is {_shown(df[col].iat[first])} at {_row(df, first)}")
+                              f"{rule.what}; the first is {_shown(table[col][first])} at {_row(table, first)}")
 
 
 _TYPES = {"str": (str,), "int": (int,), "float": (int, float), "list[int]": (list,), "dict": (dict,)}
@@ -132,42 +141,44 @@ def validate(trace: Trace) -> None:
     m = trace.manifest
     if not (m.temperature >= 0) or math.isinf(m.temperature):
         raise SimlabError(f"{where}: temperature must be >= 0, got {m.temperature}")
-    if trace.prompts.empty:
+    if trace.n_prompts == 0:
         raise SimlabError(f"{where}: prompts.parquet lists no prompts")
     for name in ("prompts", "positions", "rollouts", "layers", "topk", "tree", "past_end", "latency"):
-        df = trace.table(name)
-        if df is not None:
-            check_columns(name, with_defaults(name, df), where)
+        if trace.has(name):
+            check_columns(name, trace.columns(name), where)
     _check_positions(trace, where)
     _check_layers(trace, where)
     _check_rollout_layers(trace, where)
     _check_rollout_tails(trace, where)
     _check_trees(trace, where)
     _check_past_end(trace, where)
-    validate_latency(trace.latency, where)
+    validate_latency(trace.columns("latency"), where)
 
 
 def _check_positions(trace: Trace, where: str) -> None:
-    prompts, pos = trace.prompts, trace.positions
-    if prompts["prompt_id"].duplicated().any():
+    prompts = trace.columns("prompts")
+    pos = trace.columns("positions").sorted_by(["prompt_id", "pos"])
+    ids, n_tokens = prompts["prompt_id"], prompts["n_tokens"]
+    if len(set(ids.tolist())) != len(ids):
         raise SimlabError(f"{where}: prompts.parquet lists a prompt_id twice")
-    counts = pos.groupby("prompt_id")["pos"].agg(["count", "min", "max"])
+    # each prompt's rows: its count, first and last position (rows sorted by prompt and position)
+    pid, at = pos["prompt_id"], pos["pos"]
+    starts = np.flatnonzero(np.r_[True, pid[1:] != pid[:-1]]) if len(pid) else np.zeros(0, np.int64)
+    ends = np.r_[starts[1:], len(pid)]
+    have, count, low, high = pid[starts], ends - starts, at[starts], at[ends - 1]
     # checked for every prompt at once; the loop below only words the first failure
-    have = counts.reindex(prompts["prompt_id"].to_numpy())
-    n_tokens = prompts["n_tokens"].to_numpy()
-    fine = ((have["count"].to_numpy() == n_tokens) & (have["min"].to_numpy() == 0)
-            & (have["max"].to_numpy() == n_tokens - 1))
-    for row in prompts[~fine].itertuples(index=False):
-        n = int(row.n_tokens)
-        if row.prompt_id not in counts.index:
-            raise SimlabError(f"{where}: prompt {row.prompt_id} has no rows in positions.parquet")
-        c = counts.loc[row.prompt_id]
-        if c["count"] != n or c["min"] != 0 or c["max"] != n - 1:
-            raise SimlabError(
-                f"{where}: prompt {row.prompt_id} should have positions 0..{n - 1} exactly once in "
-                f"positions.parquet (found {int(c['count'])} rows, {int(c['min'])}..{int(c['max'])})"
-            )
-    if pos.duplicated(["prompt_id", "pos"]).any():
+    i = np.minimum(np.searchsorted(have, ids), max(len(have) - 1, 0))
+    listed = (i < len(have)) & (have[i] == ids) if len(have) else np.zeros(len(ids), bool)
+    fine = listed & (count[i] == n_tokens) & (low[i] == 0) & (high[i] == n_tokens - 1) if len(have) else listed
+    for row in np.flatnonzero(~fine).tolist():
+        prompt, n, c = ids[row], int(n_tokens[row]), i[row]
+        if not listed[row]:
+            raise SimlabError(f"{where}: prompt {prompt} has no rows in positions.parquet")
+        raise SimlabError(
+            f"{where}: prompt {prompt} should have positions 0..{n - 1} exactly once in "
+            f"positions.parquet (found {int(count[c])} rows, {int(low[c])}..{int(high[c])})"
+        )
+    if ((pid[1:] == pid[:-1]) & (at[1:] == at[:-1])).any():
         raise SimlabError(f"{where}: positions.parquet has a (prompt_id, pos) pair twice")
 
 
@@ -218,8 +229,7 @@ def _check_rollout_layers(trace: Trace, where: str) -> None:
     lists in ``rollout_layers`` has a rollout at every position where it diverges, as the
     replay then never stands in for one."""
     m = trace.manifest
-    rollouts = with_defaults("rollouts", trace.rollouts)
-    named = set(rollouts["layer"].unique().tolist()) - {NO_LAYER} | set(m.rollout_layers)
+    named = set(trace.columns("rollouts")["layer"].tolist()) - {NO_LAYER} | set(m.rollout_layers)
     allowed = set(m.exit_layers) - {m.draft_layer}
     if not named <= allowed:
         raise SimlabError(f"{where}: rollouts of exit layers {sorted(named - allowed)}, which are not among "
@@ -227,6 +237,7 @@ def _check_rollout_layers(trace: Trace, where: str) -> None:
     if not m.rollout_layers:
         return
     keys = ["prompt_id", "layer", "pos"]
+    rollouts = with_defaults("rollouts", trace.rollouts)
     layers = trace.layers[trace.layers["layer"].isin(m.rollout_layers)]
     layers = layers.merge(trace.positions[["prompt_id", "pos", "target_token"]], on=["prompt_id", "pos"])
     diverged = layers.loc[layers["token"] != layers["target_token"], keys]
@@ -243,65 +254,74 @@ def _check_rollout_layers(trace: Trace, where: str) -> None:
 def _check_rollout_tails(trace: Trace, where: str) -> None:
     """A rollout starts at a divergence (pos < n_tokens, from step 1) or is the tail past the
     path's end (pos = n_tokens, from step 0); the replay reads step 0 only of a tail."""
-    rollouts = trace.rollouts
-    n = rollouts["prompt_id"].map(trace.prompts.set_index("prompt_id")["n_tokens"])
-    bad = ((rollouts["step"] == 0) & (rollouts["pos"] != n)) | (rollouts["pos"] > n)
+    rollouts, prompts = trace.columns("rollouts"), trace.columns("prompts")
+    n = _n_tokens_of(rollouts["prompt_id"], prompts)
+    at, step = rollouts["pos"], rollouts["step"]
+    bad = ((step == 0) & (at != n)) | (at > n)
     if bad.any():
-        i = int(np.flatnonzero(bad.to_numpy())[0])
+        i = int(np.flatnonzero(bad)[0])
         raise SimlabError(f"{where}: rollouts.parquet has a row at {_row(rollouts, i)}, step "
-                          f"{_shown(rollouts['step'].iat[i])}: step 0 belongs only to the tail, the rollout at the "
+                          f"{_shown(step[i])}: step 0 belongs only to the tail, the rollout at the "
                           "prompt's n_tokens, and no rollout starts past it")
+
+
+def _n_tokens_of(ids: np.ndarray, prompts: Columns) -> np.ndarray:
+    """The n_tokens of each prompt of ``ids`` (floats: NaN for one prompts.parquet does not list)."""
+    order = np.argsort(prompts["prompt_id"], kind="stable")
+    listed, n = prompts["prompt_id"][order], prompts["n_tokens"][order].astype(float)
+    if not len(listed):
+        return np.full(len(ids), np.nan)
+    i = np.minimum(np.searchsorted(listed, ids), len(listed) - 1)
+    return np.where(listed[i] == ids, n[i], np.nan)
 
 
 def _check_trees(trace: Trace, where: str) -> None:
     """topk.parquet: ranks 0..K-1 at every position (K = the manifest's ``topk``); tree.parquet:
     per position, nodes 0.. in order, each parent an earlier node (or -1), K children per
     expanded node, at most the manifest's ``tree_depth`` levels."""
-    m, n = trace.manifest, int(trace.prompts["n_tokens"].sum())
+    m, n = trace.manifest, int(trace.columns("prompts")["n_tokens"].sum())
     for name, field in (("topk", m.topk), ("tree", m.tree_depth)):
-        if (trace.table(name) is None) != (field == 0):
+        if (not trace.has(name)) != (field == 0):
             flag = "--topk" if name == "topk" else "--tree-depth"
             raise SimlabError(f"{where}: manifest.json says {name if name == 'topk' else 'tree_depth'}={field} "
                               f"but {name}.parquet is {'present' if field == 0 else 'missing'} (recorded with {flag})")
     if m.tree_depth and m.topk < 1:
         raise SimlabError(f"{where}: manifest.json has tree_depth {m.tree_depth} but topk {m.topk}")
-    topk = trace.topk
-    if topk is not None:
-        t = topk.sort_values(["prompt_id", "pos", "rank"], kind="stable")
+    if trace.has("topk"):
+        t = trace.columns("topk").sorted_by(["prompt_id", "pos", "rank"])
         expected = np.tile(np.arange(m.topk), n)
-        if len(t) != n * m.topk or not np.array_equal(t["rank"].to_numpy(), expected):
+        if len(t) != n * m.topk or not np.array_equal(t["rank"], expected):
             raise SimlabError(f"{where}: topk.parquet must hold ranks 0..{m.topk - 1} at every position of every "
                               f"prompt ({n * m.topk} rows); it has {len(t)}")
-    tree = trace.tree
-    if tree is not None:
-        t = tree.sort_values(["prompt_id", "pos", "node"], kind="stable")
-        keys = t["prompt_id"].to_numpy().astype(np.int64) * (1 << 32) + t["pos"].to_numpy()
+    if trace.has("tree"):
+        t = trace.columns("tree").sorted_by(["prompt_id", "pos", "node"])
+        keys = t["prompt_id"].astype(np.int64) * (1 << 32) + t["pos"]
         first = np.r_[True, keys[1:] != keys[:-1]]
         node = np.arange(len(t)) - np.maximum.accumulate(np.where(first, np.arange(len(t)), 0))
-        parent = t["parent"].to_numpy()
+        parent = t["parent"]
         size = m.topk + (m.tree_depth - 1) * m.topk ** 2
         counts = np.diff(np.r_[np.flatnonzero(first), len(t)])
-        bad = (t["node"].to_numpy() != node) | (parent >= node)
+        bad = (t["node"] != node) | (parent >= node)
         if bad.any() or len(counts) != n or (counts != size).any():
             raise SimlabError(f"{where}: tree.parquet must hold, at every position, nodes 0..{size - 1} (EAGLE-2 "
                               f"trees of top-k {m.topk}, depth {m.tree_depth}) each after its parent")
         _check_expansions(t, m.topk, m.tree_depth, where)
-    if topk is not None:
+    if trace.has("topk"):
         _check_topk(trace, m.topk, where)
 
 
 def _check_topk(trace: Trace, k: int, where: str) -> None:
     """topk.parquet, position by position: the draft's top-K candidates are distinct tokens in
     order of probability (what a fixed tree's ranks mean)."""
-    t = trace.topk.sort_values(["prompt_id", "pos", "rank"], kind="stable")
-    bad = _unordered(t["token"].to_numpy().reshape(-1, k), t["prob"].to_numpy().reshape(-1, k))
+    t = trace.columns("topk").sorted_by(["prompt_id", "pos", "rank"])
+    bad = _unordered(t["token"].reshape(-1, k), t["prob"].reshape(-1, k))
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise SimlabError(f"{where}: topk.parquet at {_row(t, i * k)} does not hold a top-{k}: a position's candidates "
                           "must be distinct tokens in order of probability, rank 0 first")
 
 
-def _check_expansions(t: pd.DataFrame, k: int, depth: int, where: str) -> None:
+def _check_expansions(t: Columns, k: int, depth: int, where: str) -> None:
     """tree.parquet, position by position (``t`` sorted by prompt, position and node), as the
     recorder writes EAGLE-2's expansion (simlab.record.tree_expansion): level 1 is the root's
     top-K; level l >= 2 is K blocks of K children, ranks 0..K-1 in order of probability, the
@@ -309,8 +329,8 @@ def _check_expansions(t: pd.DataFrame, k: int, depth: int, where: str) -> None:
     in float64 parent first, ties to the earlier node), best first. A replay reads its trees from
     these nodes; a table that breaks the rule replays trees that were never drafted."""
     size = k + (depth - 1) * k * k
-    parent, rank = t["parent"].to_numpy().reshape(-1, size), t["rank"].to_numpy().reshape(-1, size)
-    token, prob = t["token"].to_numpy().reshape(-1, size), t["prob"].to_numpy().reshape(-1, size)
+    parent, rank = t["parent"].reshape(-1, size), t["rank"].reshape(-1, size)
+    token, prob = t["token"].reshape(-1, size), t["prob"].reshape(-1, size)
     rows = len(parent)
     bad = (rank != np.tile(np.arange(k), size // k)).any(axis=1) | (parent[:, :k] != -1).any(axis=1)
     bad |= _unordered(token.reshape(-1, k), prob.reshape(-1, k)).reshape(rows, -1).any(axis=1)
@@ -337,13 +357,12 @@ def _unordered(token: np.ndarray, prob: np.ndarray) -> np.ndarray:
     return (np.diff(prob, axis=1) > 0).any(axis=1) | (ordered[:, 1:] == ordered[:, :-1]).any(axis=1)
 
 
-def validate_latency(lat: pd.DataFrame, where: str) -> None:
+def validate_latency(lat: Columns, where: str) -> None:
     """Latency samples must be finite, positive, plausible and of known operations."""
-    if lat.empty:
+    if not len(lat):
         raise SimlabError(f"{where}: latency.parquet has no samples")
-    lat = with_defaults("latency", lat)
     check_columns("latency", lat, where)
-    ops = set(lat["op"].unique()) - set(LATENCY_OPS)
+    ops = set(lat["op"].tolist()) - set(LATENCY_OPS)
     if ops:
         raise SimlabError(f"{where}: latency.parquet has unknown ops {sorted(ops)}; expected {list(LATENCY_OPS)}")
     for op in REQUIRED_LATENCY_OPS:

@@ -9,7 +9,9 @@ killed between two renames still leaves a trace that loads, holding every finish
 
 Reading checks each table file against the sha256 the manifest lists for it
 (:mod:`simlab.trace.checksums`), then every column (nulls, finiteness, range), and names the
-table, column, prompt and position of the first bad value (:mod:`simlab.trace.checks`).
+table, column, prompt and position of the first bad value (:mod:`simlab.trace.checks`). The
+tables it returns are the pyarrow Tables read, which the trace turns into DataFrames only when
+one is asked for (:mod:`simlab.trace.tables`): reading and replaying a trace needs no pandas.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -36,7 +39,10 @@ from simlab.trace.schema import (
     Manifest,
     with_defaults,
 )
-from simlab.trace.tables import Trace
+from simlab.trace.tables import Columns, Trace
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # Written in this order; prompts last, because it is the commit record.
 WRITE_ORDER = ("latency", "positions", "rollouts", "layers", "topk", "tree", "past_end", "prompts")
@@ -142,7 +148,7 @@ def read_trace(path: str | os.PathLike, allow_empty: bool = False) -> Trace:
     if not (root / MANIFEST).exists() and any(root.glob("*.parquet")):
         raise SimlabError(f"incomplete trace (interrupted write?): {root} has tables but no {MANIFEST}")
     manifest, listing = _read_manifest(root)
-    tables: dict[str, pd.DataFrame | None] = {}
+    tables: dict[str, pa.Table | None] = {}
     for name in TABLES:
         file = root / f"{name}.parquet"
         if not file.exists():
@@ -152,14 +158,15 @@ def read_trace(path: str | os.PathLike, allow_empty: bool = False) -> Trace:
                 continue
             raise SimlabError(f"incomplete trace (interrupted write?): {root}: {file.name} is missing")
         tables[name] = _read_table(root, name, file, listing)
-    done = set(tables["prompts"]["prompt_id"].tolist())
+    done = Columns("prompts", tables["prompts"])["prompt_id"]
     for name in ("positions", "rollouts", "layers", "topk", "tree", "past_end"):
-        df = tables[name]
-        if df is not None and not df["prompt_id"].isin(done).all():
+        table = tables[name]
+        kept = np.isin(Columns(name, table)["prompt_id"], done) if table is not None else None
+        if kept is not None and not kept.all():
             # Rows of a prompt whose recording was interrupted before it was committed.
-            tables[name] = df[df["prompt_id"].isin(done)].reset_index(drop=True)
+            tables[name] = table.filter(pa.array(kept))
     trace = Trace(manifest=manifest, path=root, **tables)
-    if trace.prompts.empty and allow_empty:
+    if trace.n_prompts == 0 and allow_empty:
         return trace
     validate(trace)
     return trace
@@ -187,14 +194,15 @@ def _read_manifest(root: Path) -> tuple[Manifest, Listing]:
         raise SimlabError(f"trace {root}: {MANIFEST} is incomplete ({exc})") from exc
 
 
-def _read_table(root: Path, name: str, file: Path, listing: Listing) -> pd.DataFrame:
+def _read_table(root: Path, name: str, file: Path, listing: Listing) -> pa.Table:
     try:
         data = file.read_bytes()
     except OSError as exc:
         raise SimlabError(f"trace {root}: cannot read {file.name} ({exc.strerror or exc})") from None
     listing.check(file.name, data)
     try:
-        table = pq.read_table(pa.BufferReader(data))
+        # ParquetFile rather than pq.read_table: the same table, without importing pyarrow.dataset
+        table = pq.ParquetFile(pa.BufferReader(data)).read()
     except (pa.ArrowException, OSError) as exc:  # any damage Arrow reports, not only ArrowInvalid
         raise SimlabError(f"trace {root}: {file.name} is not a readable Parquet file ({exc})") from exc
     missing = [c for c in TABLES[name] if c not in table.column_names and c not in DEFAULTED_COLUMNS.get(name, {})]
@@ -206,7 +214,7 @@ def _read_table(root: Path, name: str, file: Path, listing: Listing) -> pd.DataF
         have, want = table.schema.field(col).type, pa.type_for_alias(t)
         if _kind(have) != _kind(want):
             raise SimlabError(f"trace {root}: {file.name} column {col!r} has type {have}, expected {want}")
-    return with_defaults(name, table.to_pandas())
+    return table
 
 
 def _kind(t: pa.DataType) -> str:

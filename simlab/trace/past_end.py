@@ -17,12 +17,15 @@ that gets that far, and :attr:`Extended.padded` says how many prompts were padde
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from simlab.trace.schema import POSITION_COLUMNS
 from simlab.trace.tables import Trace
+
+if TYPE_CHECKING:  # pandas is imported where a path is extended (a vLLM policy), not by every simulation
+    import pandas as pd
 
 # A placeholder position's tokens: never equal, so never accepted (and never a vocabulary id).
 PLACEHOLDER_TARGET, PLACEHOLDER_DRAFT = -1, -2
@@ -40,6 +43,8 @@ def extended(trace: Trace, tail: int) -> Extended:
     Only what a chain replay reads is kept: the extended positions, the divergence rollouts before
     each prompt's end (its tail rollout no longer sits at the path's end) and the latencies; the
     optional tables of exit layers and trees, which cover only the recorded positions, are dropped."""
+    import pandas as pd
+
     prompts = trace.prompts.sort_values("prompt_id").reset_index(drop=True)
     n = prompts.set_index("prompt_id")["n_tokens"]
     past = trace.past_end if trace.past_end is not None else trace.positions.iloc[:0]
@@ -58,6 +63,8 @@ def extended(trace: Trace, tail: int) -> Extended:
 
 
 def _placeholders(prompt_id: int, first: int, count: int) -> pd.DataFrame:
+    import pandas as pd
+
     rows = {col: np.zeros(count) for col in POSITION_COLUMNS}
     rows.update(prompt_id=np.full(count, prompt_id), pos=np.arange(first, first + count),
                 target_token=np.full(count, PLACEHOLDER_TARGET), draft_token=np.full(count, PLACEHOLDER_DRAFT))

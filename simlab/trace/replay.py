@@ -42,16 +42,19 @@ import math
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import islice
-from typing import Callable, Iterator, NamedTuple
+from typing import TYPE_CHECKING, Callable, Iterator, NamedTuple
 
 import numpy as np
-import pandas as pd
 
 from simlab.common.errors import SimlabError
 from simlab.common.signals import ShadowTokens, TokenSignal
 from simlab.trace.io import Trace
-from simlab.trace.schema import NO_LAYER, with_defaults
+from simlab.trace.schema import NO_LAYER
+from simlab.trace.tables import Columns
 from simlab.trace.tree_replay import Expansions, group_expansions, target_ranks
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 NAN = math.nan  # a signal's score where no predictor's was recorded
 NEW = tuple.__new__  # builds a TokenSignal several times faster than calling the class
@@ -320,18 +323,18 @@ class TraceReplay:
         self.trace = trace
         self.seed = seed
         self.greedy = trace.manifest.greedy
-        self._pos = pos = _sorted(trace.positions, ["prompt_id", "pos"])
-        pids = pos["prompt_id"].to_numpy()
+        self._pos = pos = trace.columns("positions").sorted_by(["prompt_id", "pos"])
+        pids = pos["prompt_id"]
         # prompt i holds rows bounds[i]:bounds[i+1] of the sorted positions
         self.bounds = np.concatenate([[0], np.flatnonzero(np.diff(pids)) + 1, [len(pos)]]).astype(np.int64)
-        self.accept = self._accept(pos, np.random.default_rng(seed))
-        table = trace.prompts.sort_values("prompt_id")
-        self.prompt_ids = table["prompt_id"].to_numpy(np.int64)
-        self.prompt_lens = table["prompt_len"].to_numpy(np.int64)
-        self.lengths = table["n_tokens"].to_numpy(np.int64)
-        self.ends = table["end"].to_numpy(np.int64) if "end" in table else self.lengths  # simlab.trace.past_end
+        self.accept = self._accept(pos, seed)
+        self._prompts_table = table = trace.columns("prompts").sorted_by(["prompt_id"])
+        self.prompt_ids = table["prompt_id"].astype(np.int64)
+        self.prompt_lens = table["prompt_len"].astype(np.int64)
+        self.lengths = table["n_tokens"].astype(np.int64)
+        self.ends = table["end"].astype(np.int64) if "end" in table else self.lengths  # simlab.trace.past_end
         budget = int(trace.manifest.max_new_tokens)
-        self.budgets = np.maximum(self.lengths, np.where(table["stop"].to_numpy() == "eos", budget, 0))
+        self.budgets = np.maximum(self.lengths, np.where(table["stop"] == "eos", budget, 0))
         self._prompts: list[PromptReplay] | None = None
 
     @property
@@ -352,26 +355,27 @@ class TraceReplay:
         columns = {
             "accept": split(self.accept),
             "run": split(_runs(self.accept, bounds)),
-            "target": split(pos["target_token"].to_numpy(np.int64)),
-            "draft": split(pos["draft_token"].to_numpy(np.int64)),
-            "conf": split(pos["draft_conf"].to_numpy(float)),
-            "entropy": split(pos["draft_entropy"].to_numpy(float)),
-            "end": split(np.isin(pos["draft_token"].to_numpy(np.int64), eos)),
-            "ranks": split(target_ranks(trace.topk, trace.manifest.topk, pos["target_token"].to_numpy(np.int64),
-                                        self.accept)),
+            "target": split(pos["target_token"].astype(np.int64)),
+            "draft": split(pos["draft_token"].astype(np.int64)),
+            "conf": split(pos["draft_conf"].astype(float)),
+            "entropy": split(pos["draft_entropy"].astype(float)),
+            "end": split(np.isin(pos["draft_token"].astype(np.int64), eos)),
+            "ranks": split(target_ranks(trace.columns("topk") if trace.has("topk") else None, trace.manifest.topk,
+                                        pos["target_token"].astype(np.int64), self.accept)),
         }
-        scores = split(pos["predictor_score"].to_numpy(float)) if "predictor_score" in pos.columns else None
-        by_layer = _rollout_tables(trace.rollouts, eos)
+        scores = split(pos["predictor_score"].astype(float)) if "predictor_score" in pos else None
+        by_layer = _rollout_tables(trace.columns("rollouts"), eos)
         rollouts = by_layer.pop(NO_LAYER)
         if trace.manifest.draft_layer != NO_LAYER:  # a self-speculative draft's rollouts are its layer's
             by_layer.setdefault(trace.manifest.draft_layer, rollouts)
-        layers = _group_layers(trace.layers, pos, eos, by_layer) if trace.layers is not None else {}
+        layers = _group_layers(trace.layers, trace.positions, eos, by_layer) if trace.has("layers") else {}
         expansions = {}
-        if trace.tree is not None:
+        if trace.has("tree"):
             m = trace.manifest
-            expansions = group_expansions(trace.tree, m.topk, m.tree_depth, self.prompt_ids.tolist(),
+            expansions = group_expansions(trace.columns("tree"), m.topk, m.tree_depth, self.prompt_ids.tolist(),
                                           columns["target"])
-        ids = table_ids(trace.prompts, self.prompt_ids)
+        table = self._prompts_table
+        ids = table["prompt_token_ids"] if "prompt_token_ids" in table else None
         prompts = []
         for i, (pid, prompt_len, n, budget, stop) in enumerate(zip(self.prompt_ids.tolist(), self.prompt_lens.tolist(),
                                                                   self.lengths.tolist(), self.budgets.tolist(),
@@ -401,10 +405,11 @@ class TraceReplay:
             ))
         return prompts
 
-    def _accept(self, pos: pd.DataFrame, rng: np.random.Generator) -> np.ndarray:
-        if self.greedy:
-            return pos["draft_token"].to_numpy() == pos["target_token"].to_numpy()
-        q, p = pos["q_target"].to_numpy(float), pos["p_target"].to_numpy(float)
+    def _accept(self, pos: Columns, seed: int) -> np.ndarray:
+        if self.greedy:  # no draw: numpy.random is not even imported
+            return pos["draft_token"] == pos["target_token"]
+        rng = np.random.default_rng(seed)
+        q, p = pos["q_target"].astype(float), pos["p_target"].astype(float)
         ratio = np.minimum(1.0, q / np.where(p > 0, p, 1.0))
         return rng.random(len(pos)) < np.where(p > 0, ratio, 0.0)
 
@@ -415,26 +420,6 @@ class TraceReplay:
     @property
     def max_context(self) -> int:
         return int((self.prompt_lens + self.budgets).max()) if len(self.lengths) else 0
-
-
-def table_ids(prompts: pd.DataFrame, prompt_ids: np.ndarray) -> list | None:
-    """Each prompt's token ids (as the table holds them) in ``prompt_ids`` order, from the prompts
-    table's ``prompt_token_ids`` (None when the trace has no such column)."""
-    if "prompt_token_ids" not in prompts.columns:
-        return None
-    by_id = dict(zip(prompts["prompt_id"].tolist(), prompts["prompt_token_ids"]))
-    return [by_id[pid] for pid in prompt_ids.tolist()]
-
-
-def _sorted(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """``df`` stably sorted by ``keys``; traces are written sorted, and checking is cheaper than sorting."""
-    later = np.zeros(max(len(df) - 1, 0), dtype=bool)  # row i+1 sorts after row i on an earlier key
-    tie = np.ones_like(later)
-    for key in keys:
-        step = np.diff(df[key].to_numpy())
-        later |= tie & (step > 0)
-        tie &= step == 0
-    return df if (later | tie).all() else df.sort_values(keys, kind="stable")
 
 
 def _runs(accept: np.ndarray, bounds: np.ndarray) -> np.ndarray:
@@ -494,12 +479,12 @@ class Rollouts:
             self._groups[d] = conf[a:b], ent[a:b], end[a:b]
 
 
-def _rollout_tables(df: pd.DataFrame, eos: np.ndarray) -> dict[int, "_RolloutTable"]:
+def _rollout_tables(rollouts: Columns, eos: np.ndarray) -> dict[int, "_RolloutTable"]:
     """The rollouts table cut by whose continuation each row is: the draft's (``NO_LAYER``,
     always present, perhaps empty) and each exit layer's that has its own."""
-    df = with_defaults("rollouts", df)
-    tables = {int(layer): _RolloutTable(rows, eos) for layer, rows in df.groupby("layer", sort=False)}
-    tables.setdefault(NO_LAYER, _RolloutTable(df.iloc[:0], eos))
+    layer = rollouts["layer"]
+    tables = {x: _RolloutTable(rollouts.subset(np.flatnonzero(layer == x)), eos) for x in set(layer.tolist())}
+    tables.setdefault(NO_LAYER, _RolloutTable(rollouts.subset(np.zeros(0, np.int64)), eos))
     return tables
 
 
@@ -507,14 +492,14 @@ class _RolloutTable:
     """Rows of a trace's rollouts table (one drafter's) as sorted arrays, cut into
     :class:`Rollouts` per prompt."""
 
-    def __init__(self, df: pd.DataFrame, eos: np.ndarray):
-        df = _sorted(df, ["prompt_id", "pos", "step"])
-        self.pid = df["prompt_id"].to_numpy(np.int64)
-        self.pos = df["pos"].to_numpy(np.int64)
-        self.step = df["step"].to_numpy(np.int64)
-        self.conf = df["draft_conf"].to_numpy(float)
-        self.ent = df["draft_entropy"].to_numpy(float)
-        self.end = np.isin(df["token"].to_numpy(np.int64), eos)
+    def __init__(self, rows: Columns, eos: np.ndarray):
+        rows = rows.sorted_by(["prompt_id", "pos", "step"])
+        self.pid = rows["prompt_id"].astype(np.int64)
+        self.pos = rows["pos"].astype(np.int64)
+        self.step = rows["step"].astype(np.int64)
+        self.conf = rows["draft_conf"].astype(float)
+        self.ent = rows["draft_entropy"].astype(float)
+        self.end = np.isin(rows["token"].astype(np.int64), eos)
 
     def of(self, prompt_id: int) -> Rollouts:
         lo, hi = np.searchsorted(self.pid, [prompt_id, prompt_id + 1])

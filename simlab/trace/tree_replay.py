@@ -16,20 +16,19 @@ round is answered by the *ranks of the target's tokens* along its path:
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from simlab.common.errors import SimlabError
 from simlab.trace.schema import NOT_IN_TOPK
+from simlab.trace.tables import Columns
 
 
-def target_ranks(topk: pd.DataFrame | None, k: int, target: np.ndarray, accept: np.ndarray) -> np.ndarray:
+def target_ranks(topk: Columns | None, k: int, target: np.ndarray, accept: np.ndarray) -> np.ndarray:
     """The rank of the target's token at every position (rows sorted like positions.parquet);
     0 where the draft's greedy token was accepted, ``NOT_IN_TOPK`` where unknown or absent."""
     ranks = np.where(accept, 0, NOT_IN_TOPK).astype(np.int64)
     if topk is None:
         return ranks
-    t = topk.sort_values(["prompt_id", "pos", "rank"], kind="stable")
-    tokens = t["token"].to_numpy(np.int64).reshape(-1, k)
+    tokens = topk.sorted_by(["prompt_id", "pos", "rank"])["token"].astype(np.int64).reshape(-1, k)
     match = tokens == target[:, None]
     match[:, 0] = False  # rank 0 is the acceptance bit (module docstring)
     found = match.any(axis=1)
@@ -84,13 +83,13 @@ class ExpansionAt:
         self.path_ranks = tuple(ranks)
 
 
-def group_expansions(tree: pd.DataFrame, topk: int, depth: int, prompt_ids: list[int],
+def group_expansions(tree: Columns, topk: int, depth: int, prompt_ids: list[int],
                      targets: list[list[int]]) -> dict[int, Expansions]:
     """Per prompt, its :class:`Expansions` (``tree`` holds EAGLE-2 trees of ``topk`` and ``depth``)."""
-    t = tree.sort_values(["prompt_id", "pos", "node"], kind="stable")
-    pid = t["prompt_id"].to_numpy(np.int64)
-    cols = {c: t[c].to_numpy() for c in ("parent", "rank", "token")}
-    prob = t["prob"].to_numpy(np.float64)
+    t = tree.sorted_by(["prompt_id", "pos", "node"])
+    pid = t["prompt_id"].astype(np.int64)
+    cols = {c: t[c] for c in ("parent", "rank", "token")}
+    prob = t["prob"].astype(np.float64)
     out = {}
     for p, target in zip(prompt_ids, targets):
         lo, hi = np.searchsorted(pid, [p, p + 1])

@@ -49,6 +49,9 @@ from simlab.trace.replay import TraceReplay
 from simlab.trace.schema import NO_LAYER
 
 
+CACHE_TOKENS = 1 << 20  # the suffix cache's room at the start, in nodes
+
+
 class LookupRounds:
     """A trace's prompts as token arrays, and the pricing of lookup rounds on them. A prompt's
     rounds are rows of five: the committed position, the tokens proposed, how many were accepted,
@@ -136,7 +139,8 @@ class LookupRounds:
         depth = policy.max_tree_depth
         prompts = self.replay.prompts
         own = suffix_rounds.Tree(depth, max(rp.prompt_len + rp.n_tokens for rp in prompts))
-        cache = suffix_rounds.Tree(depth, max(rp.n_tokens for rp in prompts))  # grown as it fills
+        # every response's tokens, up to a million nodes' room (beyond, grown as it fills)
+        cache = suffix_rounds.Tree(depth, min(sum(rp.n_tokens for rp in prompts), CACHE_TOKENS // depth))
         draft, best, theirs = (np.zeros(policy.num_tokens, dtype=np.int64) for _ in range(3))
         factor, floor = np.float32(policy.max_spec_factor), np.float32(policy.min_token_prob)
         out = []

@@ -171,6 +171,11 @@ def extend(nodes, table, meta, active, depth, token):
     nodes[0, COUNT] += 1
     for i in range(n):
         node = active[i]
+        head = nodes[node, FIRST] if node != 0 else EMPTY
+        if head != EMPTY and nodes[head, TOKEN] == token:  # the most frequent child, found without a search
+            nodes[head, COUNT] += 1  # (it stays first: _promote leaves the head where it is)
+            active[i] = head
+            continue
         key = _key(node, token)
         s = _slot(table, key)
         if table[2 * s] == EMPTY:

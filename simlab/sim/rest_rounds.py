@@ -8,7 +8,8 @@ prompt (a function of the prompt), nothing else, so :func:`rounds` walks a promp
 :func:`simlab.policies.rounds.decode` does and retrieves at each round's start, in one compiled
 loop (nothing is kept from one simulation to the next).
 
-The same steps in the same order: for each suffix length from the longest down, the same two
+The same steps in the same order: for each suffix length from the longest that occurs at all down
+(the policy begins at ``max_suffix``, and finds nothing at lengths that occur nowhere), the same two
 binary searches (Python's tuple order: a window cut short by the array's end sorts first), the
 occurrences in suffix-array order less the prompt's own sequences and the continuations that
 start at a separator, the first ``max_matches`` of them; then at each depth the continuation
@@ -41,16 +42,39 @@ def _compare(store, pos, context, start, m):
 
 
 @njit(cache=True)
-def _occurrences(store, order, context, start, m):
-    """The range of ``order`` whose suffixes start with ``context[start:start + m]``
-    (:meth:`~simlab.common.datastore.Datastore.occurrences`)."""
+def _first(store, order, context, start, m):
+    """Where in ``order`` the first suffix >= ``context[start:start + m]`` is."""
     lo, hi = 0, len(order)
-    while lo < hi:  # the first suffix >= pattern
+    while lo < hi:
         mid = (lo + hi) // 2
         if _compare(store, order[mid], context, start, m) < 0:
             lo = mid + 1
         else:
             hi = mid
+    return lo
+
+
+@njit(cache=True)
+def _longest(store, order, context, n, shortest, longest):
+    """The longest suffix of ``context[:n]`` of ``shortest..longest`` tokens that occurs in the
+    datastore at all (``shortest - 1``: none). A suffix of one that occurs occurs too, so the
+    lengths that occur are found by bisection, not one by one."""
+    yes, no = shortest - 1, longest + 1
+    while no - yes > 1:
+        mid = (yes + no) // 2
+        lo = _first(store, order, context, n - mid, mid)
+        if lo < len(order) and _compare(store, order[lo], context, n - mid, mid) == 0:
+            yes = mid
+        else:
+            no = mid
+    return yes
+
+
+@njit(cache=True)
+def _occurrences(store, order, context, start, m):
+    """The range of ``order`` whose suffixes start with ``context[start:start + m]``
+    (:meth:`~simlab.common.datastore.Datastore.occurrences`)."""
+    lo = _first(store, order, context, start, m)
     first, hi = lo, len(order)
     while lo < hi:  # the first suffix that does not start with pattern
         mid = (lo + hi) // 2
@@ -67,7 +91,8 @@ def retrieve(store, owner, order, own, context, n, cap, num_tokens, min_suffix, 
     """REST's proposal after ``context[:n]`` into ``draft``; returns its length. ``own``: per
     sequence, whether it answered this prompt; ``at``, ``values``: room for ``max_matches``."""
     found = 0
-    for length in range(min(max_suffix, n), min_suffix - 1, -1):
+    # the policy searches from min(max_suffix, n) down; the longer suffixes occur nowhere
+    for length in range(_longest(store, order, context, n, min_suffix, min(max_suffix, n)), min_suffix - 1, -1):
         lo, hi = _occurrences(store, order, context, n - length, length)
         for j in range(lo, hi):
             pos = order[j]

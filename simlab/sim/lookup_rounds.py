@@ -48,8 +48,7 @@ from simlab.sim.vanilla import TargetRows, interleave, rounds_run, walls
 from simlab.trace.replay import TraceReplay
 from simlab.trace.schema import NO_LAYER
 
-
-CACHE_TOKENS = 1 << 20  # the suffix cache's room at the start, in nodes
+CACHE_NODES = 1 << 20  # the suffix cache's room at the start, at most (beyond, it grows as it fills)
 
 
 class LookupRounds:
@@ -139,8 +138,8 @@ class LookupRounds:
         depth = policy.max_tree_depth
         prompts = self.replay.prompts
         own = suffix_rounds.Tree(depth, max(rp.prompt_len + rp.n_tokens for rp in prompts))
-        # every response's tokens, up to a million nodes' room (beyond, grown as it fills)
-        cache = suffix_rounds.Tree(depth, min(sum(rp.n_tokens for rp in prompts), CACHE_TOKENS // depth))
+        # room for every response's tokens, up to CACHE_NODES
+        cache = suffix_rounds.Tree(depth, min(sum(rp.n_tokens for rp in prompts), CACHE_NODES // depth))
         draft, best, theirs = (np.zeros(policy.num_tokens, dtype=np.int64) for _ in range(3))
         factor, floor = np.float32(policy.max_spec_factor), np.float32(policy.min_token_prob)
         out = []

@@ -5,11 +5,11 @@ import json
 import pytest
 
 from simlab.sim.bench import (
+    LOOKUP_TRACE,
     MIN_CPU_SECONDS,
     POLICY_GOAL,
     SD_GOAL,
     SIMULATE_GOAL,
-    LOOKUP_TRACE,
     BenchResult,
     bench_trace,
     run_bench,

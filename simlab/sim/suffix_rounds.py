@@ -21,8 +21,10 @@ both trees up to the round's position token by token and speculating there only 
 a round's start is looked up; nothing is kept from one simulation to the next).
 
 The arrays. A node is a row of ``nodes`` (``COUNT``, the first and last of its children in
-Arctic's sibling order, its previous and next sibling, its token, its parent); a child is found by an
-open-addressing table from (parent, token) to the child's row. The root keeps no sibling order:
+Arctic's sibling order, its previous and next sibling, its token, its parent, its slot in the
+table); a child is the head of its parent's order (the most frequent: most often the one asked
+for) or found by an open-addressing table from (parent, token) to the child's row, which holds
+every node. The root keeps no sibling order:
 the policy never reads it (a match is at least one token long) and never reorders it. The node
 of a suffix the tree has just counted is one of the sequence's last suffixes (``active``), so a
 match of m tokens is read there where the sequence is m tokens long, and walked from the root

@@ -20,10 +20,12 @@ from tests.test_lookup import random_token_trace, random_tokens, token_trace
 
 def datastore(path, sim: Simulator, rng: random.Random | None = None) -> str:
     """REST's datastore of the trace's own answers, each keyed by its prompt (never retrieved
-    there), and, with ``rng``, a few other answers of the same small vocabularies."""
+    there) or, with ``rng``, by some other prompt (retrieved: long matches), and, with ``rng``, a
+    few other answers of the same small vocabularies."""
     prompts = sim.replay.prompts
     seqs = [rp.target_tokens for rp in prompts]
-    keys = [fingerprint(rp.prompt_tokens) for rp in prompts]
+    keys = [fingerprint(rp.prompt_tokens if rng is None or rng.random() < 0.5 else [2 * 10 ** 6 + j])
+            for j, rp in enumerate(prompts)]
     if rng is not None:
         extra = [random_tokens(rng, rng.randint(1, 60), rng.choice([3, 8, 30])) for _ in range(rng.randint(0, 3))]
         seqs, keys = [*seqs, *extra], [*keys, *[fingerprint([10 ** 6 + i]) for i in range(len(extra))]]

@@ -9,7 +9,8 @@ prompt (a function of the prompt), nothing else, so :func:`rounds` walks a promp
 loop (nothing is kept from one simulation to the next).
 
 The same steps in the same order: for each suffix length from the longest that occurs at all down
-(the policy begins at ``max_suffix``, and finds nothing at lengths that occur nowhere), the same two
+(the policy begins at ``max_suffix``, and finds nothing at lengths that occur nowhere; that longest
+is found by bisection, below the last round's longest plus the tokens committed since), the same two
 binary searches (Python's tuple order: a window cut short by the array's end sorts first), the
 occurrences in suffix-array order less the prompt's own sequences and the continuations that
 start at a separator, the first ``max_matches`` of them; then at each depth the continuation
@@ -86,13 +87,15 @@ def _occurrences(store, order, context, start, m):
 
 
 @njit(cache=True)
-def retrieve(store, owner, order, own, context, n, cap, num_tokens, min_suffix, max_suffix, max_matches, at, values,
+def retrieve(store, owner, order, own, context, n, cap, num_tokens, min_suffix, longest, max_matches, at, values,
              draft):
-    """REST's proposal after ``context[:n]`` into ``draft``; returns its length. ``own``: per
-    sequence, whether it answered this prompt; ``at``, ``values``: room for ``max_matches``."""
+    """REST's proposal after ``context[:n]`` into ``draft``; returns its length and the longest
+    suffix of at most ``longest`` tokens that occurs (:func:`_longest`). ``own``: per sequence,
+    whether it answered this prompt; ``at``, ``values``: room for ``max_matches``."""
     found = 0
     # the policy searches from min(max_suffix, n) down; the longer suffixes occur nowhere
-    for length in range(_longest(store, order, context, n, min_suffix, min(max_suffix, n)), min_suffix - 1, -1):
+    top = _longest(store, order, context, n, min_suffix, longest)
+    for length in range(top, min_suffix - 1, -1):
         lo, hi = _occurrences(store, order, context, n - length, length)
         for j in range(lo, hi):
             pos = order[j]
@@ -104,7 +107,7 @@ def retrieve(store, owner, order, own, context, n, cap, num_tokens, min_suffix, 
         if found:
             break
     if not found:
-        return 0
+        return 0, top
     k = 0
     for depth in range(min(num_tokens, cap)):
         m = 0
@@ -129,7 +132,7 @@ def retrieve(store, owner, order, own, context, n, cap, num_tokens, min_suffix, 
                 at[kept] = at[j]
                 kept += 1
         found = kept
-    return k
+    return k, top
 
 
 @njit(cache=True)
@@ -137,13 +140,19 @@ def rounds(tokens, prompt_len, end, budget, num_tokens, min_suffix, max_suffix, 
            at, values, draft, out):
     """One prompt's rounds into ``out`` (committed position, tokens proposed, accepted); returns how many."""
     committed, r = 1, 0
+    seen = top = 0  # the last retrieval's context length, and the longest suffix it found occurring
     while committed < end:
         cap = min(num_tokens, budget - committed - 1)
         k = acc = 0
         if cap > 0:
             n = prompt_len + committed
-            k = retrieve(store, owner, order, own, tokens, n, cap, num_tokens, min_suffix, max_suffix, max_matches, at,
-                         values, draft)
+            # a suffix that occurs begins with a suffix of the last context, which occurs too: it is at
+            # most that one's longest plus the tokens since (where that longest is max_suffix, the bound
+            # is past max_suffix: no bound)
+            longest = min(max_suffix, n, top + n - seen)
+            k, top = retrieve(store, owner, order, own, tokens, n, cap, num_tokens, min_suffix, longest, max_matches,
+                              at, values, draft)
+            seen = n
             limit = min(k, end - committed - 1)  # the end token is always the target's
             while acc < limit and draft[acc] == tokens[n + acc]:
                 acc += 1

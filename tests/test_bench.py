@@ -5,6 +5,7 @@ import json
 import pytest
 
 from simlab.sim.bench import (
+    LOOKUP_TRACE,
     MIN_CPU_SECONDS,
     POLICY_GOAL,
     SD_GOAL,
@@ -12,6 +13,7 @@ from simlab.sim.bench import (
     BenchResult,
     bench_trace,
     run_bench,
+    time_cold,
     time_policy,
 )
 from simlab.sim.run import Simulator
@@ -48,6 +50,16 @@ def test_bench_reports_whole_process_simulate_each_policy_and_fixed_gamma_sd_wit
     assert results[0].tokens == 500 - 2 and results[0].cpu_seconds > 0  # two prompts; the prefill's token is not counted
     assert results[2].trace == "smollm2-selfspec"  # early-exit policies need a trace with layer signals
     assert results[3].what.startswith("fixed-γ SD")
+
+
+def test_a_lookup_policy_is_also_timed_cold_one_run_in_a_new_process_not_judged():
+    from simlab.common.locations import TRACES
+    from simlab.trace.io import read_trace
+
+    r = time_cold("pld", {"num_tokens": 4}, LOOKUP_TRACE)
+    one_run = Simulator(read_trace(TRACES / LOOKUP_TRACE)).run("pld", {"num_tokens": 4}, with_cost=False).summary.tokens
+    assert r.tokens == one_run and r.seconds > 0
+    assert not r.judged and r.what == "pld num_tokens=4, cold (one run, new process)"
 
 
 @pytest.mark.parametrize("args", [["--json"], []])

@@ -102,11 +102,12 @@ def bench(
     def record(r) -> None:
         rows.append({"figure": r.what, "trace": r.trace, "tokens": r.tokens, "seconds": r.seconds,
                      "cpu_seconds": r.cpu_seconds, "tokens_per_second": r.tokens_per_second, "goal": r.goal,
-                     "passed": r.passed})
+                     "passed": r.passed, "judged": r.judged})
         per = "wall-s" if r.cpu_seconds is not None else "CPU-s"
         seconds = f"{r.seconds:.2f}" + (f" ({r.cpu_seconds:.2f} CPU)" if r.cpu_seconds is not None else "")
-        table.add_row(r.what, f"{r.tokens_per_second / 1e6:.3f} /{per}", f">= {r.goal / 1e6:.1f}",
-                      "[green]PASS[/]" if r.passed else "[red]FAIL[/]", f"{r.tokens:,}", seconds, r.trace)
+        verdict = ("[green]PASS[/]" if r.passed else "[red]FAIL[/]") if r.judged else "not judged"
+        table.add_row(r.what, f"{r.tokens_per_second / 1e6:.3f} /{per}", f">= {r.goal / 1e6:.1f}" if r.judged else "",
+                      verdict, f"{r.tokens:,}", seconds, r.trace)
 
     run_bench(tokens, policy_tokens, specs or None, repeats, progress=record)
     serve = bench_serve_row()  # 10,000 requests of 256 tokens under `simlab serve` (simlab/serve/bench.py)

@@ -13,7 +13,6 @@ from simlab.policies import PolicyContext, make_policy
 from simlab.policies.base import AcceptancePredictor
 from simlab.policies.early_exit import Del
 from simlab.policies.fixed import VanillaSD
-from simlab.policies.lookup import Ngram, PromptLookup
 from simlab.policies.spide import Spide
 from simlab.sim.context import policy_context, tabulated, typical_context_len
 from simlab.sim.devices import Slice, Topology
@@ -152,7 +151,7 @@ class Simulator:
             sim = self._del_rounds().simulate(pol)
         elif isinstance(pol, Spide) and not keep_tokens and timeline_prompt is None and self._spide_rounds().replays(pol):
             sim = self._spide_rounds().simulate(pol)
-        elif type(pol) in (PromptLookup, Ngram) and not keep_tokens and timeline_prompt is None:
+        elif pol.looks_up and not keep_tokens and timeline_prompt is None and self._lookup_rounds().replays(pol):
             sim = self._lookup_rounds().simulate(pol)
         if sim is None:
             executor = SimExecutor(self.latency, self.topology, keep_tokens=keep_tokens, timeline_prompt=timeline_prompt)
@@ -227,8 +226,8 @@ class Simulator:
         return self._spide
 
     def _lookup_rounds(self):
-        """Prompt lookup's compiled replay (:mod:`simlab.sim.lookup_rounds`), imported with the first
-        prompt-lookup run, as DEL's is."""
+        """The lookup policies' compiled replay (:mod:`simlab.sim.lookup_rounds`), imported with the
+        first lookup run, as DEL's is."""
         if self._lookup is None:
             from simlab.sim import lookup_rounds
 

@@ -1,0 +1,162 @@
+"""REST's retrieval, compiled: :meth:`simlab.policies.rest.Rest.propose` over the datastore's arrays.
+
+Why. The policy retrieves with numpy calls over the suffix array (a binary search of Python
+tuples, a ``np.unique`` per drafted token): about a thousand simulated tokens a CPU-second, where
+``simlab bench`` asks half a million. A retrieval reads the datastore (fixed for the run), the
+context's last ``max_suffix`` tokens, the round's cap and whether each sequence answered the
+prompt (a function of the prompt), nothing else, so :func:`rounds` walks a prompt's rounds as
+:func:`simlab.policies.rounds.decode` does and retrieves at each round's start, in one compiled
+loop (nothing is kept from one simulation to the next).
+
+The same steps in the same order: for each suffix length from the longest that occurs at all down
+(the policy begins at ``max_suffix``, and finds nothing at lengths that occur nowhere; that longest
+is found by bisection, below the last round's longest plus the tokens committed since), the same two
+binary searches (Python's tuple order: a window cut short by the array's end sorts first), the
+occurrences in suffix-array order less the prompt's own sequences and the continuations that
+start at a separator, the first ``max_matches`` of them; then at each depth the continuation
+token most of them share (the smallest on a tie: ``np.unique`` sorts, ``np.argmax`` takes the
+first), keeping the occurrences that follow it.
+
+Bit for bit the round protocol running :class:`~simlab.policies.rest.Rest`
+(``tests/test_lookup_compiled.py``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from simlab.common.datastore import SEPARATOR
+
+
+@njit(cache=True)
+def _compare(store, pos, context, start, m):
+    """The order of ``store[pos:pos + m]`` against ``context[start:start + m]``, as Python orders
+    tuples: -1, 0 or 1."""
+    for i in range(m):
+        if pos + i >= len(store):
+            return -1  # shorter, and equal as far as it goes
+        a, b = store[pos + i], context[start + i]
+        if a != b:
+            return -1 if a < b else 1
+    return 0
+
+
+@njit(cache=True)
+def _first(store, order, context, start, m):
+    """Where in ``order`` the first suffix >= ``context[start:start + m]`` is."""
+    lo, hi = 0, len(order)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _compare(store, order[mid], context, start, m) < 0:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@njit(cache=True)
+def _longest(store, order, context, n, shortest, longest):
+    """The longest suffix of ``context[:n]`` of ``shortest..longest`` tokens that occurs in the
+    datastore at all (``shortest - 1``: none). A suffix of one that occurs occurs too, so the
+    lengths that occur are found by bisection, not one by one."""
+    yes, no = shortest - 1, longest + 1
+    while no - yes > 1:
+        mid = (yes + no) // 2
+        lo = _first(store, order, context, n - mid, mid)
+        if lo < len(order) and _compare(store, order[lo], context, n - mid, mid) == 0:
+            yes = mid
+        else:
+            no = mid
+    return yes
+
+
+@njit(cache=True)
+def _occurrences(store, order, context, start, m):
+    """The range of ``order`` whose suffixes start with ``context[start:start + m]``
+    (:meth:`~simlab.common.datastore.Datastore.occurrences`)."""
+    lo = _first(store, order, context, start, m)
+    first, hi = lo, len(order)
+    while lo < hi:  # the first suffix that does not start with pattern
+        mid = (lo + hi) // 2
+        if _compare(store, order[mid], context, start, m) <= 0:
+            lo = mid + 1
+        else:
+            hi = mid
+    return first, lo
+
+
+@njit(cache=True)
+def retrieve(store, owner, order, own, context, n, cap, num_tokens, min_suffix, longest, max_matches, at, values,
+             draft):
+    """REST's proposal after ``context[:n]`` into ``draft``; returns its length and the longest
+    suffix of at most ``longest`` tokens that occurs (:func:`_longest`). ``own``: per sequence,
+    whether it answered this prompt; ``at``, ``values``: room for ``max_matches``."""
+    found = 0
+    # the policy searches from min(max_suffix, n) down; the longer suffixes occur nowhere
+    top = _longest(store, order, context, n, min_suffix, longest)
+    for length in range(top, min_suffix - 1, -1):
+        lo, hi = _occurrences(store, order, context, n - length, length)
+        for j in range(lo, hi):
+            pos = order[j]
+            if not own[owner[pos]] and store[pos + length] != SEPARATOR:
+                at[found] = pos + length  # where the continuation starts
+                found += 1
+                if found == max_matches:
+                    break
+        if found:
+            break
+    if not found:
+        return 0, top
+    k = 0
+    for depth in range(min(num_tokens, cap)):
+        m = 0
+        for j in range(found):
+            token = store[at[j] + depth]  # a continuation ends at its separator: never read past it
+            if token != SEPARATOR:
+                values[m] = token
+                m += 1
+        if not m:
+            break
+        ranked = np.sort(values[:m])
+        best, most, run = ranked[0], 0, 0
+        for j in range(m):
+            run = run + 1 if j and ranked[j] == ranked[j - 1] else 1
+            if run > most:  # strictly more: the smallest token of the largest count
+                best, most = ranked[j], run
+        draft[k] = best
+        k += 1
+        kept = 0
+        for j in range(found):
+            if store[at[j] + depth] == best:
+                at[kept] = at[j]
+                kept += 1
+        found = kept
+    return k, top
+
+
+@njit(cache=True)
+def rounds(tokens, prompt_len, end, budget, num_tokens, min_suffix, max_suffix, max_matches, store, owner, order, own,
+           at, values, draft, out):
+    """One prompt's rounds into ``out`` (committed position, tokens proposed, accepted); returns how many."""
+    committed, r = 1, 0
+    seen = top = 0  # the last retrieval's context length, and the longest suffix it found occurring
+    while committed < end:
+        cap = min(num_tokens, budget - committed - 1)
+        k = acc = 0
+        if cap > 0:
+            n = prompt_len + committed
+            # a suffix that occurs begins with a suffix of the last context, which occurs too: it is at
+            # most that one's longest plus the tokens since (where that longest is max_suffix, the bound
+            # is past max_suffix: no bound)
+            longest = min(max_suffix, n, top + n - seen)
+            k, top = retrieve(store, owner, order, own, tokens, n, cap, num_tokens, min_suffix, longest, max_matches,
+                              at, values, draft)
+            seen = n
+            limit = min(k, end - committed - 1)  # the end token is always the target's
+            while acc < limit and draft[acc] == tokens[n + acc]:
+                acc += 1
+        out[r, 0], out[r, 1], out[r, 2] = committed, k, acc
+        r += 1
+        committed += acc + 1
+    return r

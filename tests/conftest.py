@@ -21,6 +21,10 @@ def pytest_addoption(parser):
 
 
 def pytest_collection_modifyitems(config, items):
+    # the files that run real models first: .ci/run hands whole files to two workers
+    # (--dist loadfile), and the longest ones started last would leave one worker idle at the end
+    slow = {item.module.__name__ for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.module.__name__ not in slow)  # stable: each file's order is kept
     if config.getoption("--mutants"):
         return
     skip = pytest.mark.skip(reason="a mutant run: python -m pytest tests/test_mutation_sample.py --mutants")

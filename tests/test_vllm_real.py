@@ -6,7 +6,8 @@ the path run 8 tokens past each end), then predicts ``simlab vllm run`` with K =
 prompt alone and both at once: every request's per-step drafted and accepted counts and vLLM's own
 counters must be the prediction's, including each request's last step, which drafts past
 ``max_tokens`` and counts what it accepts there. The run is interrupted once (Ctrl-C after its first
-batch) and resumed. ``vllm serve`` under a burst: its /metrics counters are the prediction's, and a
+batch) and resumed. vLLM's ``ngram`` proposer on the same prompts: its counts, step by step, are
+the ``ngram`` policy's with ``vllm_end``. ``vllm serve`` under a burst: its /metrics counters are the prediction's, and a
 server killed mid-run keeps what was measured. A model vLLM cannot load is refused in one line.
 """
 
@@ -99,6 +100,28 @@ def test_vllm_counts_equal_the_prediction_step_by_step_and_resume_after_ctrl_c(t
     assert summary["tokens_equal_plain"] == 4  # speculation changed no token
     requests = pd.read_csv(out / "requests.csv")
     assert (requests["output_tokens_measured"] == TOKENS).all()
+
+
+def _lookup_run(trace, out, *options):
+    """``simlab vllm run`` of a draft-free method on the trace's two prompts, its prediction and summary."""
+    main([str(a) for a in ("vllm", "run", "--trace", trace, "--out", out, *options, "--repeats", "1", "--quiet")])
+    return json.loads((out / "prediction.json").read_text()), json.loads((out / "summary.json").read_text())
+
+
+def test_vllm_ngram_counts_equal_the_prediction_step_by_step(trace, tmp_path):
+    """vLLM's prompt lookup (K = 3, n-grams of 1-2 tokens): every step of every request, the steps whose
+    lookup found nothing (no draft scheduled, absent from vLLM's per-step lists) included, and vLLM's
+    counters equal the ngram policy's with vLLM's end of a request, each prompt alone and both at once."""
+    prediction, summary = _lookup_run(trace, tmp_path / "ngram", "--method", "ngram", "--k", K,
+                                      "--prompt-lookup-min", "1", "--prompt-lookup-max", "2", "--batch", "1,2")
+    steps = [tuple(s) for p in prediction["prompts"].values() for s in p["steps"]]
+    assert (0, 0) in steps and any(d for d, _ in steps)  # steps without a proposal and steps with one
+    assert prediction["speculative_config"] == {"method": "ngram", "num_speculative_tokens": K,
+                                                "prompt_lookup_min": 1, "prompt_lookup_max": 2}
+    assert summary["requests"] == 4 and summary["requests_all_steps_equal"] == 4, summary
+    assert summary["step_log_equals_per_step_lists"] == 4, summary
+    assert summary["vllm_counters_equal_prediction"], summary
+    assert summary["tokens_equal_plain"] == 4 and summary["tokens_equal_trace"] == 4, summary
 
 
 def _server_pids() -> list[int]:

@@ -139,7 +139,7 @@ class Simulator:
             sim = self._del_rounds().simulate(pol)
         elif isinstance(pol, Spide) and not keep_tokens and timeline_prompt is None and self._spide_rounds().replays(pol):
             sim = self._spide_rounds().simulate(pol)
-        elif type(pol) in (PromptLookup, Ngram) and not keep_tokens and timeline_prompt is None:
+        elif type(pol) in (PromptLookup, Ngram) and not pol.past_end and not keep_tokens and timeline_prompt is None:
             sim = self._lookup_rounds().simulate(pol)
         if sim is None:
             executor = SimExecutor(self.latency, self.topology, keep_tokens=keep_tokens, timeline_prompt=timeline_prompt)

@@ -103,9 +103,15 @@ def test_vllm_counts_equal_the_prediction_step_by_step_and_resume_after_ctrl_c(t
 
 
 def _lookup_run(trace, out, *options):
-    """``simlab vllm run`` of a draft-free method on the trace's two prompts, its prediction and summary."""
-    main([str(a) for a in ("vllm", "run", "--trace", trace, "--out", out, *options, "--repeats", "1", "--quiet")])
-    return json.loads((out / "prediction.json").read_text()), json.loads((out / "summary.json").read_text())
+    """``simlab vllm run`` of a draft-free method on the trace's two prompts, predicted first
+    (``--predict-only``: nothing of vLLM's runs), then measured: its prediction and summary."""
+    args = [str(a) for a in ("vllm", "run", "--trace", trace, "--out", out, *options, "--repeats", "1", "--quiet")]
+    main([*args, "--predict-only"])
+    prediction = json.loads((out / "prediction.json").read_text())
+    assert not (out / "runs").exists() and "--predict-only" not in prediction["command"]
+    main(args)
+    assert json.loads((out / "prediction.json").read_text()) == prediction
+    return prediction, json.loads((out / "summary.json").read_text())
 
 
 def test_vllm_ngram_counts_equal_the_prediction_step_by_step(trace, tmp_path):

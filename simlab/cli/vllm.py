@@ -200,6 +200,8 @@ def run_command(
     prefix_caching: bool = typer.Option(False, "--prefix-caching/--no-prefix-caching",
                                         help="vLLM's prefix caching (not modelled: a cached prompt changes steps)."),
     python: str | None = typer.Option(None, "--python", help=PYTHON_HELP),
+    predict_only: bool = typer.Option(False, "--predict-only", help="Write the prediction and stop, before vLLM "
+                                      "starts (commit it; the same command without this flag then measures)."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress."),
 ) -> None:
     """Predict vLLM's speculative decoding (draft_model, ngram or suffix) on a trace's prompts, run it, and compare."""
@@ -211,7 +213,7 @@ def run_command(
     if repeats < 1:
         raise SimlabError(f"--repeats must be >= 1, got {repeats}")
     sizes = positive_ints(batch, "--batch")
-    if spec.name == "suffix" and sizes != [1]:
+    if spec.name == "suffix" and set(sizes) != {1}:
         # the cache across requests: concurrent requests feed each other's global tree step by step,
         # which the simulator (one prompt after another) does not model
         raise SimlabError("--method suffix runs one prompt at a time (--batch 1): requests at once share its global "
@@ -237,7 +239,7 @@ def run_command(
     else:
         prediction = compare.predict(trace, spec, budget, groups)
         prediction.update(plan=plan, speculative_config=spec.config(m.draft_model),
-                          command=shlex.join(["simlab", *sys.argv[1:]]),
+                          command=shlex.join(["simlab", *(a for a in sys.argv[1:] if a != "--predict-only")]),
                           date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                           load_average_1min=round(os.getloadavg()[0], 2))
         compare.write_prediction(file, prediction)
@@ -252,6 +254,9 @@ def run_command(
     c = prediction["counters"]
     typer.echo(f"predicted (before the run, {portable_path(file)}): drafts {c['num_drafts']}, draft tokens "
                f"{c['num_draft_tokens']}, accepted {c['num_accepted_tokens']} {c['num_accepted_tokens_per_pos']}")
+    if predict_only:
+        typer.echo(f"wrote {portable_path(file)}; the same command without --predict-only measures")
+        return
     setup = compare.Setup(python, target.path, draft.path if draft else None, m.dtype if m.dtype != "gguf" else "float32",
                           spec, budget, groups, repeats, prefix_caching, pythonpath)
     measured = compare.measure(trace, setup, out / "runs", log=_log(quiet), progress=_bar(quiet))

@@ -125,3 +125,9 @@ def test_run_refuses_bad_method_options_before_anything_is_written(smollm2_trace
 def test_install_refuses_an_unknown_extra(capsys):
     code, _, err = run_cli(capsys, "vllm", "install", "--with", "eagle")
     assert code == 2 and one_line(err) and "--with takes suffix, got eagle" in err, err
+
+
+def test_live_refuses_a_lookup_policy_with_vllms_end(capsys):
+    code, _, err = run_cli(capsys, "live", "--policy", "ngram", "--param", "vllm_end=true", "--target", "smollm2",
+                           "--draft", "smollm2", "--prompts", "humaneval:1", "--max-new-tokens", "4")
+    assert code == 2 and one_line(err) and "check it on vLLM with `simlab vllm run --method ngram`" in err, err

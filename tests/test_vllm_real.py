@@ -7,8 +7,9 @@ prompt alone and both at once: every request's per-step drafted and accepted cou
 counters must be the prediction's, including each request's last step, which drafts past
 ``max_tokens`` and counts what it accepts there. The run is interrupted once (Ctrl-C after its first
 batch) and resumed. vLLM's ``ngram`` proposer on the same prompts: its counts, step by step, are
-the ``ngram`` policy's with ``vllm_end``. ``vllm serve`` under a burst: its /metrics counters are the prediction's, and a
-server killed mid-run keeps what was measured. A model vLLM cannot load is refused in one line.
+the ``ngram`` policy's with ``vllm_end``; its ``suffix`` proposer likewise (``simlab vllm install
+--with suffix``, which .ci/run runs too). ``vllm serve`` under a burst: its /metrics counters are
+the prediction's, and a server killed mid-run keeps what was measured. A model vLLM cannot load is refused in one line.
 """
 
 import json
@@ -25,7 +26,7 @@ pytest.importorskip("transformers", reason="the trace's signals need the models 
 
 from simlab.cli import main  # noqa: E402
 from simlab.common.errors import SimlabError  # noqa: E402
-from simlab.engines.vllm.install import locate  # noqa: E402
+from simlab.engines.vllm.install import locate, suffix_path  # noqa: E402
 from simlab.models import install  # noqa: E402
 from simlab.sim.run import Simulator  # noqa: E402
 from simlab.trace.io import read_trace  # noqa: E402
@@ -128,6 +129,21 @@ def test_vllm_ngram_counts_equal_the_prediction_step_by_step(trace, tmp_path):
     assert summary["step_log_equals_per_step_lists"] == 4, summary
     assert summary["vllm_counters_equal_prediction"], summary
     assert summary["tokens_equal_plain"] == 4 and summary["tokens_equal_trace"] == 4, summary
+
+
+def test_vllm_suffix_counts_equal_the_prediction_step_by_step(trace, tmp_path):
+    """vLLM's suffix decoding (Arctic Inference's cache, `simlab vllm install --with suffix`), K = 3,
+    the prompts one after another on one engine: every step and the counters are the suffix
+    policy's with vLLM's end, the second prompt drafting from the first's response too."""
+    try:
+        suffix_path(locate())
+    except SimlabError as exc:
+        pytest.skip(str(exc))
+    prediction, summary = _lookup_run(trace, tmp_path / "suffix", "--method", "suffix", "--k", K)
+    assert prediction["speculative_config"]["suffix_decoding_max_tree_depth"] == 24  # vLLM's default
+    assert summary["requests"] == 2 and summary["requests_all_steps_equal"] == 2, summary
+    assert summary["step_log_equals_per_step_lists"] == 2 and summary["vllm_counters_equal_prediction"], summary
+    assert summary["tokens_equal_plain"] == 2, summary
 
 
 def _server_pids() -> list[int]:

@@ -104,3 +104,30 @@ def test_serve_refuses_a_port_in_use(smollm2_trace, tmp_path, capsys):
         code, _, err = run_cli(capsys, "vllm", "serve", "--trace", smollm2_trace, "--out", tmp_path / "s",
                                "--port", port)
     assert code == 2 and one_line(err) and f"port {port} on 127.0.0.1 is in use" in err, err
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--method", "eagle"], "--method must be one of draft_model, ngram, suffix, got 'eagle'"),
+    (["--method", "ngram", "--prompt-lookup-min", "4", "--prompt-lookup-max", "2"],
+     "vLLM would refuse prompt_lookup_min=4, prompt_lookup_max=2"),
+    (["--prompt-lookup-max", "3"], "--prompt-lookup-min/--prompt-lookup-max are ngram's settings, not draft_model's"),
+    (["--method", "ngram", "--suffix-max-tree-depth", "8"], "the --suffix-* options are suffix's settings, not ngram's"),
+    (["--method", "suffix", "--suffix-min-token-prob", "1.5"], "suffix_decoding_min_token_prob=1.5 (in [0, 1])"),
+    (["--method", "suffix", "--batch", "1,2"], "--method suffix runs one prompt at a time (--batch 1)"),
+    (["--method", "ngram", "--k", "0"], "--k (num_speculative_tokens) must be >= 1, got 0"),
+])
+def test_run_refuses_bad_method_options_before_anything_is_written(smollm2_trace, tmp_path, capsys, args, fragment):
+    code, _, err = run_cli(capsys, "vllm", "run", "--trace", smollm2_trace, "--out", tmp_path / "r", *args)
+    assert code == 2 and one_line(err) and fragment in err, err
+    assert not (tmp_path / "r").exists()
+
+
+def test_install_refuses_an_unknown_extra(capsys):
+    code, _, err = run_cli(capsys, "vllm", "install", "--with", "eagle")
+    assert code == 2 and one_line(err) and "--with takes suffix, got eagle" in err, err
+
+
+def test_live_refuses_a_lookup_policy_with_vllms_end(capsys):
+    code, _, err = run_cli(capsys, "live", "--policy", "ngram", "--param", "vllm_end=true", "--target", "smollm2",
+                           "--draft", "smollm2", "--prompts", "humaneval:1", "--max-new-tokens", "4")
+    assert code == 2 and one_line(err) and "check it on vLLM with `simlab vllm run --method ngram`" in err, err

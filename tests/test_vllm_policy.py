@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from simlab.common.errors import SimlabError
+from simlab.common.locations import ROOT
 from simlab.sim.run import Simulator
 from simlab.trace.io import read_trace, write_trace
 from simlab.trace.past_end import extended
@@ -168,3 +169,71 @@ def test_a_self_speculative_trace_gets_no_speculative_config(capsys):
     assert code == 0 and "speculative_config" not in json.loads(out)
     code, out, _ = run_cli(capsys, "sweep", "--trace", trace, "--policy", "sd:gamma=1..3", "--workers", "1", "--no-cache")
     assert code == 0 and "--speculative-config" not in out
+
+
+def vllm_ngram(tokens: list[int], min_n: int, max_n: int, k: int) -> list[int]:
+    """vLLM 0.32.0's ``_find_longest_matched_ngram_and_propose_tokens`` (v1/spec_decode/ngram_proposer.py),
+    line for line in plain Python (max_model_len never binds here): KMP over the reversed context."""
+    total = len(tokens)
+    if total < min_n:
+        return []
+    rev = tokens[::-1]
+    lps = [0] * max_n
+    longest = position = prev = 0
+    i = 1
+    while i < total:
+        if rev[prev] == rev[i]:
+            prev += 1
+            if prev >= longest:
+                longest, position = prev, i
+            if i < max_n:
+                lps[i] = prev
+            if prev == max_n:
+                prev = lps[max_n - 1]
+            i += 1
+        elif prev != 0:
+            prev = lps[prev - 1]
+        else:
+            i += 1
+    if longest < min_n:
+        return []
+    start = total - 1 - position + longest
+    return tokens[start:start + min(k, total - start)]
+
+
+@pytest.mark.parametrize("k, min_n, max_n, max_tokens", [(4, 5, 5, 0), (3, 1, 3, 0), (6, 2, 2, 50)])
+def test_ngram_with_vllm_end_is_vllms_ngram_step_by_step(k, min_n, max_n, max_tokens):
+    """The ngram policy with vllm_end on vLLM's SmolLM2 trace (its path run 8 tokens past each end)
+    against vLLM's own lookup and scheduler rule replayed here: a proposal after every step from
+    the prompt and the tokens out so far, never cut at the end; an empty one is a (0, 0) step; the
+    request stops at its end or max_tokens."""
+    trace = read_trace(ROOT / "results" / "vllm" / "traces" / "smollm2-humaneval-vllm")
+    sim = Simulator(trace)
+    params = {"num_tokens": k, "ngram_min": min_n, "ngram_max": max_n, "vllm_end": True, "max_tokens": max_tokens}
+    rows = pd.concat([trace.positions, trace.past_end]).sort_values(["prompt_id", "pos"])
+    for pid, prompt in trace.prompts.set_index("prompt_id").iterrows():
+        path = rows.loc[rows["prompt_id"] == pid, "target_token"].tolist()
+        end = min(int(prompt["n_tokens"]), max_tokens) if max_tokens else int(prompt["n_tokens"])
+        context, steps, c = [int(t) for t in prompt["prompt_token_ids"]], [], 1
+        while c < end:
+            draft = vllm_ngram(context + path[:c], min_n, max_n, k)
+            a = 0
+            while a < len(draft) and draft[a] == path[c + a]:
+                a += 1
+            steps.append((len(draft), a))
+            c += a + 1
+        res = sim.run("ngram", params, timeline_prompt=int(pid), with_cost=False)
+        got = [(s.args["tokens"] - 1, s.args["accepted"]) for s in res.timeline if s.device == "target"]
+        assert got == steps, pid
+        assert int(res.per_prompt.set_index("prompt_id").loc[pid, "tokens"]) + 1 == end
+
+
+def test_without_vllm_end_ngram_stays_within_the_budget_and_max_tokens_needs_it():
+    trace = read_trace(ROOT / "results" / "vllm" / "traces" / "smollm2-humaneval-vllm")
+    sim = Simulator(trace)
+    plain = sim.run("ngram", {"num_tokens": 6, "ngram_min": 1, "ngram_max": 2}, with_cost=False).summary
+    vllm = sim.run("ngram", {"num_tokens": 6, "ngram_min": 1, "ngram_max": 2, "vllm_end": True},
+                   with_cost=False).summary
+    assert vllm.drafted > plain.drafted  # the last steps propose past the budget
+    with pytest.raises(SimlabError, match="max_tokens is vLLM's end of a request; set vllm_end=true"):
+        sim.run("ngram", {"max_tokens": 50}, with_cost=False)

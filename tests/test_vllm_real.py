@@ -6,8 +6,10 @@ the path run 8 tokens past each end), then predicts ``simlab vllm run`` with K =
 prompt alone and both at once: every request's per-step drafted and accepted counts and vLLM's own
 counters must be the prediction's, including each request's last step, which drafts past
 ``max_tokens`` and counts what it accepts there. The run is interrupted once (Ctrl-C after its first
-batch) and resumed. ``vllm serve`` under a burst: its /metrics counters are the prediction's, and a
-server killed mid-run keeps what was measured. A model vLLM cannot load is refused in one line.
+batch) and resumed. vLLM's ``ngram`` proposer on the same prompts: its counts, step by step, are
+the ``ngram`` policy's with ``vllm_end``; its ``suffix`` proposer likewise (``simlab vllm install
+--with suffix``, which .ci/run runs too). ``vllm serve`` under a burst: its /metrics counters are
+the prediction's, and a server killed mid-run keeps what was measured. A model vLLM cannot load is refused in one line.
 """
 
 import json
@@ -24,7 +26,7 @@ pytest.importorskip("transformers", reason="the trace's signals need the models 
 
 from simlab.cli import main  # noqa: E402
 from simlab.common.errors import SimlabError  # noqa: E402
-from simlab.engines.vllm.install import locate  # noqa: E402
+from simlab.engines.vllm.install import locate, suffix_path  # noqa: E402
 from simlab.models import install  # noqa: E402
 from simlab.sim.run import Simulator  # noqa: E402
 from simlab.trace.io import read_trace  # noqa: E402
@@ -99,6 +101,49 @@ def test_vllm_counts_equal_the_prediction_step_by_step_and_resume_after_ctrl_c(t
     assert summary["tokens_equal_plain"] == 4  # speculation changed no token
     requests = pd.read_csv(out / "requests.csv")
     assert (requests["output_tokens_measured"] == TOKENS).all()
+
+
+def _lookup_run(trace, out, *options):
+    """``simlab vllm run`` of a draft-free method on the trace's two prompts, predicted first
+    (``--predict-only``: nothing of vLLM's runs), then measured: its prediction and summary."""
+    args = [str(a) for a in ("vllm", "run", "--trace", trace, "--out", out, *options, "--repeats", "1", "--quiet")]
+    main([*args, "--predict-only"])
+    prediction = json.loads((out / "prediction.json").read_text())
+    assert not (out / "runs").exists() and "--predict-only" not in prediction["command"]
+    main(args)
+    assert json.loads((out / "prediction.json").read_text()) == prediction
+    return prediction, json.loads((out / "summary.json").read_text())
+
+
+def test_vllm_ngram_counts_equal_the_prediction_step_by_step(trace, tmp_path):
+    """vLLM's prompt lookup (K = 3, n-grams of 1-2 tokens): every step of every request, the steps whose
+    lookup found nothing (no draft scheduled, absent from vLLM's per-step lists) included, and vLLM's
+    counters equal the ngram policy's with vLLM's end of a request, each prompt alone and both at once."""
+    prediction, summary = _lookup_run(trace, tmp_path / "ngram", "--method", "ngram", "--k", K,
+                                      "--prompt-lookup-min", "1", "--prompt-lookup-max", "2", "--batch", "1,2")
+    steps = [tuple(s) for p in prediction["prompts"].values() for s in p["steps"]]
+    assert (0, 0) in steps and any(d for d, _ in steps)  # steps without a proposal and steps with one
+    assert prediction["speculative_config"] == {"method": "ngram", "num_speculative_tokens": K,
+                                                "prompt_lookup_min": 1, "prompt_lookup_max": 2}
+    assert summary["requests"] == 4 and summary["requests_all_steps_equal"] == 4, summary
+    assert summary["step_log_equals_per_step_lists"] == 4, summary
+    assert summary["vllm_counters_equal_prediction"], summary
+    assert summary["tokens_equal_plain"] == 4 and summary["tokens_equal_trace"] == 4, summary
+
+
+def test_vllm_suffix_counts_equal_the_prediction_step_by_step(trace, tmp_path):
+    """vLLM's suffix decoding (Arctic Inference's cache, `simlab vllm install --with suffix`), K = 3,
+    the prompts one after another on one engine: every step and the counters are the suffix
+    policy's with vLLM's end, the second prompt drafting from the first's response too."""
+    try:
+        suffix_path(locate())
+    except SimlabError as exc:
+        pytest.skip(str(exc))
+    prediction, summary = _lookup_run(trace, tmp_path / "suffix", "--method", "suffix", "--k", K)
+    assert prediction["speculative_config"]["suffix_decoding_max_tree_depth"] == 24  # vLLM's default
+    assert summary["requests"] == 2 and summary["requests_all_steps_equal"] == 2, summary
+    assert summary["step_log_equals_per_step_lists"] == 2 and summary["vllm_counters_equal_prediction"], summary
+    assert summary["tokens_equal_plain"] == 2, summary
 
 
 def _server_pids() -> list[int]:

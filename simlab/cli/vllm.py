@@ -53,11 +53,24 @@ def _log(quiet: bool):
 
 
 @vllm_app.command("install")
-def install_command() -> None:
+def install_command(
+    extras: list[str] = typer.Option([], "--with", help="Also build what a speculative method needs: `suffix` "
+                                     "(Arctic Inference's suffix tree, from its sdist on the package index; needs "
+                                     "cmake and a C++20 compiler; about a minute)."),
+    python: str | None = typer.Option(None, "--python", help="With --with: build for this Python that has vLLM "
+                                      "(a GPU box's).", show_default="the environment this command makes"),
+) -> None:
     """Install vLLM's CPU build from the package index into an environment of its own (cached; about 3 minutes)."""
-    from simlab.engines.vllm.install import install
+    from simlab.engines.vllm.install import install, install_suffix, locate
 
-    typer.echo(install(log=lambda line: typer.echo(line, err=True)))
+    unknown = sorted(set(extras) - {"suffix"})
+    if unknown:
+        raise SimlabError(f"--with takes suffix, got {', '.join(unknown)}")
+    echo = lambda line: typer.echo(line, err=True)  # noqa: E731
+    vllm_python = locate(python) if python else str(install(log=echo))
+    typer.echo(vllm_python)
+    if extras:
+        typer.echo(install_suffix(vllm_python, log=echo))
 
 
 @vllm_app.command("record")
@@ -129,10 +142,11 @@ def _agreement(trace_path: Path, python: str | None, out: Path | None, limit: in
         typer.echo(f"wrote {portable_path(out / 'agreement.csv')}")
 
 
-def _pair(trace_path: Path, prompts: int | None, python: str | None):
-    """The trace (its first ``prompts``), its two models as vLLM loads them, and vLLM's Python; every
-    refusal before anything is written: a self-speculative trace, a model whose tokenizer is not the
-    trace's, no vLLM (one line naming the install command)."""
+def _pair(trace_path: Path, prompts: int | None, python: str | None, needs_draft: bool = True):
+    """The trace (its first ``prompts``), its two models as vLLM loads them (no draft, None, for a
+    method that needs none), and vLLM's Python; every refusal before anything is written: a
+    self-speculative trace where a draft model is needed, a model whose tokenizer is not the trace's,
+    no vLLM (one line naming the install command)."""
     from simlab.engines.vllm.install import locate
     from simlab.models.load import resolve
     from simlab.record.vllm import check_tokenizer
@@ -145,11 +159,11 @@ def _pair(trace_path: Path, prompts: int | None, python: str | None):
             raise SimlabError(f"--prompts must be >= 1, got {prompts}")
         trace = trace.select_prompts(sorted(trace.prompts["prompt_id"])[:prompts])
     m = trace.manifest
-    if m.draft_layer != NO_LAYER:
+    if needs_draft and m.draft_layer != NO_LAYER:
         raise SimlabError(f"{trace_path} is self-speculative (its draft is the target's first {m.draft_layer} layers); "
                           "vLLM's draft_model speculation runs a separate draft model: record a trace of the pair with "
                           "`simlab vllm record`")
-    target, draft = resolve(m.target_model), resolve(m.draft_model)
+    target, draft = resolve(m.target_model), resolve(m.draft_model) if needs_draft else None
     check_tokenizer(trace, target)
     return trace, target, draft, locate(python)
 
@@ -157,47 +171,75 @@ def _pair(trace_path: Path, prompts: int | None, python: str | None):
 @vllm_app.command("run")
 def run_command(
     trace_path: Path = typer.Option(..., "--trace", help="A trace of the models to run (`simlab vllm record`'s: "
-                                    "exact to the last step; any other: the last steps' acceptances are a lower bound)."),
+                                    "exact to the last step; any other: the last steps' acceptances are a lower bound, "
+                                    "and its tokens' agreement with vLLM's is reported)."),
     out: Path = typer.Option(..., "--out", help="Results folder: the prediction (written first), vLLM's runs, "
                              "the comparison."),
-    k: int = typer.Option(4, "--k", help="num_speculative_tokens."),
+    method: str = typer.Option("draft_model", "--method", help="vLLM's speculative method: draft_model (the trace's "
+                               "draft model), ngram (prompt lookup) or suffix (suffix decoding; needs `simlab vllm "
+                               "install --with suffix`); the last two need no draft model, only the target's tokens."),
+    k: int | None = typer.Option(None, "--k", help="num_speculative_tokens (suffix: the most a step proposes).",
+                                 show_default="4; suffix: its tree depth, as vLLM's default"),
+    prompt_lookup_min: int | None = typer.Option(None, "--prompt-lookup-min", help="ngram: the shortest n-gram "
+                                                 "matched.", show_default="vLLM's: 5, or --prompt-lookup-max's"),
+    prompt_lookup_max: int | None = typer.Option(None, "--prompt-lookup-max", help="ngram: the longest n-gram "
+                                                 "matched.", show_default="vLLM's: 5, or --prompt-lookup-min's"),
+    suffix_max_tree_depth: int | None = typer.Option(None, "--suffix-max-tree-depth", help="suffix: "
+                                                     "suffix_decoding_max_tree_depth.", show_default="vLLM's: 24"),
+    suffix_max_spec_factor: float | None = typer.Option(None, "--suffix-max-spec-factor", help="suffix: "
+                                                        "suffix_decoding_max_spec_factor.", show_default="vLLM's: 1.0"),
+    suffix_min_token_prob: float | None = typer.Option(None, "--suffix-min-token-prob", help="suffix: "
+                                                       "suffix_decoding_min_token_prob.", show_default="vLLM's: 0.1"),
     max_tokens: int | None = typer.Option(None, "--max-tokens", help="SamplingParams.max_tokens.",
                                           show_default="the trace's budget"),
     batch: str = typer.Option("1", "--batch", help="Prompts at once, e.g. 1,4: 1 runs each prompt alone; B runs "
-                              "them in groups of B (one LLM.generate each)."),
+                              "them in groups of B (one LLM.generate each; not with suffix)."),
     repeats: int = typer.Option(2, "--repeats", help="Times each engine (with and without speculation) runs every "
                                 "batch, alternating."),
     prompts: int | None = typer.Option(None, "--prompts", help="The trace's first N prompts.", show_default="all"),
     prefix_caching: bool = typer.Option(False, "--prefix-caching/--no-prefix-caching",
                                         help="vLLM's prefix caching (not modelled: a cached prompt changes steps)."),
     python: str | None = typer.Option(None, "--python", help=PYTHON_HELP),
+    predict_only: bool = typer.Option(False, "--predict-only", help="Write the prediction and stop, before vLLM "
+                                      "starts (commit it; the same command without this flag then measures)."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress."),
 ) -> None:
-    """Predict vLLM's draft-model speculative decoding on a trace's prompts, run it, and compare."""
+    """Predict vLLM's speculative decoding (draft_model, ngram or suffix) on a trace's prompts, run it, and compare."""
+    from simlab.engines.vllm.install import suffix_path
     from simlab.live import vllm as compare
 
-    if k < 1 or repeats < 1:
-        raise SimlabError("--k and --repeats must be >= 1")
-    trace, target, draft, python = _pair(trace_path, prompts, python)
+    spec = compare.Method.of(method, k, prompt_lookup_min, prompt_lookup_max, suffix_max_tree_depth,
+                             suffix_max_spec_factor, suffix_min_token_prob)
+    if repeats < 1:
+        raise SimlabError(f"--repeats must be >= 1, got {repeats}")
+    sizes = positive_ints(batch, "--batch")
+    if spec.name == "suffix" and set(sizes) != {1}:
+        # the cache across requests: concurrent requests feed each other's global tree step by step,
+        # which the simulator (one prompt after another) does not model
+        raise SimlabError("--method suffix runs one prompt at a time (--batch 1): requests at once share its global "
+                          "cache step by step, which is not modelled")
+    trace, target, draft, python = _pair(trace_path, prompts, python, spec.needs_draft)
+    pythonpath = tuple(suffix_path(python)) if spec.name == "suffix" else ()
     m = trace.manifest
     budget = max_tokens or m.max_new_tokens
-    sizes = positive_ints(batch, "--batch")
     ids = sorted(int(p) for p in trace.prompts["prompt_id"])
     groups = [[p] for p in ids] if 1 in sizes else []
     for b in sorted(s for s in sizes if s > 1):
         groups += [ids[i:i + b] for i in range(0, len(ids) - b + 1, b)]
     out.mkdir(parents=True, exist_ok=True)
-    plan = {"trace": portable_path(trace_path), "k": k, "max_tokens": budget, "groups": groups, "repeats": repeats,
-            "prefix_caching": prefix_caching}
+    plan = {"trace": portable_path(trace_path), "k": spec.k, "max_tokens": budget, "groups": groups,
+            "repeats": repeats, "prefix_caching": prefix_caching}
+    if not spec.needs_draft:  # a draft_model plan stays as it was written before other methods were run
+        plan["speculative_config"] = spec.config()
     file = out / compare.PREDICTION
     if file.exists():  # a resumed run keeps the prediction it made before measuring
         prediction = json.loads(file.read_text())
         if prediction.get("plan") != plan:
             raise SimlabError(f"{out} holds a run of another plan ({prediction.get('plan')}); pass another --out")
     else:
-        prediction = compare.predict(trace, k, budget, groups)
-        prediction.update(plan=plan, speculative_config=compare.speculative_config(k, m.draft_model),
-                          command=shlex.join(["simlab", *sys.argv[1:]]),
+        prediction = compare.predict(trace, spec, budget, groups)
+        prediction.update(plan=plan, speculative_config=spec.config(m.draft_model),
+                          command=shlex.join(["simlab", *(a for a in sys.argv[1:] if a != "--predict-only")]),
                           date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                           load_average_1min=round(os.getloadavg()[0], 2))
         compare.write_prediction(file, prediction)
@@ -212,8 +254,11 @@ def run_command(
     c = prediction["counters"]
     typer.echo(f"predicted (before the run, {portable_path(file)}): drafts {c['num_drafts']}, draft tokens "
                f"{c['num_draft_tokens']}, accepted {c['num_accepted_tokens']} {c['num_accepted_tokens_per_pos']}")
-    setup = compare.Setup(python, target.path, draft.path, m.dtype if m.dtype != "gguf" else "float32", k,
-                          budget, groups, repeats, prefix_caching)
+    if predict_only:
+        typer.echo(f"wrote {portable_path(file)}; the same command without --predict-only measures")
+        return
+    setup = compare.Setup(python, target.path, draft.path if draft else None, m.dtype if m.dtype != "gguf" else "float32",
+                          spec, budget, groups, repeats, prefix_caching, pythonpath)
     measured = compare.measure(trace, setup, out / "runs", log=_log(quiet), progress=_bar(quiet))
     result = compare.compare(prediction, measured, groups)
     result["requests"].to_csv(out / "requests.csv", index=False)
@@ -227,6 +272,9 @@ def run_command(
     typer.echo(f"per request and step: {s['steps_equal']}/{s['steps_measured']} steps equal, "
                f"{s['requests_all_steps_equal']}/{s['requests']} requests equal on every step; vLLM's counters "
                f"{'equal' if s['vllm_counters_equal_prediction'] else 'differ from'} the prediction")
+    if "tokens_equal_trace" in s:
+        typer.echo(f"vLLM's plain tokens equal the trace's in {s['tokens_equal_trace']}/{s['requests']} requests "
+                   "(requests.csv: first_difference_from_trace)")
     if "single_runs" in s:
         typer.echo(f"one prompt at a time ({s['single_runs']} runs): tokens/s error median {s['tokens_per_s_error_median']:+.1%}, "
                    f"{s['tokens_per_s_within_5pct']} within 5%; speedup of SD over plain vLLM measured "

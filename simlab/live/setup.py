@@ -81,6 +81,10 @@ class LiveSetup:
             raise SimlabError(f"policy {cfg.policy!r} models an engine whose last step drafts and counts past the "
                               f"budget, which simlab's decoder does not do: check it on that engine with "
                               f"`{REGISTRY[cfg.policy].checked_by}`")
+        if cfg.params.get("vllm_end") is True:
+            raise SimlabError(f"{cfg.policy} with vllm_end=true models vLLM's last step, which drafts and counts past "
+                              f"the budget, which simlab's decoder does not do: check it on vLLM with "
+                              f"`simlab vllm run --method {cfg.policy}`")
         self.trees = REGISTRY[cfg.policy].drafts_trees
         if self.trees and cfg.temperature > 0 and cfg.compare:
             raise SimlabError(f"policy {cfg.policy!r} drafts trees, which the simulator replays under greedy "

@@ -46,7 +46,7 @@ from simlab.engines.vllm import server as vserver
 from simlab.engines.vllm.jobs import Engine
 from simlab.latency.batch import BatchLatency
 from simlab.live import vllm as offline
-from simlab.policies.vllm import speculative_config
+from simlab.policies.vllm import Method, speculative_config
 from simlab.serve.run import BASELINE_POLICY, ServeConfig, latency_rule, serve_once
 from simlab.serve.vllm_scheduler import VllmScheduler
 from simlab.serve.workload import poisson_arrivals
@@ -107,7 +107,7 @@ def _scheduler(limits: vserver.Limits) -> VllmScheduler:
 def predict(trace: Trace, plan: Plan) -> dict:
     """What the servers will do (module docstring), as JSON-ready data."""
     sim = Simulator(trace)
-    counts = offline.predict(trace, plan.k, plan.max_tokens, [])
+    counts = offline.predict(trace, Method.of("draft_model", plan.k), plan.max_tokens, [])
     arrivals = engine_arrivals(plan)
     latency = BatchLatency(sim.latency)
     params = {"num_speculative_tokens": plan.k, "max_tokens": plan.max_tokens}

@@ -37,6 +37,7 @@ import numpy as np
 
 from simlab.common.errors import SimlabError
 from simlab.policies.base import BOOL, COUNT, Lookup, Param, Plan, Policy, RoundState, Serial
+from simlab.policies.vllm import MAX_TOKENS, VLLM_END, VllmEnd
 
 # What one lookup of this implementation costs on the host's CPU: seconds = FIXED + PER_TOKEN x
 # context tokens, fitted to timings of PromptLookup.propose at every position of the shipped Qwen
@@ -109,13 +110,30 @@ class PromptLookup(LookupPolicy):
         return tuple(tokens[start:start + k].tolist())
 
 
-class Ngram(PromptLookup):
-    """``ngram``: prompt lookup as vLLM's ``method: "ngram"`` runs it."""
+class Ngram(VllmEnd, PromptLookup):
+    """``ngram``: prompt lookup as vLLM's ``method: "ngram"`` runs it; with ``vllm_end``, each
+    request's end too (:class:`~simlab.policies.vllm.VllmEnd`), what ``simlab vllm run --method
+    ngram`` predicts.
+
+    Read in vLLM 0.32.0: ``NgramProposer.propose`` (``v1/spec_decode/ngram_proposer.py``) runs after
+    every step that sampled a token for the request (the prefill's first token included;
+    ``GPUModelRunner.propose_draft_token_ids`` after ``_bookkeeping_sync``, which the CPU runner
+    inherits, async scheduling being off on CPUs) over ``token_ids_cpu[:num_tokens_no_spec]``: the
+    prompt and every token output so far. It proposes up to ``num_speculative_tokens`` tokens,
+    capped only at ``max_model_len``, never at ``max_tokens``; an empty proposal schedules no draft
+    (``Scheduler.schedule``: ``request.spec_token_ids`` empty), so the step is a plain decoding step
+    and is neither a draft in ``SpecDecodingStats`` nor a step of ``per_step_drafted``
+    (``update_from_output`` observes only scheduled drafts)."""
 
     name = "ngram"
     summary = "vLLM's n-gram proposer: prompt lookup of prompt_lookup_min..max-token n-grams"
     paper = "vLLM, vllm/v1/spec_decode/ngram_proposer.py (docs/policies/lookup.md)"
-    params = lookup_params(5, 5, 5, False)
+    params = (*lookup_params(5, 5, 5, False), VLLM_END, MAX_TOKENS)
+    choices = PromptLookup.choices + "; with vllm_end, it does pass it in a request's last step, as vLLM's does"
+
+    def __init__(self, context, **values):
+        super().__init__(context, **values)
+        self._end_as_vllm(context, self.num_tokens)
 
 
 class LookupThenDraft(PromptLookup):

@@ -22,8 +22,21 @@ rises joins the front of its new count's group when it led its old one and the b
 new child joins the back), since the most frequent child on a tie is the first of that order.
 Probabilities and scores are float32 sums and products, as Arctic computes them.
 
-Where the sources say nothing simlab needs: a proposal never passes the budget's last position
-(the budget's room is what ``max_spec_tokens`` is given, where vLLM gives ``max_model_len``'s);
+How vLLM 0.32.0 drives the cache (``SuffixDecodingProposer.propose``, called by
+``GPUModelRunner.propose_draft_token_ids`` after every step that sampled a token for the request,
+the prefill's first token included): at a request's first proposal ``start_request`` with its
+prompt, then every step ``add_active_response`` with *all* the tokens the step sampled (the
+request's tree and, under the request's sequence id, the global tree), then ``speculate`` on the
+last ``max_tree_depth`` tokens with ``max_spec_tokens = min(num_speculative_tokens, max_model_len
+- num_tokens - 1)``; an empty draft schedules no draft and counts as none (``Scheduler.schedule``,
+``update_from_output``). With ``vllm_end`` (:class:`~simlab.policies.vllm.VllmEnd`) the last
+step's proposal is not cut at the budget, what it accepts past the end counts, and the tokens
+sampled past the end stay in the global tree, as vLLM adds them before its scheduler cuts the
+output (this policy's :meth:`settle` reads the tokens committed, past the end included).
+
+Where the sources say nothing simlab needs: without ``vllm_end`` a proposal never passes the
+budget's last position (the budget's room is what ``max_spec_tokens`` is given, where vLLM gives
+``max_model_len``'s);
 the global cache keeps every response of the run (vLLM evicts past 10,000 requests); the
 lookup's CPU time is priced as Arctic Inference's C++ cache takes it (what vLLM runs), not as this
 Python model of it does (``docs/policies/lookup.md``).
@@ -38,6 +51,7 @@ import numpy as np
 from simlab.common.errors import SimlabError
 from simlab.policies.base import BOOL, COUNT, POSITIVE, PROBABILITY, Param, PromptInfo
 from simlab.policies.lookup import LookupPolicy
+from simlab.policies.vllm import MAX_TOKENS, VLLM_END, VllmEnd
 
 F32 = np.float32
 # seconds per lookup: what vLLM runs, Arctic Inference's C++ cache (taking a round's tokens and
@@ -120,7 +134,7 @@ def _promote(parent: list, token: int, count: int) -> None:
     order.insert(h, token)
 
 
-class SuffixDecoding(LookupPolicy):
+class SuffixDecoding(VllmEnd, LookupPolicy):
     """``suffix``: vLLM's suffix decoding (Arctic Inference's cache), path speculation."""
 
     name = "suffix"
@@ -136,6 +150,8 @@ class SuffixDecoding(LookupPolicy):
         Param("min_token_prob", 0.1, "stop where a token's estimated probability drops below this", PROBABILITY,
               aliases=("suffix_decoding_min_token_prob",)),
         Param("global_cache", True, "also draft from every earlier response of the run", BOOL),
+        VLLM_END,
+        MAX_TOKENS,
     )
     choices = ("the budget's room caps max_spec_tokens; the global cache keeps the whole run (no eviction); the "
                "lookup's CPU time is priced as Arctic Inference's C++ cache takes it")
@@ -147,8 +163,10 @@ class SuffixDecoding(LookupPolicy):
         self._seq = -1  # this prompt's sequence in the global tree
         self._local: SuffixTree | None = None
         self._prompt_len = self._seen = 0
+        self._end_as_vllm(context, self.num_tokens)
 
     def reset(self, prompt: PromptInfo) -> None:
+        super().reset(prompt)
         self._seq += 1
         self._local, self._prompt_len = None, prompt.prompt_len
 

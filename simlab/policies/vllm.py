@@ -23,12 +23,60 @@ prompt's end is committed (``done``) and keeping the tokens before it (``kept``)
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from simlab.common.errors import SimlabError
-from simlab.policies.base import COUNT, NON_NEGATIVE, Param, PromptInfo
+from simlab.policies.base import BOOL, COUNT, NON_NEGATIVE, Param, PromptInfo
 from simlab.policies.fixed import VanillaSD
 
+MAX_TOKENS = Param("max_tokens", 0, "SamplingParams.max_tokens of the run predicted (0: the trace's own ends, its "
+                   "budget or end token)", NON_NEGATIVE)
+VLLM_END = Param("vllm_end", False, "end each prompt as vLLM does: the last step's proposal is not cut at the budget, "
+                 "acceptances past max_tokens or the end token count, the output is cut there", BOOL)
 
-class Vllm(VanillaSD):
+
+class VllmEnd:
+    """A request's end as vLLM's V1 engine runs it, for any proposer (``vllm/v1/core/sched/scheduler.py``):
+    ``schedule`` schedules every proposed token of a running request (capped only at
+    ``max_model_len``), so the last step's drafts run past ``max_tokens`` and the end token;
+    ``update_from_output`` counts the acceptances (``make_spec_decoding_stats``,
+    ``RequestSpecDecodeMetrics.observe``) before ``_update_request_with_output`` cuts the output at
+    the stop. In simlab terms: the replay runs ``past_end`` positions past each prompt's end (the
+    most a step proposes), :meth:`done` once the prompt's end (or ``max_tokens``) is committed,
+    :meth:`kept` the tokens before it. On when :attr:`ends_as_vllm` (``vllm`` always; ``ngram`` and
+    ``suffix`` with ``vllm_end``): off, every method is the plain policy's."""
+
+    max_tokens: int
+    past_end: int
+
+    @property
+    def ends_as_vllm(self) -> bool:
+        return bool(getattr(self, "vllm_end", True))
+
+    def _end_as_vllm(self, context, proposed_at_most: int) -> None:
+        """Set up :class:`VllmEnd` for a policy that proposes at most ``proposed_at_most`` tokens a step."""
+        if context.max_new_tokens and self.max_tokens > context.max_new_tokens:
+            raise SimlabError(f"max_tokens={self.max_tokens} exceeds the trace's budget ({context.max_new_tokens} "
+                              f"tokens per prompt); record a trace with --max-new-tokens {self.max_tokens} or more")
+        if self.max_tokens and not self.ends_as_vllm:
+            raise SimlabError(f"{self.name}: max_tokens is vLLM's end of a request; set vllm_end=true with it")
+        self.past_end = proposed_at_most if self.ends_as_vllm else 0
+        self._stop = 0
+
+    def reset(self, prompt: PromptInfo) -> None:
+        super().reset(prompt)
+        self._stop = min(prompt.stop, self.max_tokens) if self.max_tokens else prompt.stop
+
+    def done(self, committed: int) -> bool:
+        # scheduler.py: a request stops once its output holds max_tokens tokens or the end token
+        return self.ends_as_vllm and committed >= self._stop
+
+    def kept(self, committed: int) -> int:
+        # _update_request_with_output: the output is cut at the stop, after acceptance was counted
+        return min(committed, self._stop) if self.ends_as_vllm else committed
+
+
+class Vllm(VllmEnd, VanillaSD):
     """Draft exactly ``num_speculative_tokens`` every step, the last one included, verify them
     greedily, count acceptances past the end, output the tokens before ``max_tokens`` or the end token."""
 
@@ -39,8 +87,7 @@ class Vllm(VanillaSD):
     params = (
         Param("num_speculative_tokens", 4, "speculative_config's num_speculative_tokens: drafts per step (K)", COUNT,
               aliases=("gamma",)),
-        Param("max_tokens", 0, "SamplingParams.max_tokens of the run predicted (0: the trace's own ends, its budget "
-              "or end token)", NON_NEGATIVE),
+        MAX_TOKENS,
     )
     past_end = 4  # K past each prompt's end (the default K; each instance its own)
     # simlab's decoder stops at its budget; vLLM drafts and counts acceptances past max_tokens
@@ -52,27 +99,12 @@ class Vllm(VanillaSD):
 
     def __init__(self, context, **values):
         super().__init__(context, **values)
-        if context.max_new_tokens and self.max_tokens > context.max_new_tokens:
-            raise SimlabError(f"max_tokens={self.max_tokens} exceeds the trace's budget ({context.max_new_tokens} "
-                              f"tokens per prompt); record a trace with --max-new-tokens {self.max_tokens} or more")
-        self.past_end = self.num_speculative_tokens
-        self._stop = 0
+        self._end_as_vllm(context, self.num_speculative_tokens)
 
     @property
     def gamma(self) -> int:
         """Vanilla SD's γ (its plan) is vLLM's K."""
         return self.num_speculative_tokens
-
-    def reset(self, prompt: PromptInfo) -> None:
-        self._stop = min(prompt.stop, self.max_tokens) if self.max_tokens else prompt.stop
-
-    def done(self, committed: int) -> bool:
-        # scheduler.py: a request stops once its output holds max_tokens tokens or the end token
-        return committed >= self._stop
-
-    def kept(self, committed: int) -> int:
-        # _update_request_with_output: the output is cut at the stop, after acceptance was counted
-        return min(committed, self._stop)
 
 
 # the fixed-K policies whose rounds vLLM's draft_model speculation runs, and the parameter that is its K
@@ -82,6 +114,85 @@ FIXED_K = {"vllm": "num_speculative_tokens", "sd": "gamma"}
 def speculative_config(k: int, draft: str) -> dict:
     """vLLM's ``--speculative-config`` (``LLM(speculative_config=...)``) for a draft model and K drafts a step."""
     return {"method": "draft_model", "model": draft, "num_speculative_tokens": int(k)}
+
+
+# the speculative methods `simlab vllm run` predicts, each by the simlab policy that is its rule
+METHODS = {"draft_model": "vllm", "ngram": "ngram", "suffix": "suffix"}
+# SpeculativeConfig's defaults of suffix decoding (vLLM 0.32.0, vllm/config/speculative.py)
+SUFFIX_DEFAULTS = {"suffix_decoding_max_tree_depth": 24, "suffix_decoding_max_spec_factor": 1.0,
+                   "suffix_decoding_min_token_prob": 0.1}
+_SUFFIX_PARAMS = {"suffix_decoding_max_tree_depth": "max_tree_depth",
+                  "suffix_decoding_max_spec_factor": "max_spec_factor",
+                  "suffix_decoding_min_token_prob": "min_token_prob"}
+
+
+@dataclass(frozen=True)
+class Method:
+    """One of vLLM's speculative methods with its settings, as ``speculative_config`` holds them
+    once vLLM has filled in its defaults (``SpeculativeConfig.__post_init__``): ``k`` is
+    ``num_speculative_tokens``, ``options`` the method's own keys (``prompt_lookup_min``/``max``,
+    ``suffix_decoding_*``). :meth:`of` applies vLLM's defaults and refuses what vLLM refuses."""
+
+    name: str
+    k: int
+    options: dict
+
+    @classmethod
+    def of(cls, name: str, k: int | None = None, prompt_lookup_min: int | None = None,
+           prompt_lookup_max: int | None = None, suffix_max_tree_depth: int | None = None,
+           suffix_max_spec_factor: float | None = None, suffix_min_token_prob: float | None = None) -> Method:
+        """None: vLLM's default of that setting."""
+        suffix = dict(zip(SUFFIX_DEFAULTS, (suffix_max_tree_depth, suffix_max_spec_factor, suffix_min_token_prob)))
+        if name not in METHODS:
+            raise SimlabError(f"--method must be one of {', '.join(METHODS)}, got {name!r}")
+        if name != "ngram" and (prompt_lookup_min is not None or prompt_lookup_max is not None):
+            raise SimlabError(f"--prompt-lookup-min/--prompt-lookup-max are ngram's settings, not {name}'s")
+        if name != "suffix" and any(v is not None for v in suffix.values()):
+            raise SimlabError(f"the --suffix-* options are suffix's settings, not {name}'s")
+        if k is not None and k < 1:
+            raise SimlabError(f"--k (num_speculative_tokens) must be >= 1, got {k}")
+        if name == "ngram":
+            # _post_init: neither given, both 5; one given, the other equals it; Field(ge=1); min <= max
+            low = prompt_lookup_min if prompt_lookup_min is not None else prompt_lookup_max
+            high = prompt_lookup_max if prompt_lookup_max is not None else prompt_lookup_min
+            low, high = (5, 5) if low is None else (low, high)
+            if low < 1 or high < 1 or low > high:
+                raise SimlabError(f"vLLM would refuse prompt_lookup_min={low}, prompt_lookup_max={high}: both must be "
+                                  ">= 1 and min <= max")
+            return cls(name, 4 if k is None else k, {"prompt_lookup_min": low, "prompt_lookup_max": high})
+        if name == "suffix":
+            options = {key: SUFFIX_DEFAULTS[key] if v is None else v for key, v in suffix.items()}
+            depth, factor, prob = options.values()
+            # _validate_suffix_decoding: num_speculative_tokens defaults to the tree depth
+            if int(depth) != depth or depth < 1 or factor < 0 or not 0 <= prob <= 1:
+                raise SimlabError(f"vLLM would refuse suffix_decoding_max_tree_depth={depth} (an integer >= 1), "
+                                  f"suffix_decoding_max_spec_factor={factor} (>= 0), "
+                                  f"suffix_decoding_min_token_prob={prob} (in [0, 1])")
+            options["suffix_decoding_max_tree_depth"] = int(depth)
+            return cls(name, int(depth) if k is None else k, options)
+        return cls(name, 4 if k is None else k, {})
+
+    @property
+    def needs_draft(self) -> bool:
+        return self.name == "draft_model"
+
+    def config(self, draft: str | None = None) -> dict:
+        """vLLM's ``--speculative-config`` of this method (``draft``: the draft model, for ``draft_model``)."""
+        if self.needs_draft:
+            return speculative_config(self.k, draft)
+        return {"method": self.name, "num_speculative_tokens": self.k, **self.options}
+
+    def policy(self, max_tokens: int) -> tuple[str, dict]:
+        """The simlab policy that is this method's rule, with its parameters (``max_tokens``: 0 for the
+        trace's own ends): ``vllm``, or ``ngram``/``suffix`` with ``vllm_end``."""
+        if self.needs_draft:
+            return "vllm", {"num_speculative_tokens": self.k, "max_tokens": max_tokens}
+        params = {"num_tokens": self.k, "vllm_end": True, "max_tokens": max_tokens}
+        if self.name == "ngram":
+            params.update(ngram_min=self.options["prompt_lookup_min"], ngram_max=self.options["prompt_lookup_max"])
+        else:
+            params.update({_SUFFIX_PARAMS[key]: v for key, v in self.options.items()})
+        return METHODS[self.name], params
 
 
 def config_of(policy: str, params: dict, draft: str) -> dict | None:

@@ -13,6 +13,18 @@ and checks that vLLM imports. simlab never imports vLLM: it runs
 
 A machine that already has vLLM (a GPU box) passes its Python instead (``--python PATH``, or
 ``$SIMLAB_VLLM_PYTHON``); :func:`locate` checks it can import vLLM.
+
+vLLM's ``method: "suffix"`` imports Arctic Inference's ``SuffixDecodingCache``
+(``vllm/v1/spec_decode/suffix_decoding.py``; ``SpeculativeConfig._validate_suffix_decoding``
+refuses the method without it). arctic-inference 0.3.0 is an sdist on the package index whose
+build imports torch and wants a CUDA toolchain for its other kernels, and installing it as a
+package registers a vLLM plugin (``vllm.general_plugins``) that every vLLM process would load.
+:func:`install_suffix` (``simlab vllm install --with suffix``) builds only what vLLM calls, the
+suffix tree (``csrc/suffix_decoding``: C++20, CMake, nanobind 2.9.2 from the package index),
+against vLLM's Python, into a folder of its own beside the environment holding
+``arctic_inference/suffix_decoding`` (``__init__.py``, ``cache.py``, the compiled ``_C``) and
+nothing else; the runner puts that folder on the path of a job that runs ``suffix``
+(:func:`suffix_path`), so no other run sees it.
 """
 
 from __future__ import annotations
@@ -37,6 +49,10 @@ UNUSED = ("torchvision", "torchaudio", "torchcodec")  # CUDA builds that break t
 PYTHON_ENV = "SIMLAB_VLLM_PYTHON"
 INSTALL_COMMAND = "simlab vllm install"
 READY = "ready.json"  # written last: the environment is complete
+ARCTIC_VERSION = "0.3.0"  # the arctic-inference whose SuffixDecodingCache simlab's suffix policy was checked against
+ARCTIC = f"arctic-inference=={ARCTIC_VERSION}"
+NANOBIND = "nanobind==2.9.2"  # the version arctic-inference 0.3.0's build requires
+SUFFIX_COMMAND = "simlab vllm install --with suffix"
 
 
 def env_dir(root: Path | None = None) -> Path:
@@ -102,6 +118,93 @@ def _install(env: Path, log: Callable[[str], None]) -> Path:
     return python
 
 
+def suffix_dir(root: Path | None = None) -> Path:
+    return env_dir(root) / f"arctic-inference-{ARCTIC_VERSION}"
+
+
+def suffix_path(python: str, root: Path | None = None) -> list[str]:
+    """What a job running vLLM's ``suffix`` method puts on its Python path: nothing when ``python``
+    imports Arctic Inference itself (a machine that installed it), else the folder
+    :func:`install_suffix` built; a one-line :class:`SimlabError` naming the command when neither."""
+    done = subprocess.run([python, "-c", "import arctic_inference.suffix_decoding"], capture_output=True, timeout=300)
+    if done.returncode == 0:
+        return []
+    built = suffix_dir(root)
+    if (built / READY).exists():
+        return [str(built / "pkg")]
+    raise SimlabError(f"vLLM's suffix method needs Arctic Inference's suffix tree, which {python} cannot import: run "
+                      f"`{SUFFIX_COMMAND}` (about a minute), or pass --python PATH to a Python that has arctic-inference")
+
+
+def install_suffix(python: str, root: Path | None = None, log: Callable[[str], None] = print) -> Path:
+    """Build Arctic Inference's suffix tree for vLLM's ``python`` (module docstring); cached, and an
+    interrupted build is finished by the next call. Returns the folder to put on the path.
+
+    Steps and their times on this project's 2-core machine (its load average at 11): the sdist 12 s,
+    nanobind 3 s, CMake 3 s, the build 1 min 41 s (nanobind's own sources and the tree's two files;
+    25 s on a lighter load), the check 1 s."""
+    import tarfile
+
+    out = suffix_dir(root)
+    if (out / READY).exists():
+        return out / "pkg"
+    tools = [shutil.which("cmake"), shutil.which("ninja") or shutil.which("make"), shutil.which("c++")]
+    if not all(tools):
+        raise SimlabError("building Arctic Inference's suffix tree needs cmake (3.18 or later), ninja or make, and a "
+                          "C++20 compiler (c++) on PATH")
+    work = out / "build"
+    work.mkdir(parents=True, exist_ok=True)
+    record = out / "install.log"
+    src = work / f"arctic_inference-{ARCTIC_VERSION}"
+    cmake_dir = src / "csrc" / "suffix_decoding"
+    env = {**os.environ, "PYTHONPATH": str(work / "nanobind")}
+    generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+    steps = [
+        # without build isolation: pip reads the sdist's metadata with vLLM's own torch and setuptools,
+        # where an isolated build would first download its build requirements, a CUDA torch among them
+        (ARCTIC + " (the sdist)", [python, "-m", "pip", "download", "-q", "--no-deps", "--no-build-isolation",
+                                    ARCTIC, "-d", str(work)]),
+        (NANOBIND, [python, "-m", "pip", "install", "-q", "--target", str(work / "nanobind"), NANOBIND]),
+        ("cmake", ["cmake", "-S", str(cmake_dir), "-B", str(work / "tree"), *generator,
+                   f"-DPython_EXECUTABLE={python}", "-DCMAKE_BUILD_TYPE=Release"]),
+        ("the suffix tree (C++)", ["cmake", "--build", str(work / "tree")]),
+    ]
+    seconds = {}
+    with open(record, "a") as sink:
+        for what, command in steps:
+            if (what == ARCTIC + " (the sdist)" and any(work.glob("arctic_inference-*.tar.gz"))
+                    or what == NANOBIND and (work / "nanobind" / "nanobind").exists()):
+                continue  # fetched by an earlier, interrupted call (the build itself is incremental)
+            if what == "cmake":
+                with tarfile.open(next(work.glob("arctic_inference-*.tar.gz"))) as sdist:
+                    sdist.extractall(work, filter="data")
+            log(f"vllm install --with suffix: {what}...")
+            t0 = time.perf_counter()
+            done = subprocess.run(command, stdout=sink, stderr=subprocess.STDOUT, env=env)
+            seconds[what] = round(time.perf_counter() - t0, 1)
+            if done.returncode:
+                raise SimlabError(f"building Arctic Inference's suffix tree failed at {what} (exit {done.returncode}); "
+                                  f"see {record}")
+    package = out / "pkg" / "arctic_inference"
+    (package / "suffix_decoding").mkdir(parents=True, exist_ok=True)
+    shutil.copy(src / "arctic_inference" / "__init__.py", package)
+    for name in ("__init__.py", "cache.py"):
+        shutil.copy(src / "arctic_inference" / "suffix_decoding" / name, package / "suffix_decoding")
+    for lib in (work / "tree").glob("_C*.so"):
+        shutil.copy(lib, package / "suffix_decoding")
+    check = subprocess.run([python, "-c", "from arctic_inference.suffix_decoding import SuffixDecodingCache as C; "
+                            "c = C(4, 1); c.start_request(0, [1, 2, 1]); c.add_active_response(0, [2]); "
+                            "assert c.speculate(0, [1, 2], max_spec_tokens=2).token_ids[:1] == [1]"],
+                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(out / "pkg")})
+    if check.returncode:
+        last = (check.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise SimlabError(f"Arctic Inference's suffix tree was built but does not work with {python}: {last}")
+    shutil.rmtree(work)
+    (out / READY).write_text(json.dumps({"arctic_inference": ARCTIC_VERSION, "python": python, "seconds": seconds},
+                                        indent=2) + "\n")
+    return out / "pkg"
+
+
 def check(python: str) -> str:
     """The vLLM version ``python`` imports; a :class:`SimlabError` if it cannot."""
     try:
@@ -130,4 +233,5 @@ def locate(python: str | None = None, root: Path | None = None) -> str:
     return str(made)
 
 
-__all__ = ["VERSION", "PACKAGE", "INSTALL_COMMAND", "install", "locate", "check", "env_dir", "installed_python"]
+__all__ = ["VERSION", "PACKAGE", "INSTALL_COMMAND", "install", "locate", "check", "env_dir", "installed_python",
+           "install_suffix", "suffix_path", "SUFFIX_COMMAND"]

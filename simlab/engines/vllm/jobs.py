@@ -43,6 +43,7 @@ class Engine:
     prefix_caching: bool = False
     kv_cache_gib: int = KV_CACHE_GIB
     env: dict[str, str] = field(default_factory=dict)  # e.g. VLLM_CPU_NUM_OF_RESERVED_CPU
+    pythonpath: tuple[str, ...] = ()  # folders vLLM imports from besides its own (Arctic Inference's suffix tree)
 
     def engine_args(self) -> dict:
         args = {"model": self.model, "dtype": self.dtype, "max_model_len": self.max_model_len,
@@ -150,6 +151,8 @@ def run(python: str, engine: Engine, requests: Sequence[Request], batches: Seque
                                                           **engine.env},
            "sampling": dict(sampling or {}), "requests": [asdict(r) for r in requests],
            "batches": [list(b) for b in batches], "out": out.name}
+    if engine.pythonpath:  # only then: a job file of any other run stays as it was written
+        job["pythonpath"] = [_home(p) for p in engine.pythonpath]
     job_file = out.with_suffix(".job.json")
     have = len(read(out).batches)
     if have and job_file.exists() and _home({**json.loads(job_file.read_text()), "out": job["out"]}) != job:

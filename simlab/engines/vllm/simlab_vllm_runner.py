@@ -5,7 +5,8 @@ reads the lines). It imports only the standard library and vLLM, because vLLM li
 environment of its own (docs/vllm.md, "Install"): simlab is not installed there, and simlab's own
 environment never imports vLLM.
 
-The job names one engine (``LLM(**engine)``, any ``speculative_config``), the requests (prompt
+The job names one engine (``LLM(**engine)``, any ``speculative_config``: ``draft_model``, ``ngram``,
+``suffix``, with the folders its proposer imports from in ``pythonpath``), the requests (prompt
 token ids, sampling parameters) and the batches to run them in: each batch is one
 ``LLM.generate`` call, its requests submitted together. For every batch the output file gets one
 line, appended and flushed when the batch ends, holding per request the tokens, vLLM's
@@ -172,7 +173,9 @@ def run(job, job_dir):
     out = os.path.join(job_dir, job["out"])  # beside the job file
     os.environ.update({k: str(v) for k, v in job.get("env", {}).items()})
     here = os.path.dirname(os.path.abspath(__file__))
-    os.environ["PYTHONPATH"] = here + os.pathsep + os.environ.get("PYTHONPATH", "")
+    extra = [os.path.expanduser(p) for p in job.get("pythonpath", [])]  # e.g. Arctic Inference's suffix tree
+    sys.path[:0] = extra  # this process validates the engine's config; the engine core and worker inherit the env
+    os.environ["PYTHONPATH"] = os.pathsep.join([here, *extra, os.environ.get("PYTHONPATH", "")])
     done = _done_batches(out)
     if len(done) == len(job["batches"]):
         return 0

@@ -143,11 +143,16 @@ def install_suffix(python: str, root: Path | None = None, log: Callable[[str], N
     Steps and their times on this project's 2-core machine (its load average at 11): the sdist 12 s,
     nanobind 3 s, CMake 3 s, the build 1 min 41 s (nanobind's own sources and the tree's two files;
     25 s on a lighter load), the check 1 s."""
-    import tarfile
-
     out = suffix_dir(root)
     if (out / READY).exists():
         return out / "pkg"
+    with one_at_a_time(out.with_name(f".{out.name}.lock"), log):
+        return out / "pkg" if (out / READY).exists() else _install_suffix(python, out, log)
+
+
+def _install_suffix(python: str, out: Path, log: Callable[[str], None]) -> Path:
+    import tarfile
+
     tools = [shutil.which("cmake"), shutil.which("ninja") or shutil.which("make"), shutil.which("c++")]
     if not all(tools):
         raise SimlabError("building Arctic Inference's suffix tree needs cmake (3.18 or later), ninja or make, and a "

@@ -522,6 +522,14 @@ CHECKS = {  # the evidence link of a row -> its figures
     "results/vllm/smollm2-k4": lambda: vllm_check("smollm2-k4"),
     "results/vllm/README.md#smollm2-serve-burst4-smollm2-serve-rate05-vllm-serve-under-load":
         lambda: vllm_serve_check("smollm2-serve-burst4", "smollm2-serve-rate05"),
+    "results/vllm/README.md#smollm2-serve-burst4-vsched-smollm2-serve-rate05-vsched-predicted-with-vllms-scheduler":
+        lambda: vllm_serve_check("smollm2-serve-burst4-vsched"),
+    "results/vllm/README.md#smollm2-serve-burst4-avx512-trace-and-run-on-one-machine-vllms-scheduler-predicting":
+        lambda: vllm_serve_check("smollm2-serve-burst4-avx512"),
+    "results/vllm/smollm2-ngram": lambda: vllm_check("smollm2-ngram"),
+    "results/vllm/smollm2-suffix": lambda: vllm_check("smollm2-suffix"),
+    "results/vllm/qwen-edit-ngram": lambda: vllm_check("qwen-edit-ngram"),
+    "results/vllm/qwen-edit-suffix": lambda: vllm_check("qwen-edit-suffix"),
 }
 
 

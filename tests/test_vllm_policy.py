@@ -7,6 +7,7 @@ the request stops once its output reaches max_tokens or its end token, cut there
 """
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -92,7 +93,7 @@ def test_every_step_equals_the_independent_replay(seed):
 def test_without_past_end_rows_acceptances_there_are_rejections(capsys):
     """A trace not recorded by vllm record: placeholders never match, so accepted is a lower bound."""
     with_rows = past_end_trace(["1111111|1111", "101|0111"])
-    without = with_rows.__class__(**{**with_rows.__dict__, "past_end": None})
+    without = replace(with_rows, past_end=None)
     full = Simulator(with_rows).run("vllm", {"num_speculative_tokens": 3}, with_cost=False).summary
     bound = Simulator(without).run("vllm", {"num_speculative_tokens": 3}, with_cost=False).summary
     assert "counted as rejections" in capsys.readouterr().err
@@ -102,7 +103,7 @@ def test_without_past_end_rows_acceptances_there_are_rejections(capsys):
 
 def test_no_other_policy_reads_the_rows_past_the_end():
     with_rows = past_end_trace(["1101111011|1111", "1111111|0111"])
-    without = with_rows.__class__(**{**with_rows.__dict__, "past_end": None})
+    without = replace(with_rows, past_end=None)
     for policy, params in (("sd", {"gamma": 3}), ("hf-heuristic", {}), ("svip", {}), ("pearl", {})):
         a = Simulator(with_rows).run(policy, params).summary.to_dict()
         b = Simulator(without).run(policy, params).summary.to_dict()
@@ -135,7 +136,7 @@ def test_past_end_rows_are_written_read_and_checked(tmp_path):
     pd.testing.assert_frame_equal(back.past_end.reset_index(drop=True), trace.past_end.astype(back.past_end.dtypes))
     bad = trace.past_end.copy()
     bad.loc[bad.index[0], "pos"] = 7  # prompt 0's first row past its end (4) must be position 4
-    write_trace(trace.__class__(**{**trace.__dict__, "past_end": bad}), tmp_path / "bad")
+    write_trace(replace(trace, past_end=bad), tmp_path / "bad")
     with pytest.raises(SimlabError, match="past_end.parquet must continue each prompt's path"):
         read_trace(tmp_path / "bad")
 

@@ -164,9 +164,10 @@ def test_a_burst_prefills_the_first_prompt_alone_then_the_others_beside_its_firs
 
 def test_every_request_finishes_once_with_the_counts_of_the_offline_prediction(sim):
     from simlab.live import vllm as offline
+    from simlab.policies.vllm import Method
 
     run = _served(sim, [0.0, 0.5, 0.6, 3.0, 3.1, 3.2, 9.0, 9.5], VllmScheduler(3, 2048))
-    counts = offline.predict(sim.trace, K, 128, [])["prompts"]
+    counts = offline.predict(sim.trace, Method.of("draft_model", K), 128, [])["prompts"]
     for r in run.requests:
         steps = counts[str(r.replay.prompt_id)]["steps"]
         assert r.finished_steps == 1

@@ -41,6 +41,7 @@ from simlab.policies.lookup import LookupPolicy, LookupThenDraft, Ngram, PromptL
 from simlab.policies.ngram_match import match, proposal_length
 from simlab.policies.rest import Rest
 from simlab.policies.suffix import SuffixDecoding
+from simlab.policies.vllm import VllmEnd
 from simlab.sim import extrapolation as ex
 from simlab.sim import rest_rounds, suffix_rounds
 from simlab.sim.executor import SimRun, ad_seconds
@@ -70,9 +71,14 @@ class LookupRounds:
 
     def replays(self, policy: Policy) -> bool:
         """Whether this replay runs ``policy``: one of :data:`POLICIES` as shipped (an engine's own
-        end of a request, ``done``, ``kept`` or ``past_end``, is the round protocol's alone)."""
+        end of a request, ``done``, ``kept`` or ``past_end``, is the round protocol's alone: vLLM's,
+        :class:`~simlab.policies.vllm.VllmEnd`, when its ``vllm_end`` is on)."""
         kind = type(policy)
-        return kind in self.POLICIES and not policy.past_end and kind.done is Policy.done and kind.kept is Policy.kept
+        if kind not in self.POLICIES or policy.past_end:
+            return False
+        if isinstance(policy, VllmEnd):
+            return not policy.ends_as_vllm
+        return kind.done is Policy.done and kind.kept is Policy.kept
 
     def simulate(self, policy: LookupPolicy) -> SimRun:
         """What the executor reports for ``policy`` (:meth:`replays` says which), timelines and tokens aside."""

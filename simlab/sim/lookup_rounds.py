@@ -45,6 +45,7 @@ from simlab.policies.vllm import VllmEnd
 from simlab.sim import extrapolation as ex
 from simlab.sim import rest_rounds, suffix_rounds
 from simlab.sim.executor import SimRun, ad_seconds
+from simlab.sim.lookup_verify import accepted
 from simlab.sim.vanilla import TargetRows, interleave, rounds_run, walls
 from simlab.trace.replay import TraceReplay
 from simlab.trace.schema import NO_LAYER
@@ -197,9 +198,7 @@ def _prompt_lookup(tokens, prompt_len, end, budget, num_tokens, ngram_min, ngram
             start, size = match(tokens, n, ngram_min, ngram_max)
             if size:
                 k = proposal_length(tokens, n, start, num_tokens, cap, eos, cut_at_eos)
-                limit = min(k, end - committed - 1)  # the end token is always the target's
-                while acc < limit and tokens[start + acc] == tokens[n + acc]:
-                    acc += 1
+                acc = accepted(tokens[start:], tokens, n, k, end - committed - 1)
         if k == 0 and gamma > 0:  # nothing looked up: the draft model drafts this round
             model, k = 1, max(min(gamma, budget - committed - 1), 0)
             if k > 0:

@@ -27,6 +27,7 @@ import numpy as np
 from numba import njit
 
 from simlab.common.datastore import SEPARATOR
+from simlab.sim.lookup_verify import accepted
 
 
 @njit(cache=True)
@@ -153,9 +154,7 @@ def rounds(tokens, prompt_len, end, budget, num_tokens, min_suffix, max_suffix, 
             k, top = retrieve(store, owner, order, own, tokens, n, cap, num_tokens, min_suffix, longest, max_matches,
                               at, values, draft)
             seen = n
-            limit = min(k, end - committed - 1)  # the end token is always the target's
-            while acc < limit and draft[acc] == tokens[n + acc]:
-                acc += 1
+            acc = accepted(draft, tokens, n, k, end - committed - 1)
         out[r, 0], out[r, 1], out[r, 2] = committed, k, acc
         r += 1
         committed += acc + 1

@@ -40,6 +40,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from simlab.sim.lookup_verify import accepted
+
 COUNT, FIRST, LAST, PREV, NEXT, TOKEN, PARENT, SLOT = range(8)
 EMPTY = -1
 
@@ -267,9 +269,7 @@ def rounds(tokens, prompt_len, end, budget, num_tokens, depth, factor, floor, us
                 if their_score > score:
                     k = their_k
                     best[:k] = theirs[:k]
-            limit = min(k, end - committed - 1)  # the end token is always the target's
-            while acc < limit and best[acc] == tokens[n + acc]:
-                acc += 1
+            acc = accepted(best, tokens, n, k, end - committed - 1)
         out[r, 0], out[r, 1], out[r, 2] = committed, k, acc
         r += 1
         committed += acc + 1

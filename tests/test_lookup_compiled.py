@@ -132,3 +132,17 @@ def test_suffix_trees_grow_without_changing_a_proposal():
                                        np.float32(1.0), np.float32(0.1), draft, best)
         theirs, score = reference.speculate(context[-4:].tolist(), 6, 1.0, 0.1)
         assert (best[:ours[0]].tolist(), ours[1]) == (theirs, score)
+
+
+@pytest.mark.parametrize("name", ["ngram", "suffix", "rest"])
+def test_a_looked_up_end_token_is_the_targets_in_the_compiled_replay_too(name, tmp_path):
+    """The prompt holds the answer and its end token, so the first lookup proposes the end token
+    where the target's path ends: the compiled replay, as the protocol, keeps only the tokens
+    before it (the end token is the target's own)."""
+    from tests.test_lookup import EOS
+
+    sim = Simulator(token_trace([([5, 1, 2, 3, EOS, EOS, 5, 1], [2, 3, EOS])], budget=8))
+    params = {"ngram": {"prompt_lookup_min": 2, "prompt_lookup_max": 2, "num_tokens": 4},
+              "suffix": {"num_tokens": 4, "min_token_prob": 0.0},
+              "rest": {"datastore": datastore(tmp_path / "d.npz", sim), "num_tokens": 4}}[name]
+    same_as_the_protocol(sim, name, params)

@@ -1,8 +1,7 @@
-"""`simlab live` on a real model, SmolLM2-135M drafting for itself with its first 24 layers.
-
-The live decoder must emit exactly the target's greedy tokens under every policy, draft trees
-included, and the simulator, replaying a trace of the same prompts (recorded with the shipped
-tree trace's --topk 4 --tree-depth 4), must predict exactly the live target calls and MAT.
+"""`simlab live` on a real model, SmolLM2-135M drafting for itself with its first 24 layers
+(tests/live_fixtures.py): its latency probes and re-probes, the command's comparison of measured
+with predicted, its protocol at temperature, and what an interrupted or killed run keeps. (The
+decoder under every policy: tests/test_live_policies.py.)
 """
 
 from __future__ import annotations
@@ -12,162 +11,18 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="live decoding needs the models extra (torch)")
+pytest.importorskip("torch", reason="live decoding needs the models extra (torch)")
 pytest.importorskip("transformers", reason="live decoding needs the models extra (transformers)")
 
-from simlab.live.executor import LiveExecutor  # noqa: E402
 from simlab.live.session import REPROBE_SHARE, LiveSession, sizes_carrying  # noqa: E402
 from simlab.live.setup import LiveConfig  # noqa: E402
-from simlab.models import install  # noqa: E402
-from simlab.models.early_exit import early_exit_draft  # noqa: E402
-from simlab.policies import REGISTRY  # noqa: E402
-from simlab.record.recorder import RecordConfig, record  # noqa: E402
-from tests.helpers import EveryRoundParallel, SerialThenParallel, kill_moments  # noqa: E402
+from tests.helpers import kill_moments  # noqa: E402
+from tests.live_fixtures import LAYER, PROMPTS, TOKENS  # noqa: E402
 
 pytestmark = pytest.mark.slow
-
-LAYER = 24
-TOKENS = 24
-PROMPTS = "humaneval:2"
-# the oracle sees the future; rest needs a datastore (its proposals are checked in tests/test_lookup.py)
-# the oracle sees the future; vllm is checked on vLLM itself (tests/test_vllm_real.py); rest needs a datastore
-LIVE_POLICIES = sorted(name for name, cls in REGISTRY.items()
-                       if not cls.needs_future and not cls.checked_by and name != "rest")
-
-
-@pytest.fixture(scope="module")
-def trace_dir(tmp_path_factory) -> Path:
-    install("smollm2")
-    out = tmp_path_factory.mktemp("live") / "selfspec"
-    record(RecordConfig(target="smollm2", prompts=PROMPTS, out=out, max_new_tokens=TOKENS, exit_layers=str(LAYER),
-                        draft_layer=LAYER, rollout=8, latency_probe="k=1-4;ctx=64;repeats=1", topk=4, tree_depth=4,
-                        progress=False))
-    return out
-
-
-@pytest.fixture(scope="module")
-def session(trace_dir):
-    s = LiveSession(LiveConfig(policy="sd", params={"gamma": 3}, target="smollm2", draft_layer=LAYER,
-                               prompts=PROMPTS, max_new_tokens=TOKENS, trace=trace_dir, progress=False),
-                    log=lambda _: None)
-    s.load_trace()
-    s.load_models()
-    yield s
-    s.close()
-
-
-@pytest.fixture(scope="module")
-def greedy(session):
-    """The target's plain greedy tokens per prompt, from transformers' generate."""
-    target = session.executor.target_model
-    out = {}
-    for pid, ids in session.ids.items():
-        x = torch.tensor([ids])
-        with torch.inference_mode():
-            seq = target.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=TOKENS, do_sample=False,
-                                  eos_token_id=session.eos, pad_token_id=session.eos[0])
-        out[pid] = seq[0, len(ids):].tolist()
-    return out
-
-
-@pytest.mark.parametrize("policy", [EveryRoundParallel, SerialThenParallel])
-def test_parallel_rounds_are_lossless_live(session, greedy, policy):
-    for pid, ids in session.ids.items():
-        run = session.executor.run(policy(None), pid, ids, TOKENS)
-        assert run.tokens == greedy[pid]
-        assert run.counts.parallel_rounds > 0
-        draft = [f for f in run.forwards if f.what == "draft (parallel)"]
-        verify = [f for f in run.forwards if f.what == "verify (parallel)"]
-        # in a parallel round the draft's first step starts before the target's verify ends
-        assert any(d.start < v.end and v.start < d.end for d in draft for v in verify)
-
-
-@pytest.mark.parametrize("policy", LIVE_POLICIES)
-def test_every_policy_is_lossless_live_and_predicted_exactly(session, greedy, policy):
-    """Every policy decoded for real emits the target's greedy tokens, and the simulator predicts
-    its target calls and MAT exactly. Decisions never depend on timing (a parallel round's window
-    is fixed when it starts), so serial and parallel policies alike make the same rounds live as
-    in the replay. One decode per policy and prompt answers both (the suite's slowest part)."""
-    from simlab.sim.run import Simulator
-
-    simulator = Simulator(session.trace, topology=session.topology)
-    sim = simulator.run(policy, {}, with_cost=False).per_prompt.set_index("prompt_id")
-    pol = session.make_policy(policy, {})
-    for pid, ids in session.ids.items():
-        run = session.executor.run(pol, pid, ids, TOKENS)
-        assert run.tokens == greedy[pid]
-        assert run.counts.accepted <= run.counts.drafted
-        assert run.counts.target_calls == sim.loc[pid, "target_calls"]
-        assert run.counts.accepted / run.counts.target_calls == pytest.approx(sim.loc[pid, "mat"])
-        assert run.counts.num_drafts == sim.loc[pid, "num_drafts"]  # vLLM's counter, tallied alike
-        assert sum(run.positions.accepted) == run.counts.accepted
-        # a round's first draft forward feeds what the draft's KV cache lacks, and the simulator
-        # prices the same forwards (simlab/sim/draft_cache.py)
-        timeline = simulator.run(policy, {}, with_cost=False, timeline_prompt=pid).timeline
-        priced = sorted((s.args["position"], s.args["fed"]) for s in timeline if "fed" in s.args)
-        assert catch_ups(run) == priced
-
-
-def catch_ups(run) -> list[tuple[int, int]]:
-    """(position, tokens) of every round's first draft forward that fed more than one token: a
-    draft forward right after a target forward (later draft steps feed one token, a tree's
-    expansions follow its root's forward; a parallel round's verification, logged when it ends,
-    may fall between its one-token draft steps; a lookup is no forward of the draft model)."""
-    out, after_target = [], True
-    for f in run.forwards:
-        if f.what in ("prefill", "lookup"):
-            continue
-        if f.device == "draft" and after_target and f.tokens > 1:
-            out.append((f.position, f.tokens))
-        after_target = f.device == "target"
-    return sorted(out)
-
-
-def test_a_live_session_hands_policies_the_simulators_context(session):
-    """Policies that size windows from the context (spide, pearl) decide live as in the
-    prediction only if both build them with the same context (simlab/sim/context.py)."""
-    from simlab.policies.spide import Spide
-    from simlab.sim.run import Simulator
-
-    live = session.make_policy("spide", {}).context
-    sim = Simulator(session.trace, topology=session.topology).context()
-    assert (live.context_len, live.corun, live.exit_layers, live.n_layers) == \
-        (sim.context_len, sim.corun, sim.exit_layers, sim.n_layers)
-    assert type(live.latency) is type(sim.latency)
-    assert [live.latency.target_forward(k, live.context_len, live.corun) for k in range(1, 9)] == \
-        [sim.latency.target_forward(k, sim.context_len, sim.corun) for k in range(1, 9)]
-    assert live.best_gamma() == sim.best_gamma()
-    assert Spide(live).window == Spide(sim).window
-
-
-def test_speculative_sampling_runs_to_the_budget(session):
-    """Chains, parallel rounds and trees (sampled for a fixed shape, top-k for a grown one) at
-    temperature > 0 on the real model: every round's caches stay consistent to the budget."""
-    ex = LiveExecutor(session.executor.draft_model, session.executor.target_model, session.eos,
-                      temperature=1.0, seed=5)
-    for policy in (session.make_policy("sd", {"gamma": 3}), EveryRoundParallel(None),
-                   session.make_policy("tree-static", {"shape": "3x2x1"}), session.make_policy("eagle2", {"nodes": 8})):
-        run = ex.run(policy, 0, session.ids[0], TOKENS)
-        assert len(run.tokens) == TOKENS or run.tokens[-1] in session.eos
-        assert 0 <= run.counts.accepted <= run.counts.drafted
-    ex.close()
-
-
-def test_early_exit_draft_shares_weights_but_not_hooks(session):
-    target = session.executor.target_model
-    draft = early_exit_draft(target, 5)
-    assert draft.lm_head is target.lm_head and draft.model.layers[0] is target.model.layers[0]
-    assert len(draft.model.layers) == 5 and len(target.model.layers) == 30
-    calls = []
-    handle = target.register_forward_pre_hook(lambda *_: calls.append(1))
-    with torch.inference_mode():
-        draft(input_ids=torch.tensor([[1, 2, 3]]))
-    handle.remove()
-    assert calls == []
 
 
 def simlab(*args):
@@ -175,7 +30,7 @@ def simlab(*args):
 
 
 @pytest.mark.parametrize("policy, corun", [("sd", False), ("pearl", True)])
-def test_probe_times_the_runs_forwards_with_the_decoding_models_and_prices_the_prediction(trace_dir, policy, corun):
+def test_probe_times_the_runs_forwards_with_the_decoding_models_and_prices_the_prediction(live_trace, policy, corun):
     """--probe: the spec's k values and context, one sequence, co-running only for a parallel
     policy, timed on the session's own models; the comparison trace then holds those samples at
     those points and the trace's own everywhere else."""
@@ -184,7 +39,7 @@ def test_probe_times_the_runs_forwards_with_the_decoding_models_and_prices_the_p
     from simlab.record.reprobe import POINT
 
     s = LiveSession(LiveConfig(policy=policy, params={}, target="smollm2", draft_layer=LAYER, prompts=PROMPTS,
-                               max_new_tokens=TOKENS, trace=trace_dir, probe="k=1,4;ctx=40;repeats=2",
+                               max_new_tokens=TOKENS, trace=live_trace, probe="k=1,4;ctx=40;repeats=2",
                                progress=False), log=lambda _: None)
     try:
         before = s.load_trace().latency
@@ -207,13 +62,13 @@ def test_probe_times_the_runs_forwards_with_the_decoding_models_and_prices_the_p
     assert s.prediction.simulator.trace.latency is after  # the prediction is priced from them
 
 
-def test_probe_auto_times_every_size_the_prediction_verifies(trace_dir):
+def test_probe_auto_times_every_size_the_prediction_verifies(live_trace):
     """--probe 'k=auto': the k values are the target forwards the simulated run makes (AdaEDL's
     entropy stop verifies runs of many lengths) and 1, the baseline's step; a policy that sizes
     nothing from latencies then verifies only probed sizes, so its prediction is priced wholly
     from this process's samples."""
     s = LiveSession(LiveConfig(policy="adaedl", params={}, target="smollm2", draft_layer=LAYER, prompts=PROMPTS,
-                               max_new_tokens=TOKENS, trace=trace_dir, probe="k=auto;ctx=40;repeats=1",
+                               max_new_tokens=TOKENS, trace=live_trace, probe="k=auto;ctx=40;repeats=1",
                                progress=False), log=lambda _: None)
     try:
         s.load_trace()
@@ -229,7 +84,7 @@ def test_probe_auto_times_every_size_the_prediction_verifies(trace_dir):
     assert list(s.prediction.verified_sizes()) == sizes  # after the probe: nothing left unprobed
 
 
-def test_probe_auto_also_times_the_sizes_its_own_prediction_adds(trace_dir, monkeypatch):
+def test_probe_auto_also_times_the_sizes_its_own_prediction_adds(live_trace, monkeypatch):
     """spide-no-dyna-draft drafts vanilla SD's best γ, which the latencies decide: priced from the
     probe's samples (here a target forward as dear at every k, a draft step nearly free: long
     drafts pay), the prediction verifies sizes the first probe, sized from the trace's latencies,
@@ -252,7 +107,7 @@ def test_probe_auto_also_times_the_sizes_its_own_prediction_adds(trace_dir, monk
 
     monkeypatch.setattr(reprobe, "probe_here", probe)
     s = LiveSession(LiveConfig(policy="spide-no-dyna-draft", params={}, target="smollm2", draft_layer=LAYER,
-                               prompts=PROMPTS, max_new_tokens=TOKENS, trace=trace_dir,
+                               prompts=PROMPTS, max_new_tokens=TOKENS, trace=live_trace,
                                probe="k=auto;ctx=64;repeats=1", progress=False), log=lambda _: None)
     try:
         s.load_trace()
@@ -266,7 +121,7 @@ def test_probe_auto_also_times_the_sizes_its_own_prediction_adds(trace_dir, monk
 
 
 def test_reprobe_drift_prices_later_prompts_from_a_new_probe_and_keeps_the_policys_decisions(
-        trace_dir, monkeypatch, tmp_path):
+        live_trace, monkeypatch, tmp_path):
     """--reprobe-drift: after a prompt whose baselines drifted from their price, the forwards are
     timed again and the next prompt is priced from them. Here the re-probe is made to report a
     machine where the target costs 1 s a forward and a draft step next to nothing, on which
@@ -291,7 +146,7 @@ def test_reprobe_drift_prices_later_prompts_from_a_new_probe_and_keeps_the_polic
     monkeypatch.setattr(reprobe, "probe_here", probe)
     out, said = tmp_path / "live.csv", []
     s = LiveSession(LiveConfig(policy="spide-no-dyna-draft", params={}, target="smollm2", draft_layer=LAYER,
-                               prompts=PROMPTS, max_new_tokens=TOKENS, trace=trace_dir, probe="k=1-4;ctx=64;repeats=1",
+                               prompts=PROMPTS, max_new_tokens=TOKENS, trace=live_trace, probe="k=1-4;ctx=64;repeats=1",
                                reprobe_drift=1e-9, progress=False), log=said.append)
     report = LiveReport(s, out=out, say=said.append)
     try:
@@ -344,10 +199,10 @@ def test_reprobe_drift_needs_probe():
                                max_new_tokens=TOKENS, reprobe_drift=0.03, progress=False))
 
 
-def test_live_cli_compares_measured_with_predicted(trace_dir, tmp_path):
+def test_live_cli_compares_measured_with_predicted(live_trace, tmp_path):
     out = tmp_path / "live.csv"
     proc = subprocess.run(simlab("live", "--target", "smollm2", "--draft-layer", LAYER, "--prompts", PROMPTS,
-                                 "--max-new-tokens", TOKENS, "--policy", "sd", "--gamma", "3", "--trace", trace_dir,
+                                 "--max-new-tokens", TOKENS, "--policy", "sd", "--gamma", "3", "--trace", live_trace,
                                  "--probe", "k=1-4;ctx=64;repeats=1", "--out", out, "--log", tmp_path / "log",
                                  "--json"),
                           capture_output=True, text=True)
@@ -391,7 +246,7 @@ def test_live_cli_compares_measured_with_predicted(trace_dir, tmp_path):
     assert df["forward_gap"].str.contains(r"^(?:draft|verify) \d+\.\d\d s vs \d+\.\d\d s priced").all()
 
 
-def test_ctrl_c_keeps_finished_prompts(trace_dir, tmp_path):
+def test_ctrl_c_keeps_finished_prompts(live_trace, tmp_path):
     out = tmp_path / "live.csv"
     proc = subprocess.Popen(simlab("live", "--target", "smollm2", "--draft-layer", LAYER, "--prompts", "humaneval:6",
                                    "--max-new-tokens", TOKENS, "--policy", "sd", "--no-compare", "--out", out,
@@ -472,23 +327,6 @@ def test_live_trees_without_a_comparison(tmp_path, temperature, policy):
         assert summary["lossless"] == 1
 
 
-def test_hf_assisted_generation_runs_the_same_fixed_gamma(session, greedy):
-    """--against-hf's baseline: HF assisted generation with a constant γ emits the target's
-    greedy tokens in as many target forwards as simlab's sd with that γ (both verify γ drafts a
-    round), and leaves the draft's generation config as it found it."""
-    from simlab.live.hf import assisted_generate
-
-    ex = session.executor
-    before = ex.draft_model.generation_config.to_dict()
-    pol = session.make_policy("sd", {"gamma": 3})
-    for pid, ids in session.ids.items():
-        hf = assisted_generate(ex.target_model, ex.draft_model, ids, TOKENS, 3, session.eos)
-        run = ex.run(pol, pid, ids, TOKENS)
-        assert hf.tokens == greedy[pid] == run.tokens
-        assert hf.target_calls == run.counts.target_calls
-    assert ex.draft_model.generation_config.to_dict() == before
-
-
 def test_live_protocol_at_temperature(tmp_path):
     """At T > 0 with --repeats 2: no token-by-token verdict, a predicted interval over the
     recorded continuations (results/live/smollm2-t07/traces, record --seed 0 and 1), and the
@@ -528,21 +366,3 @@ def test_live_protocol_at_temperature(tmp_path):
     assert row["drifted"] == (abs(row["ad_drift"]) > DRIFTED)
     assert summary["repeats"] == 2 and summary["disturbed"] == int(row["disturbed"])
     assert summary["drifted"] == int(row["drifted"]) and summary["drifted_threshold"] == DRIFTED
-
-
-def test_pld_live_emits_and_counts_what_hugging_faces_prompt_lookup_does(session):
-    """simlab's pld decoding for real against generate(prompt_lookup_num_tokens=N): the same tokens
-    and the same number of target forwards (the same lookups, verified alike), on the same models."""
-    from simlab.live.hf import lookup_generate
-
-    policy = session.make_policy("pld", {"num_tokens": 4})
-    looked_up = 0
-    for pid, ids in session.ids.items():
-        run = session.executor.run(policy, pid, ids, TOKENS)
-        hf = lookup_generate(session.executor.target_model, ids, TOKENS, 4, policy.ngram_max, session.eos)
-        assert run.tokens == hf.tokens
-        assert run.counts.target_calls == hf.target_calls
-        looked_up += run.counts.drafted
-        lookups = [f.what for f in run.forwards].count("lookup")  # every round but one at the budget's last position
-        assert run.counts.target_calls - 1 <= lookups <= run.counts.target_calls
-    assert looked_up > 0  # some lookups found a match: the comparison is not of plain steps

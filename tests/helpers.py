@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -216,6 +218,14 @@ class SerialThenParallel(Policy):
 def simlab_cmd(*args) -> list[str]:
     """The command line of ``simlab ARGS`` in a fresh interpreter."""
     return [sys.executable, "-m", "simlab", *map(str, args)]
+
+
+def with_hardware(trace: Path, out: Path, hardware: str) -> Path:
+    """A copy of ``trace`` at ``out`` whose manifest says it was recorded on ``hardware``."""
+    shutil.copytree(trace, out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    (out / "manifest.json").write_text(json.dumps({**manifest, "hardware": hardware}))
+    return out
 
 
 def kill_moments(seed: int, n: int, low: float, high: float) -> list[float]:

@@ -22,9 +22,9 @@ PROMPTS = "humaneval:2"
 
 
 @pytest.fixture(scope="session")
-def live_trace(tmp_path_factory) -> Path:
+def live_trace(tmp_path_factory, worker_id) -> Path:
     base = tmp_path_factory.getbasetemp()
-    shared = base.parent if base.name.startswith("popen-gw") else base  # xdist: the workers' common parent
+    shared = base if worker_id == "master" else base.parent  # under xdist: the workers' common parent
     out = shared / "live-selfspec"
     with one_at_a_time(shared / "live-selfspec.lock"):
         if not (out / "manifest.json").exists():

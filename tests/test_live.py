@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -20,7 +19,7 @@ pytest.importorskip("transformers", reason="live decoding needs the models extra
 
 from simlab.live.session import REPROBE_SHARE, LiveSession, sizes_carrying  # noqa: E402
 from simlab.live.setup import LiveConfig  # noqa: E402
-from tests.helpers import kill_moments  # noqa: E402
+from tests.helpers import kill_moments, with_hardware  # noqa: E402
 from tests.live_fixtures import LAYER, PROMPTS, TOKENS  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -375,17 +374,6 @@ def test_live_protocol_at_temperature(tmp_path):
     assert summary["repeats"] == 2 and summary["disturbed"] == int(row["disturbed"])
     assert summary["drifted"] == int(row["drifted"]) and summary["drifted_threshold"] == DRIFTED
     assert "measuring latencies again" not in proc.stderr
-
-
-def with_hardware(trace: Path, out: Path, hardware: str) -> Path:
-    """A copy of ``trace`` whose manifest says it was recorded on ``hardware``."""
-    import json
-    import shutil
-
-    shutil.copytree(trace, out)
-    manifest = json.loads((out / "manifest.json").read_text())
-    (out / "manifest.json").write_text(json.dumps({**manifest, "hardware": hardware}))
-    return out
 
 
 def test_live_measures_again_the_latencies_of_a_trace_from_other_hardware(live_trace, tmp_path):

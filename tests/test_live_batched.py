@@ -20,6 +20,7 @@ from simlab.models.load import load_model, resolve  # noqa: E402
 from simlab.policies import make_policy  # noqa: E402
 from simlab.sim.run import Simulator  # noqa: E402
 from simlab.trace.io import read_trace  # noqa: E402
+from tests.helpers import with_hardware  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -131,16 +132,9 @@ def test_serve_live_waits_like_the_latency_probe_it_is_compared_with(monkeypatch
 
 @pytest.mark.parametrize("elsewhere", [True, False])
 def test_serve_live_says_when_its_prediction_is_priced_on_other_hardware(tmp_path, capsys, elsewhere):
-    import json
-    import shutil
-
     from simlab.record.machine import hardware_name
 
-    copy = tmp_path / "t"
-    shutil.copytree(TRACE, copy)
-    manifest = json.loads((copy / "manifest.json").read_text())
-    manifest["hardware"] = "Some Other CPU, 64 cores" if elsewhere else hardware_name("cpu")
-    (copy / "manifest.json").write_text(json.dumps(manifest))
+    copy = with_hardware(TRACE, tmp_path / "t", "Some Other CPU, 64 cores" if elsewhere else hardware_name("cpu"))
     main(["serve", "--live", "--trace", str(copy), "--max-batch", "1", "--live-tokens", "2"])
     err = capsys.readouterr().err
     assert ("measured on Some Other CPU, 64 cores" in err) == elsewhere

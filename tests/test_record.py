@@ -40,7 +40,7 @@ from simlab.record.forward import truncated  # noqa: E402
 from simlab.record.recorder import RecordConfig, record  # noqa: E402
 from simlab.record.signals import greedy_stats  # noqa: E402
 from simlab.trace import read_trace  # noqa: E402
-from tests.helpers import greedy_continuation, kill_moments, run_killed  # noqa: E402
+from tests.helpers import greedy_continuation, kill_moments, run_killed, with_hardware  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -323,14 +323,7 @@ def test_a_batch_axis_reprobe_keeps_the_single_sequence_samples(selfspec, tmp_pa
 def test_a_trace_from_other_hardware_is_reprobed_here_and_says_where_its_tokens_came_from(selfspec, tmp_path):
     """``--resume`` refuses a trace of other hardware; ``--resume --reprobe`` measures its latencies
     here (what ``simlab live`` does with a shipped trace) and keeps every recorded position."""
-    import json
-    import shutil
-
-    out = tmp_path / "t"
-    shutil.copytree(selfspec.path, out)
-    manifest = json.loads((out / "manifest.json").read_text())
-    manifest["hardware"] = "Some Other CPU, 64 cores"
-    (out / "manifest.json").write_text(json.dumps(manifest))
+    out = with_hardware(selfspec.path, tmp_path / "t", "Some Other CPU, 64 cores")
     with pytest.raises(SimlabError, match="hardware="):
         record(_config(out, **SELFSPEC, resume=True))
     with pytest.raises(SimlabError, match="put batch=1 among"):  # the kept batch-1 series would be the other CPU's

@@ -1,5 +1,5 @@
 """`simlab live`'s decoder on a real model, SmolLM2-135M drafting for itself with its first 24
-layers (tests/live_fixtures.py): it must emit exactly the target's live_greedy tokens under every
+layers (tests/live_fixtures.py): it must emit exactly the target's greedy tokens under every
 policy, draft trees included, and the simulator, replaying a trace of the same prompts, must
 predict exactly the live target calls and MAT. (The command's probes, reports and faults:
 tests/test_live.py; the two files run side by side on the suite's two workers.)
@@ -40,7 +40,7 @@ def test_parallel_rounds_are_lossless_live(live_session, live_greedy, policy):
 
 @pytest.mark.parametrize("policy", LIVE_POLICIES)
 def test_every_policy_is_lossless_live_and_predicted_exactly(live_session, live_greedy, policy):
-    """Every policy decoded for real emits the target's live_greedy tokens, and the simulator predicts
+    """Every policy decoded for real emits the target's greedy tokens, and the simulator predicts
     its target calls and MAT exactly. Decisions never depend on timing (a parallel round's window
     is fixed when it starts), so serial and parallel policies alike make the same rounds live as
     in the replay. One decode per policy and prompt answers both (the suite's slowest part)."""
@@ -124,7 +124,7 @@ def test_early_exit_draft_shares_weights_but_not_hooks(live_session):
 
 def test_hf_assisted_generation_runs_the_same_fixed_gamma(live_session, live_greedy):
     """--against-hf's baseline: HF assisted generation with a constant γ emits the target's
-    live_greedy tokens in as many target forwards as simlab's sd with that γ (both verify γ drafts a
+    greedy tokens in as many target forwards as simlab's sd with that γ (both verify γ drafts a
     round), and leaves the draft's generation config as it found it."""
     from simlab.live.hf import assisted_generate
 

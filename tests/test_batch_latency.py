@@ -199,6 +199,25 @@ def test_probe_plan_reads_the_batch_axis():
         ProbePlan.parse("batch=0,2")
 
 
+def test_a_trace_is_measured_again_at_the_points_its_manifest_says_it_was_probed_at():
+    """recorded_probe turns a manifest's plans back into a spec: parsed, it is the plan recorded,
+    with a later batch-axis re-probe's sizes added; fields an older manifest lacks stay at their
+    defaults, and the empty axes (no trees, no exit heads) stay empty."""
+    from simlab.record.latency import ProbePlan, recorded_probe
+
+    plan = ProbePlan.parse("k=1-4,9;ctx=64;repeats=2;corun=no;batch=1,2;batch_k=1-3;tree=none;exit_head=2,5")
+    assert ProbePlan.parse(recorded_probe({"latency_probe": plan.to_dict()})) == plan
+    later = ProbePlan.parse("batch=4,16;batch_k=2,7")
+    both = ProbePlan.parse(recorded_probe({"latency_probe": plan.to_dict(), "batch_probe": {**later.to_dict(),
+                                                                                            "probe_seconds": 9.0}}))
+    assert (both.batches, both.batch_ks) == ((1, 2, 4, 16), (1, 2, 3, 7)) and both.ks == plan.ks
+    old = ProbePlan.parse(recorded_probe({"latency_probe": {"ks": [1, 2], "contexts": [128], "repeats": 3,
+                                                            "corun": True}}), trees=True)
+    assert (old.ks, old.contexts, old.repeats, old.batches) == ((1, 2), (128,), 3, ProbePlan.parse("").batches)
+    assert old.trees == ProbePlan.parse("", trees=True).trees != ()
+    assert ProbePlan.parse(recorded_probe({})) == ProbePlan.parse("")
+
+
 def test_serve_prices_its_verifications_from_the_measured_batches():
     from simlab.serve.run import ServeConfig, serve
     from simlab.serve.scheduler import Scheduler

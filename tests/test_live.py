@@ -378,15 +378,26 @@ def test_live_protocol_at_temperature(tmp_path):
 
 def test_live_measures_again_the_latencies_of_a_trace_from_other_hardware(live_trace, tmp_path):
     """A comparison trace recorded on other hardware is priced from latencies measured here (into a
-    cached copy), its tokens and signals kept: the prediction of target calls stays exact."""
+    cached copy) at the points its recording probed, its tokens and signals kept: the prediction of
+    target calls stays exact."""
     import json
+    import re
+
+    from simlab.record.reprobe import POINT
+    from simlab.trace.io import read_trace
 
     trace = with_hardware(live_trace, tmp_path / "elsewhere", "Some Other CPU, 64 cores")
     proc = subprocess.run(simlab("live", "--target", "smollm2", "--draft-layer", LAYER, "--prompts", PROMPTS,
                                  "--max-new-tokens", TOKENS, "--policy", "sd", "--gamma", "3", "--trace", trace,
-                                 "--json"), capture_output=True, text=True)
+                                 "--json"), capture_output=True, text=True,
+                          env={**os.environ, "COLUMNS": "10000"})  # the copy's path on one line
     assert proc.returncode == 0, proc.stderr
     said = " ".join(proc.stderr.split())
     assert "measuring latencies again for" in said and "it was recorded on Some Other CPU, 64 cores" in said
     summary = json.loads(proc.stdout)
     assert summary["prompts"] == 2 and summary["lossless"] == 2 and summary["target_calls_equal"] == 2
+    copy, recorded = read_trace(re.search(r"\) into (\S+)", proc.stderr).group(1)), read_trace(trace)
+    assert copy.manifest.hardware != recorded.manifest.hardware
+    assert copy.manifest.extra["latency_probe"] == recorded.manifest.extra["latency_probe"]
+    points = [set(t.latency[POINT].itertuples(index=False, name=None)) for t in (copy, recorded)]
+    assert points[0] == points[1]

@@ -4,7 +4,8 @@
 dtype, device, temperature, budget and chat template that holds every prompt of this run
 (matched by source and prompt length) and, for a tree policy, tree data (``record --topk K
 --tree-depth D``). If it was recorded on other hardware, or with
-``--reprobe``, its latencies (and nothing else) are measured again now into a cached copy
+``--reprobe``, its latencies (and nothing else) are measured again now, at the points its own
+recording probed (:func:`~simlab.record.latency.recorded_probe`), into a cached copy
 (``$SIMLAB_CACHE/live-traces``), once per machine: later runs here use that copy until
 ``--reprobe`` asks again. With no such trace, one is recorded there once.
 """
@@ -129,7 +130,10 @@ def comparison_trace(setup: LiveSetup, log: Callable[[str], None]) -> Trace:
             if found != cached:
                 shutil.rmtree(cached, ignore_errors=True)
                 shutil.copytree(found, cached)
+            from simlab.record.latency import recorded_probe
+
             _record(setup, cached, manifest.dataset, seed=manifest.seed, rollout=manifest.rollout_len,
+                    latency_probe=recorded_probe(manifest.extra),
                     exit_layers=",".join(map(str, manifest.exit_layers)) or None, topk=manifest.topk,
                     tree_depth=manifest.tree_depth, resume=True, reprobe=True, rollouts_again=False,
                     command="simlab live --reprobe")

@@ -162,6 +162,37 @@ class ProbePlan:
         return asdict(self)
 
 
+_SPEC_FIELDS = {"ks": "k", "contexts": "ctx", "repeats": "repeats", "corun": "corun", "batches": "batch",
+                "batch_ks": "batch_k", "trees": "tree", "exit_heads": "exit_head"}  # ProbePlan's field: its spec's
+
+
+def recorded_probe(extra: dict) -> str:
+    """The ``--latency-probe`` spec that measures again the points a trace's manifest says its
+    latencies were probed at: its ``latency_probe`` plan, with the sizes of a later batch-axis
+    re-probe (``batch_probe``) added. Measuring a trace's latencies again on another machine then
+    yields the points the trace holds, at what its own probe cost, where the default grid of
+    :data:`DEFAULT_PROBE` costs what it costs whatever the trace measured (4 minutes of a 2-core
+    box for a SmolLM2 trace probed at 4 k values). A field the manifest predates is left to
+    :meth:`ProbePlan.parse`'s default, so a trace with no recorded plan gets "" (every field's default)."""
+    plan = dict(extra.get("latency_probe") or {})
+    later = extra.get("batch_probe") or {}
+    for key in ("batches", "batch_ks"):
+        if key in later:
+            plan[key] = sorted({*plan.get(key, ()), *later[key]})
+    parts = []
+    for key, value in plan.items():
+        if key not in _SPEC_FIELDS or value == [] and key not in ("trees", "exit_heads"):
+            continue  # an empty batch_k: no batch axis, which batch=1 alone says
+        if isinstance(value, bool):
+            text = "yes" if value else "no"
+        elif isinstance(value, int):
+            text = str(value)
+        else:
+            text = ",".join(map(str, value)) or "none"
+        parts.append(f"{_SPEC_FIELDS[key]}={text}")
+    return ";".join(parts)
+
+
 def _parse_field(item: str, spec: str) -> tuple[str, str]:
     key, sep, value = item.partition("=")
     key = key.strip()

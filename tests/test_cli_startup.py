@@ -90,3 +90,20 @@ def test_startup_figures_time_every_commands_help_and_pass_below_their_goal():
         "start-up: simlab --help", "start-up: slowest command --help", "start-up: simulate on the default trace"]
     assert results[1].command[0] in COMMANDS and all(r.cpu_seconds > 0 for r in results)
     json.dumps([r.__dict__ for r in results])
+
+
+@pytest.mark.parametrize("user", [None, "2"])
+def test_the_cli_starts_numpys_blas_on_one_thread_unless_the_user_said(user):
+    """Importing the CLI sets OPENBLAS_NUM_THREADS before numpy loads (its threads spin at start-up,
+    simlab.common.openmp.one_blas_thread); a value in the environment is kept. The process's own
+    thread count shows what OpenBLAS started."""
+    code = ("import os, simlab.cli, numpy\n"
+            "threads = [l for l in open('/proc/self/status') if l.startswith('Threads:')][0].split()[1]\n"
+            "print(os.environ['OPENBLAS_NUM_THREADS'], threads)")
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if user:
+        env["OPENBLAS_NUM_THREADS"] = user
+    said, threads = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                                   env=env).stdout.split()
+    assert said == (user or "1")
+    assert int(threads) == int(user or 1)

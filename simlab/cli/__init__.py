@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import sys
 
-import typer
+from simlab.common.openmp import one_blas_thread
 
-from simlab.cli.app import EXIT_INTERRUPTED, app
-from simlab.common.errors import SimlabError
+one_blas_thread()  # before any command imports numpy
+
+import typer  # noqa: E402
+
+from simlab.cli.app import EXIT_INTERRUPTED, app  # noqa: E402
+from simlab.common.errors import SimlabError  # noqa: E402
 
 EXIT_USER_ERROR = 2
 # Click's base class of usage errors, as the installed Typer raises it: Typer 0.29 and later

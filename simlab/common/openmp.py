@@ -1,4 +1,5 @@
-"""How torch's OpenMP threads wait, set the same way by every command that times forwards.
+"""How torch's OpenMP threads wait, set the same way by every command that times forwards; and
+numpy's BLAS threads, which the CLI does without.
 
 Torch's CPU kernels run on OpenMP threads, which between parallel regions either spin (GNU
 OpenMP's default, for a while) or sleep. Spinning threads turn a CPU shared with any other busy
@@ -22,3 +23,15 @@ def wait_passively() -> None:
     """Make OpenMP threads sleep while they wait; call before torch is first imported (OpenMP
     reads the variable once, when it starts). A value the user set is kept."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def one_blas_thread() -> None:
+    """Give numpy's OpenBLAS one thread; call before numpy is first imported (OpenBLAS starts its
+    threads when it loads). It starts one per core on import, and they spin: on this project's
+    2-core CPU, ``simlab sweep --help`` took 0.51 CPU-seconds with them and 0.36-0.45 without,
+    ``simlab simulate`` 0.84-0.88 against 0.79-0.81 (interleaved runs), where start-up is the
+    cost. simlab's numpy work is small arrays and least squares, and nothing it computes moves:
+    ``tools/simulate_json_diff.py`` gave 833 of 833 runs identical and ``calibrate fit`` wrote
+    byte-identical profiles of every shipped trace. Torch (MKL) is not affected. A value the user
+    set is kept."""
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")

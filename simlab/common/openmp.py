@@ -28,9 +28,9 @@ def wait_passively() -> None:
 def one_blas_thread() -> None:
     """Give numpy's OpenBLAS one thread; call before numpy is first imported (OpenBLAS starts its
     threads when it loads). It starts one per core on import, and they spin: on this project's
-    2-core CPU, ``simlab sweep --help`` took 0.51 CPU-seconds with them and 0.36-0.45 without,
-    ``simlab simulate`` 0.84-0.88 against 0.79-0.81 (interleaved runs), where start-up is the
-    cost. simlab's numpy work is small arrays and least squares, and nothing it computes moves:
+    2-core CPU (AMD EPYC, 8 interleaved runs each, docs/benchmarks.md), ``simlab sweep --help``
+    took a median of 0.42 CPU-seconds with them and 0.31 without, ``simlab simulate`` 0.70 against
+    0.67, where start-up is the cost. simlab's numpy work is small arrays and least squares, and nothing it computes moves:
     ``tools/simulate_json_diff.py`` gave 833 of 833 runs identical and ``calibrate fit`` wrote
     byte-identical profiles of every shipped trace. Torch (MKL) is not affected. A value the user
     set is kept."""

@@ -230,7 +230,7 @@ def test_plan_is_a_lookup_of_num_tokens():
 
 
 def test_suffix_tree_counts_every_substring_up_to_its_depth():
-    from simlab.policies.suffix import SuffixTree
+    from simlab.policies.suffix_tree import SuffixTree
 
     rng = random.Random(5)
     for _ in range(30):
@@ -263,7 +263,7 @@ def test_suffix_speculates_the_most_frequent_continuation():
     """Context ...1 2: the trees saw '1 2 3 4' twice and '1 2 5' once. Matching '2' and '1 2', the
     path 3 4 (probabilities 2/3, 2/3) scores 4/3; a spec factor of 1 lets a one-token match propose
     one token, so the two-token match wins."""
-    from simlab.policies.suffix import SuffixTree
+    from simlab.policies.suffix_tree import SuffixTree
 
     tree = SuffixTree(8)
     tree.extend(0, [1, 2, 3, 4, 9, 1, 2, 3, 4, 8, 1, 2, 5, 7])
@@ -348,6 +348,15 @@ def test_datastore_finds_every_occurrence():
         pattern = [rng.randrange(4) for _ in range(m)]
         expected = sorted(i for i in range(len(flat) - m + 1) if flat[i:i + m] == pattern)
         assert sorted(store.occurrences(pattern).tolist()) == expected
+
+
+def test_rest_searches_by_default_the_longest_suffix_the_datastore_indexes():
+    """rest.MAX_SUFFIX stands for datastore.KEY so that declaring the policy imports no numpy."""
+    from simlab.common.datastore import KEY
+    from simlab.policies.rest import MAX_SUFFIX, Rest
+
+    assert MAX_SUFFIX == KEY
+    assert {p.name: p.default for p in Rest.params}["max_suffix"] == KEY
 
 
 def test_rest_without_a_datastore_says_how_to_build_one():

@@ -111,7 +111,7 @@ def test_the_protocol_runs_what_the_compiled_replay_does_not():
 def test_suffix_trees_grow_without_changing_a_proposal():
     """A tree sized for 8 tokens grows (and rehashes) to take 200; walked from the root at every
     length (none of the context's suffixes taken from its last ones), it speculates as the policy's."""
-    from simlab.policies.suffix import SuffixTree
+    from simlab.policies.suffix_tree import SuffixTree
     from simlab.sim import suffix_rounds
 
     tree = suffix_rounds.Tree(4, 8)

@@ -20,11 +20,13 @@ import argparse
 import contextlib
 import io
 import json
+import os
 import re
 import sys
 from pathlib import Path
 
-TRACES = Path(__file__).resolve().parents[1] / "traces"
+ROOT = Path(__file__).resolve().parents[1]
+TRACES = Path("traces")  # relative to ROOT, where `run` works: two checkouts print the same paths
 VARIANTS = (("sd", "--param", "gamma=3"), ("pearl", "--topology", "one-device"))
 TOPOLOGIES = ((), ("--topology", "two-devices"), ("--topology", "one-device"))
 SHIPPED = str(TRACES / "qwen-coder-humaneval")
@@ -43,6 +45,8 @@ def policies() -> list[tuple[str, ...]]:
 
 
 def run(out: Path) -> None:
+    out = out.resolve()
+    os.chdir(ROOT)
     runs = [(trace.name, ["simulate", "--json", "--trace", str(trace), "--policy", *policy], policy)
             for trace in sorted(p for p in TRACES.iterdir() if p.is_dir()) for policy in policies()]
     runs += [("qwen-coder-humaneval", list(command), command) for command in COMMANDS]

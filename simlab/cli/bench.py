@@ -37,17 +37,27 @@ class StartupResult:
         return self.cpu_seconds < self.goal
 
 
+def startup_env() -> dict[str, str]:
+    """The environment the timed processes run in: this one without ``PYTHONDONTWRITEBYTECODE``,
+    so that they time what a user waits for from the second run on, simlab's modules read compiled
+    (a process that may not write them compiles every module from source: 0.07-0.18 CPU-s more
+    on this project's 2-core box, docs/benchmarks.md)."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
 def time_startup(repeats: int = 5) -> list[StartupResult]:
     """How long a user waits for an answer: ``simlab --help``, the slowest command's ``--help``
     (every command's is timed) and ``simlab simulate`` on the default trace, each a whole process
     (``python -m simlab``), in CPU-seconds, best of ``repeats``; the goals are issue 43's."""
     from simlab.sim.bench import children_cpu_seconds
 
+    env = startup_env()
+
     def best(args: tuple[str, ...]) -> tuple[float, float]:
         runs = []
         for _ in range(repeats):
             t0, cpu0 = time.perf_counter(), children_cpu_seconds()
-            subprocess.run([sys.executable, "-m", "simlab", *args], check=True, stdout=subprocess.DEVNULL)
+            subprocess.run([sys.executable, "-m", "simlab", *args], check=True, stdout=subprocess.DEVNULL, env=env)
             runs.append((children_cpu_seconds() - cpu0, time.perf_counter() - t0))
         return min(runs)
 

@@ -93,6 +93,38 @@ class Datastore:
                 hi = mid
         return order[first:lo]
 
+    def answered(self, prompt_tokens: Sequence[int]) -> np.ndarray:
+        """Per sequence: whether it is the answer to ``prompt_tokens`` (REST must not retrieve it)."""
+        return np.asarray(self.keys) == fingerprint(prompt_tokens)
+
+    def continuation(self, context: Sequence[int], excluded: np.ndarray, min_suffix: int, max_suffix: int,
+                     max_matches: int, length: int) -> tuple[int, ...]:
+        """REST's draft after ``context`` as :class:`~simlab.policies.rest.Rest` takes it (its steps
+        1-2): the continuations of the longest suffix of ``max_suffix`` down to ``min_suffix``
+        tokens found outside the ``excluded`` sequences (the first ``max_matches``, in suffix-array
+        order), then, up to ``length`` tokens, the token most of those still followed share (a tie:
+        the smallest id). Nothing when no suffix is found."""
+        tokens = np.asarray(context)
+        for size in range(min(max_suffix, len(tokens)), min_suffix - 1, -1):
+            found = self.occurrences(tokens[-size:])
+            found = found[~excluded[self.owner[found]]] + size  # where each continuation starts
+            found = found[self.tokens[found] != SEPARATOR]
+            if len(found):
+                break
+        else:
+            return ()
+        at = found[:max_matches]
+        draft: list[int] = []
+        for depth in range(length):
+            following = self.tokens[at + depth]  # a continuation ends at its separator: never read past it
+            values, counts = np.unique(following[following != SEPARATOR], return_counts=True)
+            if not len(values):
+                break
+            best = values[np.argmax(counts)]
+            draft.append(int(best))
+            at = at[following == best]
+        return tuple(draft)
+
 
 @lru_cache(maxsize=4)
 def load(path: str) -> Datastore:

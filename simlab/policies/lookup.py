@@ -33,8 +33,6 @@ from __future__ import annotations
 
 from typing import Sequence
 
-import numpy as np
-
 from simlab.common.errors import SimlabError
 from simlab.policies.base import BOOL, COUNT, Lookup, Param, Plan, Policy, RoundState, Serial
 from simlab.policies.vllm import MAX_TOKENS, VLLM_END, VllmEnd
@@ -97,17 +95,11 @@ class PromptLookup(LookupPolicy):
             raise SimlabError(f"{self.name}: ngram_min ({self.ngram_min}) must be <= ngram_max ({self.ngram_max})")
         import simlab.policies.ngram_match as ngram_match  # numba: imported with the first lookup policy
 
-        self._match, self._length = ngram_match.match, ngram_match.proposal_length
-        self.eos = np.asarray(context.eos_token_ids, dtype=np.int64)
+        self._propose = ngram_match.propose
+        self.eos = ngram_match.as_tokens(context.eos_token_ids)
 
     def propose(self, context: Sequence[int], cap: int) -> Sequence[int]:
-        tokens = np.asarray(context, dtype=np.int64)
-        n = len(tokens)
-        start, size = self._match(tokens, n, self.ngram_min, self.ngram_max)
-        if not size:
-            return ()
-        k = self._length(tokens, n, start, self.num_tokens, cap, self.eos, self.cut_at_eos)
-        return tuple(tokens[start:start + k].tolist())
+        return self._propose(context, self.ngram_min, self.ngram_max, self.num_tokens, cap, self.eos, self.cut_at_eos)
 
 
 class Ngram(VllmEnd, PromptLookup):

@@ -13,6 +13,7 @@ window that matches, the second by a KMP pass over the reversed context: the lon
 occurrences count; the suffix itself does not), at its earliest occurrence; the proposal is what
 followed that occurrence, up to the end of the context.
 
+:func:`propose` is the policy's one call a round: the context as an array, the match, the length.
 Imported with the first lookup policy, not with every simlab command (numba's import takes
 0.15-0.35 s). Editing this file: numba caches the compiled function beside this file and checks
 only this file, so the compiled replay that calls it keeps the old code until
@@ -21,7 +22,26 @@ only this file, so the compiled replay that calls it keeps the old code until
 
 from __future__ import annotations
 
+import numpy as np
 from numba import njit
+
+
+def as_tokens(ids) -> np.ndarray:
+    """Token ids as the compiled functions take them."""
+    return np.asarray(ids, dtype=np.int64)
+
+
+def propose(context, ngram_min: int, ngram_max: int, num_tokens: int, cap: int, eos: np.ndarray,
+            cut_at_eos: bool) -> tuple[int, ...]:
+    """The tokens prompt lookup proposes after ``context`` (:func:`match`, then
+    :func:`proposal_length`); nothing when no n-gram matches."""
+    tokens = as_tokens(context)
+    n = len(tokens)
+    start, size = match(tokens, n, ngram_min, ngram_max)
+    if not size:
+        return ()
+    k = proposal_length(tokens, n, start, num_tokens, cap, eos, cut_at_eos)
+    return tuple(tokens[start:start + k].tolist())
 
 
 @njit(cache=True)

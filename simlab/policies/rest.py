@@ -11,6 +11,8 @@ Each round (§3.1-3.2):
    most of the remaining occurrences share (a tie: the smallest token id), at most ``num_tokens``;
 3. the target verifies it in one forward (no match: a plain target step).
 
+Steps 1-2 are :meth:`simlab.common.datastore.Datastore.continuation`, which holds the numbers.
+
 Where the paper says nothing simlab needs, or simlab departs from it: one chain, not REST's
 draft tree (tree verification of retrieved drafts is not modelled yet); a prompt never retrieves
 from its own answer (sequences are keyed by their prompt's fingerprint), which a decoder could
@@ -23,13 +25,14 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-import numpy as np
-
-from simlab.common.datastore import KEY, SEPARATOR, fingerprint, load
 from simlab.common.errors import SimlabError
 from simlab.policies.base import COUNT, Kind, Param, PromptInfo
 from simlab.policies.lookup import LookupPolicy
 
+# REST's default longest suffix (§4.1), which is also the longest the datastore indexes
+# (simlab.common.datastore.KEY; a test holds the two equal): here so that declaring the policy
+# needs no numpy, which the datastore imports and every `--help` would then pay for
+MAX_SUFFIX = 16
 REST_COST = (1.07e-3, 2.5e-7)  # seconds per lookup, fitted as PLD_COST is (tools/lookup_cost.py)
 
 
@@ -51,7 +54,7 @@ class Rest(LookupPolicy):
     params = (
         Param("datastore", None, "the datastore file (simlab datastore build)", PATH),
         Param("num_tokens", 10, "tokens proposed at most", COUNT),
-        Param("max_suffix", KEY, f"longest context suffix searched (at most {KEY})", COUNT),
+        Param("max_suffix", MAX_SUFFIX, f"longest context suffix searched (at most {MAX_SUFFIX})", COUNT),
         Param("min_suffix", 2, "shortest context suffix searched", COUNT),
         Param("max_matches", 5000, "occurrences whose continuations are counted, at most", COUNT),
     )
@@ -61,40 +64,22 @@ class Rest(LookupPolicy):
 
     def __init__(self, context, **values):
         super().__init__(context, **values)
+        from simlab.common import datastore  # numpy: imported with the policy, not with every command
+
         if self.datastore is None:
             raise SimlabError("rest needs datastore=PATH: build one with simlab datastore build --trace TRACE --out PATH")
-        if not self.min_suffix <= self.max_suffix <= KEY:
-            raise SimlabError(f"rest: need min_suffix <= max_suffix <= {KEY}, got {self.min_suffix} and "
+        if not self.min_suffix <= self.max_suffix <= datastore.KEY:
+            raise SimlabError(f"rest: need min_suffix <= max_suffix <= {datastore.KEY}, got {self.min_suffix} and "
                               f"{self.max_suffix}")
-        self.store = load(self.datastore)
-        self._keys = np.asarray(self.store.keys)
-        self._own: np.ndarray | None = None  # per sequence: whether it answered this prompt
+        self.store = datastore.load(self.datastore)
+        self._own = None  # per sequence of the store: whether it answered this prompt (a bool array)
         self._prompt_len = 0
 
     def reset(self, prompt: PromptInfo) -> None:
         self._own, self._prompt_len = None, prompt.prompt_len
 
     def propose(self, context: Sequence[int], cap: int) -> Sequence[int]:
-        tokens = np.asarray(context)
         if self._own is None:
-            self._own = self._keys == fingerprint(tokens[:self._prompt_len])
-        store, own = self.store, self._own
-        for length in range(min(self.max_suffix, len(tokens)), self.min_suffix - 1, -1):
-            found = store.occurrences(tokens[-length:])
-            found = found[~own[store.owner[found]]] + length  # where each continuation starts
-            found = found[store.tokens[found] != SEPARATOR]
-            if len(found):
-                break
-        else:
-            return ()
-        at = found[:self.max_matches]
-        draft: list[int] = []
-        for depth in range(min(self.num_tokens, cap)):
-            following = store.tokens[at + depth]  # a continuation ends at its separator: never read past it
-            values, counts = np.unique(following[following != SEPARATOR], return_counts=True)
-            if not len(values):
-                break
-            best = values[np.argmax(counts)]
-            draft.append(int(best))
-            at = at[following == best]
-        return tuple(draft)
+            self._own = self.store.answered(context[:self._prompt_len])
+        return self.store.continuation(context, self._own, self.min_suffix, self.max_suffix, self.max_matches,
+                                       min(self.num_tokens, cap))

@@ -46,92 +46,15 @@ from __future__ import annotations
 
 from typing import Sequence
 
-import numpy as np
-
 from simlab.common.errors import SimlabError
 from simlab.policies.base import BOOL, COUNT, POSITIVE, PROBABILITY, Param, PromptInfo
 from simlab.policies.lookup import LookupPolicy
 from simlab.policies.vllm import MAX_TOKENS, VLLM_END, VllmEnd
 
-F32 = np.float32
 # seconds per lookup: what vLLM runs, Arctic Inference's C++ cache (taking a round's tokens and
 # speculating), its median at every position of two shipped Qwen traces, 44 and 86 us
 # (results/lookup/arctic_check.py); this module's Python model of it takes about ten times that
 SUFFIX_COST = (6.5e-5, 0.0)
-
-
-class SuffixTree:
-    """Every substring of up to ``depth`` tokens of the sequences added, with its count, in nested
-    nodes ``[count, children by token, child tokens in Arctic's sibling order]``."""
-
-    def __init__(self, depth: int):
-        self.depth = depth
-        self.root: list = [0, {}, []]
-        self._active: dict[int, list] = {}  # per sequence: the nodes of its last suffixes, longest first
-
-    def extend(self, seq: int, tokens: Sequence[int]) -> None:
-        """Append ``tokens`` to sequence ``seq``: each new suffix of up to ``depth`` tokens is counted."""
-        active = self._active.setdefault(seq, [])
-        root, depth = self.root, self.depth
-        for token in tokens:
-            active.append(root)
-            root[0] += 1
-            if len(active) > depth:
-                del active[0]
-            for i, node in enumerate(active):
-                kids = node[1]
-                child = kids.get(token)
-                if child is None:
-                    child = kids[token] = [1, {}, []]
-                    node[2].append(token)  # a new child joins the back of the order
-                else:
-                    if node is not root:  # the root's order is never read (a match has length >= 1)
-                        _promote(node, token, child[0])
-                    child[0] += 1
-                active[i] = child
-
-    def speculate(self, context: Sequence[int], max_tokens: int, factor: float, min_prob: float) -> tuple[list[int], F32]:
-        """The best-scoring draft after ``context`` (module docstring, step 2) and its score."""
-        best, best_score = [], F32(0.0)
-        root, n, floor, factor = self.root, len(context), F32(min_prob), F32(factor)
-        for m in range(1, n):
-            node = root
-            for token in context[n - m:]:
-                node = node[1].get(token)
-                if node is None:
-                    return best, best_score
-            cap = min(max_tokens, int(float(F32(m) * factor) + 1e-6))
-            draft, score, prob = [], F32(0.0), F32(1.0)
-            while len(draft) < cap:
-                order = node[2]
-                if not order:
-                    break
-                child = node[1][order[0]]
-                prob = F32(prob * (F32(child[0]) / F32(node[0])))
-                if prob < floor:
-                    break
-                draft.append(order[0])
-                score = F32(score + prob)
-                node = child
-            if score >= best_score:
-                best, best_score = draft, score
-        return best, best_score
-
-
-def _promote(parent: list, token: int, count: int) -> None:
-    """Move child ``token`` (``count`` before it rises by one) where Arctic's sibling list puts it."""
-    order, kids = parent[2], parent[1]
-    j = order.index(token)
-    if j == 0:
-        return
-    before = kids[order[j - 1]][0]
-    if before > count + 1:
-        return
-    h = j - 1  # the front of the group of counts equal to the one just before it
-    while h > 0 and kids[order[h - 1]][0] == before:
-        h -= 1
-    del order[j]
-    order.insert(h, token)
 
 
 class SuffixDecoding(VllmEnd, LookupPolicy):
@@ -159,9 +82,12 @@ class SuffixDecoding(VllmEnd, LookupPolicy):
 
     def __init__(self, context, **values):
         super().__init__(context, **values)
-        self._global = SuffixTree(self.max_tree_depth)
+        from simlab.policies import suffix_tree  # numpy: imported with the policy, not with every command
+
+        self._tree, self._token_list = suffix_tree.SuffixTree, suffix_tree.token_list
+        self._global = self._tree(self.max_tree_depth)
         self._seq = -1  # this prompt's sequence in the global tree
-        self._local: SuffixTree | None = None
+        self._local = None  # this prompt's own tree, from its first lookup
         self._prompt_len = self._seen = 0
         self._end_as_vllm(context, self.num_tokens)
 
@@ -173,11 +99,11 @@ class SuffixDecoding(VllmEnd, LookupPolicy):
     def _take(self, context: Sequence[int]) -> None:
         """Bring both trees up to ``context``: the prompt at the prompt's first lookup (its own tree),
         then every token generated since the last (both trees)."""
-        tokens = np.asarray(context).tolist()
+        tokens = self._token_list(context)
         if self._local is None:
             if len(tokens) < self._prompt_len:
                 raise SimlabError("suffix: a lookup's context is shorter than its prompt")
-            self._local = SuffixTree(self.max_tree_depth)
+            self._local = self._tree(self.max_tree_depth)
             self._local.extend(0, tokens[:self._prompt_len])
             self._seen = self._prompt_len
         new = tokens[self._seen:]
@@ -188,7 +114,7 @@ class SuffixDecoding(VllmEnd, LookupPolicy):
 
     def propose(self, context: Sequence[int], cap: int) -> Sequence[int]:
         self._take(context)
-        pattern = np.asarray(context)[-self.max_tree_depth:].tolist()
+        pattern = self._token_list(context[-self.max_tree_depth:])
         ours, score = self._local.speculate(pattern, cap, self.max_spec_factor, self.min_token_prob)
         if self.global_cache:
             theirs, their_score = self._global.speculate(pattern, cap, self.max_spec_factor, self.min_token_prob)

@@ -34,7 +34,6 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from simlab.common.datastore import fingerprint
 from simlab.latency.grid import LatencyGrid
 from simlab.policies.base import Policy
 from simlab.policies.lookup import LookupPolicy, LookupThenDraft, Ngram, PromptLookup
@@ -165,10 +164,9 @@ class LookupRounds:
         store = policy.store
         at, values = np.zeros(policy.max_matches, dtype=np.int64), np.zeros(policy.max_matches, dtype=store.tokens.dtype)
         draft = np.zeros(policy.num_tokens, dtype=np.int64)
-        keys = np.asarray(store.keys)
         out = []
         for rp in self.replay.prompts:
-            own = keys == fingerprint(rp.tokens[:rp.prompt_len])  # the sequences that answered this prompt
+            own = store.answered(rp.tokens[:rp.prompt_len])
             rounds = np.zeros((max(rp.n_tokens, 1), 5), dtype=np.int64)
             n = rest_rounds.rounds(rp.tokens, rp.prompt_len, rp.n_tokens, rp.budget, policy.num_tokens,
                                    policy.min_suffix, policy.max_suffix, policy.max_matches, store.tokens, store.owner,

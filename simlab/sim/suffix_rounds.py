@@ -7,7 +7,7 @@ half a million. The replay (:mod:`simlab.sim.lookup_rounds`) needs only each rou
 a round's proposal is a function of what the trees hold at its position, which is a function of
 the tokens alone, in trace order:
 
-- :meth:`~simlab.policies.suffix.SuffixTree.extend` counts a sequence's tokens one at a time (its
+- :meth:`~simlab.policies.suffix_tree.SuffixTree.extend` counts a sequence's tokens one at a time (its
   last suffixes are kept between calls), so a tree that took the tokens in any cuts holds the
   same counts and the same sibling orders as one that took them token by token;
 - the request's own tree takes the prompt, then the tokens committed, at each lookup; the global
@@ -136,7 +136,7 @@ def _clear(nodes, meta, table):
 @njit(cache=True)
 def _promote(nodes, parent, child):
     """Move ``child`` (its count about to rise by one) where Arctic's sibling list puts it
-    (:func:`simlab.policies.suffix._promote`, on linked rows)."""
+    (:func:`simlab.policies.suffix_tree._promote`, on linked rows)."""
     prev = nodes[child, PREV]
     if prev == EMPTY:
         return
@@ -162,7 +162,7 @@ def _promote(nodes, parent, child):
 
 @njit(cache=True)
 def extend(nodes, table, meta, active, depth, token):
-    """Append ``token`` to the current sequence (:meth:`~simlab.policies.suffix.SuffixTree.extend`):
+    """Append ``token`` to the current sequence (:meth:`~simlab.policies.suffix_tree.SuffixTree.extend`):
     each of its last suffixes of up to ``depth`` tokens, the new one-token suffix included, is counted."""
     n = meta[1]
     if n == depth:  # the longest suffix grows past the depth: dropped
@@ -208,7 +208,7 @@ def extend(nodes, table, meta, active, depth, token):
 
 @njit(cache=True)
 def speculate(nodes, table, meta, active, context, n, depth, max_tokens, factor, floor, draft, best):
-    """The best-scoring draft after ``context[:n]`` (:meth:`~simlab.policies.suffix.SuffixTree.speculate`
+    """The best-scoring draft after ``context[:n]`` (:meth:`~simlab.policies.suffix_tree.SuffixTree.speculate`
     over its last ``depth`` tokens) into ``best``; returns its length and score. ``active``: the
     tree's current sequence, whose last ``meta[1]`` tokens are the context's last ones."""
     p = min(depth, n)

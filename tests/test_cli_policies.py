@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from simlab.cli.policy_options import declared, flag_type
+from simlab.cli.policy_options import declared, flag_help, flag_type
 from simlab.policies import REGISTRY
 from tests.test_cli import one_line_error, simlab, synthetic  # noqa: F401 (fixture)
 
@@ -61,6 +61,16 @@ def test_every_declared_parameter_and_alias_has_a_flag_and_no_flag_is_h(command)
 def test_a_parameter_name_has_one_type_across_policies():
     for name, uses in declared().items():
         flag_type(name, uses)  # raises on a name declared with two types
+
+
+def test_a_flags_help_names_the_policies_it_sets_by_their_own_name_and_as_an_alias():
+    """``--num-speculative-tokens`` is vllm's own parameter and an engine's name for pld's num_tokens."""
+    uses = declared()["num_speculative_tokens"]
+    text = flag_help("num_speculative_tokens", uses)
+    own, _, aliased = text.partition(" Also, as Hugging Face or vLLM name it: ")
+    assert own.startswith("For ") and "vllm" in own.removeprefix("For ").split(".")[0].split(", ")
+    assert "pld num_tokens" in aliased and "vllm" not in aliased.split(".")[0]
+    assert text.endswith(".") and " Values: " in text
 
 
 def test_hugging_face_flags_match_the_parameters_they_alias(synthetic):  # noqa: F811

@@ -41,7 +41,7 @@ def flag_help(name: str, uses: list[tuple[str, Declared]]) -> str:
     own = [policy for policy, p in uses if p.name == name]
     aliased = [f"{policy} {p.name}" for policy, p in uses if p.name != name]
     ranges = " / ".join(sorted({p.kind.range for _, p in uses}))
-    parts = [f"For {', '.join(own)}." if own else "", f"Hugging Face's name of: {', '.join(aliased)}." if aliased else ""]
+    parts = [f"For {', '.join(own)}." if own else "", f"Also, as Hugging Face or vLLM name it: {', '.join(aliased)}." if aliased else ""]
     return " ".join(filter(None, parts)) + f" Values: {ranges}."
 
 

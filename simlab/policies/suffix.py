@@ -82,7 +82,7 @@ class SuffixDecoding(VllmEnd, LookupPolicy):
 
     def __init__(self, context, **values):
         super().__init__(context, **values)
-        from simlab.policies import suffix_tree  # numpy: imported with the policy, not with every command
+        import simlab.policies.suffix_tree as suffix_tree  # numpy: imported with the policy, not with every command
 
         self._tree, self._token_list = suffix_tree.SuffixTree, suffix_tree.token_list
         self._global = self._tree(self.max_tree_depth)

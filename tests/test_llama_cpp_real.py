@@ -6,6 +6,8 @@ it, then runs the real llama-speculative-simple (SmolLM2 drafting for itself) an
 the drafts it verified and accepted are the llama-cpp policy's prediction, prompt by prompt.
 """
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
@@ -29,6 +31,15 @@ def trace(tmp_path_factory):
     main(["llama-cpp", "record", "--out", str(out), "--prompts", "humaneval:2",
           "--max-new-tokens", str(N_PREDICT + DRAFT_MAX + 2), "--rollout", str(DRAFT_MAX), "--quiet"])
     return out
+
+
+def test_build_sets_up_every_binary_the_commands_run_llama_server_included(capsys):
+    """`simlab llama-cpp build` (what .ci/run and a user run once) builds llama-server too, so that
+    `llama-cpp serve` does not build it in its first run (4 minutes of this suite's, before)."""
+    main(["llama-cpp", "build"])
+    built = [Path(line) for line in capsys.readouterr().out.split()]
+    assert [p.name for p in built] == ["llama-speculative-simple", "simlab-llama-trace", "llama-server"]
+    assert all(p.is_file() for p in built)
 
 
 def _run(trace, tmp_path, p_min: float, draft_min: int) -> pd.DataFrame:

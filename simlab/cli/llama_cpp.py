@@ -56,9 +56,12 @@ def _pair(target: str, draft: str, threads: int):
 
 @llama_app.command("build")
 def build_command(jobs: int = typer.Option(2, "--jobs", help="Parallel compile jobs.")) -> None:
-    """Build llama-speculative-simple and simlab's trace tool from the package index (cached)."""
+    """Build llama-speculative-simple, simlab's trace tool and llama-server (for `llama-cpp serve`)
+    from the package index (cached): set up once, so that no later command waits for a build."""
+    from simlab.engines.llama_cpp import build as llama_cpp
+
     binary, tool = _tools(jobs)
-    typer.echo(f"{binary}\n{tool}")
+    typer.echo(f"{binary}\n{tool}\n{llama_cpp.build_server(jobs=jobs).binary}")
 
 
 @llama_app.command("record")

@@ -40,8 +40,8 @@ class StartupResult:
 def startup_env() -> dict[str, str]:
     """The environment the timed processes run in: this one without ``PYTHONDONTWRITEBYTECODE``,
     so that they time what a user waits for from the second run on, simlab's modules read compiled
-    (a process that may not write them compiles every module from source: 0.07-0.18 CPU-s more
-    on this project's 2-core box, docs/benchmarks.md)."""
+    (a process that may not write them compiles every module from source: on a quiet 2-core box
+    `simulate` took 0.39-0.46 s wall without .pyc against 0.32-0.40 with them, docs/benchmarks.md)."""
     return {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 

@@ -150,6 +150,15 @@ def test_samples_of_batches_above_one_only_are_refused_for_want_of_single_reques
         TableLatency.from_samples(batched)
 
 
+def test_a_batch_size_timed_in_plain_steps_only_is_priced_between_its_neighbours():
+    # vLLM's plain steps of a batch of 4 whose first request finished: batch 3, no speculative step
+    samples = measured_samples()
+    plain3 = pd.DataFrame([("target_step", 1, 0, NO_LAYER, False, 0, 0.3, 3)], columns=samples.columns)
+    lat = BatchLatency(LatencyGrid(TableLatency.from_samples(pd.concat([samples, plain3], ignore_index=True)), 2000))
+    assert lat.sizes == (1, 2, 4, 8)
+    assert lat.draft([1] * 3, [0] * 3) == pytest.approx(0.05 * (2 ** 0.5 + 4 ** 0.5) / 2)
+
+
 def test_between_measured_batch_sizes_the_price_is_linear_in_b_and_beyond_it_is_flagged():
     lat = measured_batch()
     two, four = lat.target([2, 2], [0, 0]), lat.target([2] * 4, [0] * 4)

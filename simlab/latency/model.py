@@ -342,8 +342,13 @@ class TableLatency:
         single = by_batch.pop(1, rows.subset(np.zeros(0, np.int64)))
         table = cls._from_single(single, name, hardware, draft_layer)
         table.verify_feeds_draft = verify_feeds_draft
+        # a batch size timed without its draft step or target forward (vLLM's plain steps of a batch
+        # whose first request finished, where no speculative step ran at that size) prices nothing
+        # a batch needs on its own: left out, its batches priced between the sizes on either side
+        ops = rows["op"]
         table.batches = {b: cls._from_single(g, f"{name} (batch {b})", hardware, draft_layer)
-                         for b, g in sorted(by_batch.items())}
+                         for b, g in sorted(by_batch.items())
+                         if {"draft_step", "target_forward"} <= set(ops[batch == b].tolist())}
         return table
 
     @classmethod

@@ -164,3 +164,21 @@ def test_a_tune_beyond_the_measured_batch_sizes_says_so():
     assert not tune(sim, [1, 2], max_gamma=1, requests_per_slot=1, progress=False).extrapolated
     tuned = tune(sim, [8], max_gamma=1, requests_per_slot=1, progress=False)
     assert tuned.extrapolated and tuned.latency_rule.endswith("batches beyond the measured ones extrapolated linearly")
+
+
+def test_under_vllms_scheduler_a_k_of_0_pays_the_drafts_first_pass_and_speedups_are_over_the_plain_server():
+    from simlab.common.locations import ROOT
+    from simlab.serve.vllm_scheduler import VllmScheduler
+    from simlab.trace.io import read_trace
+
+    sim = Simulator(read_trace(ROOT / "results" / "vllm" / "traces" / "smollm2-humaneval-vllm"))
+    tuned = tune(sim, [1, 2], max_gamma=3, requests_per_slot=2, progress=False, scheduler="vllm")
+    for b in (1, 2):
+        assert tuned.tokens_per_s[b][0] < tuned.plain_tokens_per_s[b]  # K = 0: the first pass, and no draft
+        assert tuned.speedup[b] == pytest.approx(tuned.tokens_per_s[b][tuned.best[b]] / tuned.plain_tokens_per_s[b])
+    # a table of one K is the server of that K
+    params = {"num_speculative_tokens": 3}
+    fixed = serve_once(sim, [0.0] * 4, ServeConfig("vllm", params, VllmScheduler(2)), "vllm", params)
+    assert tuned.tokens_per_s[2][3] == pytest.approx(fixed.summary["throughput_tokens_per_s"], rel=1e-12)
+    data = tuned.to_json(sim, "smollm2")
+    assert data["scheduler"] == "vllm" and data["policy"] == "vllm" and set(data["plain_tokens_per_s_by_batch"]) == {"1", "2"}

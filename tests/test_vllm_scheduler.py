@@ -14,6 +14,7 @@ from simlab.common.errors import SimlabError
 from simlab.common.locations import ROOT
 from simlab.latency.batch import BatchLatency
 from simlab.latency.vllm_step import VllmStepPrice
+from simlab.serve.batch_policy import BatchSpec
 from simlab.serve.run import ServeConfig, serve_once
 from simlab.serve.vllm_scheduler import KvBlocks, Seq, VllmScheduler, schedule
 from simlab.sim.run import Simulator
@@ -33,7 +34,7 @@ class Req:
 def decoding(prompt_len: int, committed: int) -> Seq:
     """A request that decodes: its last sampled token not yet computed, K drafts proposed."""
     r = Req(prompt_len, committed, True)
-    return Seq(r, computed=prompt_len + committed - 1, has_drafts=True)
+    return Seq(r, computed=prompt_len + committed - 1, drafts=K)
 
 
 def waiting(prompt_len: int) -> Seq:
@@ -88,7 +89,7 @@ def test_a_request_waits_once_the_budget_is_spent_on_the_decodes_and_drafts_are_
 
 def test_without_speculation_there_are_no_draft_slots():
     a = decoding(50, 3)
-    a.has_drafts = False
+    a.drafts = 0
     got, _, queue = plan_of(VllmScheduler(8, 12), [a], [waiting(11), waiting(5)], k=0)
     assert [n for _, n in got] == [1, 11] and len(queue) == 1
 
@@ -103,7 +104,7 @@ def test_a_decode_whose_blocks_run_out_preempts_the_last_running_request_and_adm
     got, plan, queue = plan_of(limits, running, [waiting(5)], kv)
     assert got == [(a.request, 5)] and plan.preempted == [b]
     assert running == [a] and list(queue)[0] is b and len(queue) == 2  # b first, ahead of the new one
-    assert (b.computed, b.blocks, b.has_drafts, b.preemptions) == (0, 0, False, 1)
+    assert (b.computed, b.blocks, b.drafts, b.preemptions) == (0, 0, 0, 1)
     assert a.blocks == 3 and kv.free == 1
     # b recomputes its prompt and its output (20 + 8 tokens), no drafts: 28 + 4 lookahead = 2 blocks
     # it cannot have while a holds 3; the next step, once a decodes on, b waits
@@ -197,6 +198,44 @@ def test_preempted_requests_recompute_and_still_finish_with_every_token(sim):
     assert any(s.args["tokens"] > 200 for s in run.slices[2:])
 
 
+def _dynamic(sim, arrivals, table, limits=None):
+    params = {"num_speculative_tokens": K, "max_tokens": 128}
+    config = ServeConfig("vllm", params, limits or VllmScheduler(4, 2048), BatchSpec(gamma_by_batch=table))
+    return serve_once(sim, arrivals, config, "vllm", params, record=True)
+
+
+def test_a_table_of_one_k_is_the_fixed_k_server(sim):
+    arrivals = [0.0, 0.5, 0.6, 3.0]
+    fixed, table = _served(sim, arrivals, VllmScheduler(4, 2048)), _dynamic(sim, arrivals, f"1:{K},3:{K + 2}")
+    assert [(s.start, s.end, s.args["tokens"]) for s in table.slices] == [
+        (s.start, s.end, s.args["tokens"]) for s in fixed.slices]
+
+
+def test_dynamic_speculation_drafts_the_k_of_the_step_before_and_a_k_of_0_still_pays_the_drafts_first_pass(sim):
+    burst = [0.0, 1e-6, 1e-6, 1e-6]
+    run = _dynamic(sim, burst, f"1:{K},2:0")
+    lens = [p.prompt_len for p in sim.replay.prompts[:4]]
+    steps = run.slices
+    # step 0: the first prompt alone (a batch of 1: K drafts for it); step 1: its verification of
+    # those K beside the three prompts (a batch of 4: K = 0 for the next step); step 2: four tokens
+    assert [s.args["tokens"] for s in steps[:3]] == [lens[0], 1 + K + sum(lens[1:]), 4]
+    price = VllmStepPrice(BatchLatency(sim.latency), K)
+    ctx = round(sum(lens) / 4) + 1  # every request has its prompt and its first token computed
+    assert steps[2].end - steps[2].start == pytest.approx(price.step(4, 4, ctx, 0), rel=1e-3)
+    plain = VllmStepPrice(BatchLatency(sim.latency), 0)
+    assert price.step(4, 4, ctx, 0) > plain.step(4, 4, ctx, 0)  # the draft's first pass, with no draft to show
+    # the draft's forwards: K where one request ran alone (the first prefill, then the last to finish),
+    # the first pass only in every other step
+    assert run.stats.draft_forwards == sum(K if s.args["batch"] == 1 else 1 for s in steps)
+    assert sum(r.counts.drafted for r in run.requests) > 0
+    assert all(s.args["tokens"] in (1, 1 + K) for s in steps if s.args["batch"] == 1 and s is not steps[0])
+
+
+def test_a_table_vllm_would_refuse_is_refused_in_its_words(sim):
+    with pytest.raises(SimlabError, match="The first batch-size range must start at 1"):
+        _dynamic(sim, [0.0], "2:4")
+
+
 def test_only_vllms_speculation_is_served_by_its_scheduler(sim):
     with pytest.raises(SimlabError, match="--scheduler vllm serves"):
         _served(sim, [0.0], VllmScheduler(), policy="sd", params={"gamma": 4})
@@ -215,7 +254,12 @@ def test_simlab_serve_takes_vllms_scheduler_and_refuses_what_it_does_not_model_i
     out = json.loads(proc.stdout)
     assert out["scheduler"] == "vllm" and out["latency_rule"].startswith("vLLM steps priced by their scheduled tokens")
     assert out["requests"] == 4 and out["baseline"]["requests"] == 4
+    proc = subprocess.run(simlab_cmd(*base, "--gamma-by-batch", "1:4,2:2", "--json"), capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["batch_policy"] == "table"
     for extra, words in ((["--mixed-prefill"], "does not take --mixed-prefill"),
+                         (["--sd-off-above", "2"], "does not take --sd-off-above"),
                          (["--kv-blocks", "0"], "--kv-blocks must be >= 1"),
                          (["--policy", "sd"], "--scheduler vllm serves")):
         proc = subprocess.run(simlab_cmd(*base, *extra), capture_output=True, text=True, timeout=300)

@@ -190,3 +190,46 @@ def test_a_bursts_first_request_is_predicted_alone_and_the_others_in_the_next_st
         # step, beside its first verification, so their first tokens come a step later
         assert ttft[0] < ttft[1] == pytest.approx(ttft[2]) == pytest.approx(ttft[3]), (kind, ttft)
     assert p["arrivals"][0] == 0.0 and p["arrivals"][1:] == [vllm_serve.BURST_LAG_S] * 3
+
+
+def _smollm2():
+    from simlab.common.locations import ROOT
+    from simlab.trace.io import read_trace
+
+    return read_trace(ROOT / "results" / "vllm" / "traces" / "smollm2-humaneval-vllm")
+
+
+def test_a_table_of_one_k_is_predicted_as_the_fixed_k_server_counters_included():
+    trace = _smollm2()
+    p = vllm_serve.predict(trace, vllm_serve.Plan(4, 32, 4, None, 0, vserver.Limits(2, 2048), 1, ((1, 4),)))
+    assert list(p["times"]) == ["speculative", "table", "plain"]
+    # the counters of the served run (simlab.serve) against those of the offline prediction (simlab.live.vllm)
+    assert p["table_counters"] == p["counters"] and p["counters"]["num_drafts"] > 0
+    assert p["times"]["table"]["throughput_tokens_per_s"] == p["times"]["speculative"]["throughput_tokens_per_s"]
+
+
+def test_a_table_server_drafts_the_k_of_each_steps_batch_size_and_is_its_own_server():
+    trace = _smollm2()
+    plan = vllm_serve.Plan(4, 32, 4, None, 0, vserver.Limits(4, 2048), 1, ((1, 4), (2, 0)))
+    p = vllm_serve.predict(trace, plan)
+    table, fixed = p["table_counters"], p["counters"]
+    # no drafts while several run, K only alone: a verification with drafts has K of them, and
+    # the steps without are no drafts of vLLM's counters
+    assert 0 < table["num_draft_tokens"] < fixed["num_draft_tokens"]
+    assert table["num_draft_tokens"] == 4 * table["num_drafts"]
+    assert table["num_accepted_tokens_per_pos"][0] >= table["num_accepted_tokens_per_pos"][1]
+    assert plan.kinds == ("speculative", "table", "plain") and plan.as_json()["table"] == [[1, 4], [2, 0]]
+    servers = vllm_serve.Servers("python", "target", "draft", "float32", 512)
+    config = servers.engine("table", 4, plan.table).speculative_config
+    assert config["num_speculative_tokens"] == 4
+    assert config["num_speculative_tokens_per_batch_size"] == [[1, 1, 4], [2, 2, 0]]
+    assert servers.engine("speculative", 4).speculative_config == {k: v for k, v in config.items()
+                                                            if k != "num_speculative_tokens_per_batch_size"}
+
+
+def test_a_plan_without_a_table_reads_the_predictions_committed_before_tables_were_served():
+    from simlab.common.locations import ROOT
+
+    out = ROOT / "results" / "vllm" / "smollm2-serve-burst4"
+    plan = vllm_serve.Plan(4, 128, 4, None, 0, vserver.Limits(4, 2048), 2)
+    assert plan.kinds == ("speculative", "plain") and vllm_serve.read_prediction(out, plan) is not None

@@ -101,7 +101,7 @@ def serve(
     check_policy(policy)
     slo = Slo(slo_ttft, slo_tpot)
     scheduler = _scheduler(scheduler_name, max_batch, token_budget, mixed_prefill, kv_blocks,
-                           gamma_by_batch or sd_off_above or smartspec or adaptive_verify, live)
+                           sd_off_above or smartspec or adaptive_verify, live)
     batch = BatchSpec(gamma_by_batch_pairs(gamma_by_batch) if gamma_by_batch else None, sd_off_above, smartspec,
                       adaptive_verify)
     if arrivals is not None and "," in rate:
@@ -196,11 +196,12 @@ def _scheduler(name: str, max_batch: int, token_budget: int, mixed_prefill: bool
     if name != "vllm":
         raise SimlabError(f"--scheduler is simlab or vllm, got {name!r}")
     for flag, given in (("--mixed-prefill", mixed_prefill),
-                        ("--gamma-by-batch, --sd-off-above, --smartspec or --adaptive-verify", batch_policy),
+                        ("--sd-off-above, --smartspec or --adaptive-verify", batch_policy),
                         ("--live", live)):
         if given:
             raise SimlabError(f"--scheduler vllm does not take {flag} (vLLM's steps batch prompt chunks with decodes "
-                              "and draft K tokens for every request; simlab vllm serve measures vLLM)")
+                              "and draft the same K for every request, or --gamma-by-batch's K of the step's batch "
+                              "size as vLLM's dynamic speculation does; simlab vllm serve measures vLLM)")
     from simlab.serve.vllm_scheduler import VllmScheduler
 
     return VllmScheduler(max_batch, token_budget, kv_blocks)
@@ -215,6 +216,7 @@ def tune(
     max_gamma: Annotated[int, typer.Option("--max-gamma", help="Longest draft length tried (every length from 0, no speculation, to this).")] = DEFAULT_MAX_GAMMA,
     requests_per_slot: Annotated[int, typer.Option("--requests-per-slot", help="Requests per batch slot: batch size B serves B times this many requests, all arriving at once.")] = REQUESTS_PER_SLOT,
     token_budget: so.TokenBudget = DEFAULT_TOKEN_BUDGET,
+    scheduler_name: Annotated[str, typer.Option("--scheduler", help="simlab: serve's own engine, policy sd capped at each γ; vllm: vLLM 0.32's scheduler, policy vllm with dynamic speculation drafting γ (γ = 0 still runs the draft's first pass), beside the server without speculation.")] = "simlab",
     seed: Annotated[int, typer.Option("--seed", help="Seed of stochastic replay (temperature > 0 traces).")] = 0,
     json_out: Annotated[bool, typer.Option("--json", help="Print the written JSON instead of a table.")] = False,
     force: Force = False,
@@ -238,12 +240,14 @@ def tune(
     except ValueError:
         raise SimlabError(f"--batch takes comma-separated batch sizes, e.g. 1,2,4,8, got {batch!r}") from None
     check_tune(batches, max_gamma, requests_per_slot)
+    if scheduler_name not in ("simlab", "vllm"):
+        raise SimlabError(f"--scheduler is simlab or vllm, got {scheduler_name!r}")
     Scheduler(batches[-1], token_budget)  # checks --token-budget
     check_seed(seed)
     check_output(out, "--out", force=force)
     tr, lat = load_inputs(trace, latency)
     sim = Simulator(tr, lat, seed=seed)
-    tuned = tune_run(sim, batches, max_gamma, requests_per_slot, token_budget)
+    tuned = tune_run(sim, batches, max_gamma, requests_per_slot, token_budget, scheduler=scheduler_name)
     draft = vllm_draft(tr.manifest)
     data = tuned.to_json(sim, draft)
     write_json(data, out)
@@ -254,17 +258,22 @@ def tune(
         return
     console.print(f"trace: {trace_label(tr)}")
     console.print(f"latency: {sim.latency.name}; {tuned.latency_rule}")
-    table = Table(title="best draft length per batch size (sd capped at γ; tokens/s of a saturated batch)",
+    served = ("vllm with dynamic speculation drafting γ, under vLLM's scheduler" if scheduler_name == "vllm"
+              else "sd capped at γ")
+    table = Table(title=f"best draft length per batch size ({served}; tokens/s of a saturated batch)",
                   header_style="bold")
     for col in ("batch", "best γ", "tokens/s", "without SD", "speedup"):
         table.add_column(col, justify="right")
     for b, g in tuned.best.items():
         tps = tuned.tokens_per_s[b]
-        table.add_row(str(b), str(g), f"{tps[g]:.2f}", f"{tps[0]:.2f}", f"{tuned.speedup[b]:.3f}")
+        plain = tuned.plain_tokens_per_s[b] if tuned.plain_tokens_per_s else tps[0]
+        table.add_row(str(b), str(g), f"{tps[g]:.2f}", f"{plain:.2f}", f"{tuned.speedup[b]:.3f}")
     console.print(table)
     console.print(f"wrote {out}: simlab serve --gamma-by-batch {out} (= {tuned.table()})")
     if draft:
-        vllm = data["vllm_speculative_config"]
+        from simlab.policies.vllm import schedule_config
+
+        vllm = schedule_config(tuned.best, draft)
         console.print("vLLM: " + (f"--speculative-config '{json.dumps(vllm)}'" if vllm else
                                   "no speculation at any batch size (no --speculative-config)"), soft_wrap=True)
 

@@ -303,6 +303,11 @@ def serve_command(
     repeats: int = typer.Option(1, "--repeats", help="Times each server (with and without speculation) runs the "
                                 "load, alternating, each a fresh server."),
     prompts: int | None = typer.Option(None, "--prompts", help="The trace's first N prompts.", show_default="all"),
+    gamma_by_batch: str | None = typer.Option(
+        None, "--gamma-by-batch", help="Serve a third server with vLLM's dynamic speculation "
+        "(num_speculative_tokens_per_batch_size): a K per batch size as BATCH:K pairs from batch size 1, the JSON "
+        "file `simlab serve tune` writes, or a --speculative-config (JSON or file) holding the table; its K are "
+        "capped at --k, as vLLM caps them.", show_default="no third server"),
     port: int | None = typer.Option(None, "--port", help="The servers' port on 127.0.0.1.", show_default="a free one"),
     python: str | None = typer.Option(None, "--python", help=PYTHON_HELP),
     quiet: bool = typer.Option(False, "--quiet", help="No progress."),
@@ -321,13 +326,20 @@ def serve_command(
     check_requests(requests)
     check_seed(seed)
     limits = Limits(max_num_seqs, max_num_batched_tokens)
+    table = None
+    if gamma_by_batch is not None:
+        from simlab.policies.vllm import check_table_start
+        from simlab.serve.batch_policy import GammaByBatch, gamma_by_batch_pairs
+
+        table = GammaByBatch.parse(gamma_by_batch_pairs(gamma_by_batch)).table
+        check_table_start(table)
     if rate is not None:
         poisson_arrivals(rate, requests, seed)  # a bad --rate, before a model loads
     if port is not None:
         check_port(port)
     trace, target, draft, python = _pair(trace_path, prompts, python)
     m = trace.manifest
-    plan = vllm_serve.Plan(k, max_tokens or m.max_new_tokens, requests, rate, seed, limits, repeats)
+    plan = vllm_serve.Plan(k, max_tokens or m.max_new_tokens, requests, rate, seed, limits, repeats, table)
     prediction = vllm_serve.read_prediction(out, plan)
     if prediction is None:
         prediction = vllm_serve.predict(trace, plan)
@@ -335,15 +347,18 @@ def serve_command(
                           command=shlex.join(["simlab", *sys.argv[1:]]),
                           date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                           load_average_1min=round(os.getloadavg()[0], 2))
+        if table is not None:
+            prediction["table_speculative_config"] = vllm_serve.Servers.table_config(k, m.draft_model, table)
         write_json(prediction, out / vllm_serve.PREDICTION)
-    c = prediction["counters"]
     for kind, t in prediction["times"].items():
         typer.echo(f"predicted {kind} server: {t['throughput_tokens_per_s']:.2f} tokens/s; TTFT mean "
                    f"{t['ttft_mean_s']:.3f} s, median {t['ttft_median_s']:.3f}; TPOT mean {t['tpot_mean_s']:.4f} s, "
                    f"median {t['tpot_median_s']:.4f}; end to end mean {t['e2e_mean_s']:.2f} s")
-    typer.echo(f"predicted (before the run, {portable_path(out / vllm_serve.PREDICTION)}): drafts {c['num_drafts']}, "
-               f"draft tokens {c['num_draft_tokens']}, accepted {c['num_accepted_tokens']} "
-               f"{c['num_accepted_tokens_per_pos']}")
+    for kind, c in (("speculative", prediction["counters"]), ("table", prediction.get("table_counters"))):
+        if c is not None:
+            typer.echo(f"predicted {kind} server's counters (before the run, {portable_path(out / vllm_serve.PREDICTION)}): "
+                       f"drafts {c['num_drafts']}, draft tokens {c['num_draft_tokens']}, accepted "
+                       f"{c['num_accepted_tokens']} {c['num_accepted_tokens_per_pos']}")
     if predict_only:
         return
     longest = int(trace.prompts["prompt_len"].max()) + plan.max_tokens + k + 16
@@ -361,4 +376,7 @@ def serve_command(
         if "counters_measured" in r:
             line += f"; vLLM's counters {'equal' if r['counters_equal_prediction'] else 'differ from'} the prediction"
         typer.echo(line)
+    if "throughput_order_predicted" in summary:
+        typer.echo(f"servers by throughput: predicted {' > '.join(summary['throughput_order_predicted'])}; measured "
+                   + "; ".join(" > ".join(order) for order in summary["throughput_order_measured"]))
     typer.echo(f"wrote {portable_path(out)}: {vllm_serve.PREDICTION}, runs/, requests.csv, summary.json")

@@ -33,7 +33,7 @@ import json
 import math
 import os
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from statistics import median
 
@@ -46,7 +46,8 @@ from simlab.engines.vllm import server as vserver
 from simlab.engines.vllm.jobs import Engine
 from simlab.latency.batch import BatchLatency
 from simlab.live import vllm as offline
-from simlab.policies.vllm import Method, speculative_config
+from simlab.policies.vllm import SCHEDULE_KEY, Method, schedule_of, speculative_config
+from simlab.serve.batch_policy import BatchSpec
 from simlab.serve.run import BASELINE_POLICY, ServeConfig, latency_rule, serve_once
 from simlab.serve.vllm_scheduler import VllmScheduler
 from simlab.serve.workload import poisson_arrivals
@@ -55,6 +56,7 @@ from simlab.trace.tables import Trace
 
 POLICY = "vllm"
 KINDS = ("speculative", "plain")
+TABLE = "table"  # the server with vLLM's num_speculative_tokens_per_batch_size, where a plan has one
 WARMUP_TOKENS = 4  # the warm-up request's tokens: a fresh server's first forwards touch the weights' pages
 PREDICTION = offline.PREDICTION
 
@@ -70,12 +72,28 @@ class Plan:
     seed: int
     limits: vserver.Limits
     repeats: int
+    # vLLM's dynamic speculation, a third server: (smallest batch size, K) pairs, from batch size 1
+    table: tuple[tuple[int, int], ...] | None = None
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """The servers run, in the order they alternate."""
+        return KINDS if self.table is None else (KINDS[0], TABLE, *KINDS[1:])
 
     def arrivals(self) -> list[float]:
         return [0.0] * self.requests if self.rate is None else poisson_arrivals(self.rate, self.requests, self.seed)
 
+    def table_text(self) -> str:
+        """The table as ``--gamma-by-batch`` pairs."""
+        return ",".join(f"{size}:{k}" for size, k in self.table or ())
+
     def as_json(self) -> dict:
-        return {**asdict(self), "limits": asdict(self.limits)}
+        out = {**asdict(self), "limits": asdict(self.limits)}
+        if self.table is None:  # the plans of runs made before tables were served
+            del out["table"]
+        else:
+            out["table"] = [list(pair) for pair in self.table]
+        return out
 
 
 # A burst reaches vLLM's engine core one request at a time (the API server hands each over as it has
@@ -112,9 +130,14 @@ def predict(trace: Trace, plan: Plan) -> dict:
     latency = BatchLatency(sim.latency)
     params = {"num_speculative_tokens": plan.k, "max_tokens": plan.max_tokens}
     config = ServeConfig(POLICY, params, _scheduler(plan.limits))
-    times = {}
-    for kind, policy, p in (("speculative", POLICY, params), ("plain", BASELINE_POLICY, {})):
-        run = serve_once(sim, arrivals, config, policy, p, latency=latency, record=True)
+    servers = [("speculative", POLICY, params, config), ("plain", BASELINE_POLICY, {}, config)]
+    if plan.table is not None:
+        servers.insert(1, (TABLE, POLICY, params, replace(config, batch=BatchSpec(gamma_by_batch=plan.table_text()))))
+    times, table_counters = {}, None
+    for kind, policy, p, conf in servers:
+        run = serve_once(sim, arrivals, conf, policy, p, latency=latency, record=True)
+        if kind == TABLE:  # a request's drafts follow the batch sizes of its steps: the run's own counts
+            table_counters = served_counters(run, plan.k)
         frame = run.frame
         times[kind] = {"requests": frame[["request_id", "prompt_id", "arrival_s", "ttft_s", "tpot_s", "e2e_s",
                                           "tokens"]].to_dict("records"),
@@ -127,7 +150,18 @@ def predict(trace: Trace, plan: Plan) -> dict:
     total = offline._counters([s for pid in prompts for s in counts["prompts"][str(pid)]["steps"]], plan.k)
     return {"plan": plan.as_json(), "arrivals": arrivals, "request_prompts": prompts,
             "prompts": counts["prompts"], "counters": total, "times": times, "latency": latency_rule(config, latency),
-            "batch_extrapolated": latency.extrapolated}
+            "batch_extrapolated": latency.extrapolated,
+            **({"table_counters": table_counters} if table_counters is not None else {})}
+
+
+def served_counters(run, k: int) -> dict:
+    """vLLM's spec-decode counters of a served run (``v1/spec_decode/metrics.py``): the verifications
+    that had drafts, their draft tokens, the accepted ones, and per position how many were accepted
+    (:class:`~simlab.common.metrics.PositionStats`; a verification with none checked had no drafts)."""
+    per_pos = (list(run.positions.accepted) + [0] * k)[:k]
+    return {"num_drafts": sum(c for n, c in run.positions.checked_hist.items() if n),
+            "num_draft_tokens": sum(r.counts.drafted for r in run.requests),
+            "num_accepted_tokens": sum(r.counts.accepted for r in run.requests), "num_accepted_tokens_per_pos": per_pos}
 
 
 def _figures(arrival, ttft, tpot, e2e, tokens) -> dict:
@@ -152,9 +186,15 @@ class Servers:
     dtype: str
     max_model_len: int
 
-    def engine(self, kind: str, k: int) -> Engine:
-        spec = speculative_config(k, self.draft) if kind == "speculative" else None
+    def engine(self, kind: str, k: int, table: tuple[tuple[int, int], ...] | None = None) -> Engine:
+        spec = (None if kind == "plain" else self.table_config(k, self.draft, table) if kind == TABLE
+                else speculative_config(k, self.draft))
         return Engine(self.target, self.dtype, self.max_model_len, spec)
+
+    @staticmethod
+    def table_config(k: int, draft: str, table: tuple[tuple[int, int], ...]) -> dict:
+        """The table server's ``--speculative-config``: K = ``k`` and the table as vLLM's ranges."""
+        return {**speculative_config(k, draft), SCHEDULE_KEY: schedule_of(dict(table))}
 
 
 def run_file(out: Path, kind: str, repeat: int) -> Path:
@@ -169,16 +209,16 @@ def measure(trace: Trace, plan: Plan, servers: Servers, out: Path, port: int | N
     ids = {int(pid): [int(x) for x in row.prompt_token_ids] for pid, row in prompts.iterrows()}
     requests = [ids[pid] for pid in request_prompts(trace, plan.requests)]
     arrivals = plan.arrivals()
-    runs: dict[str, list[dict]] = {kind: [] for kind in KINDS}
+    runs: dict[str, list[dict]] = {kind: [] for kind in plan.kinds}
     for r in range(plan.repeats):
-        for kind in KINDS:
+        for kind in plan.kinds:
             file = run_file(out, kind, r)
             if file.exists():
                 runs[kind].append(json.loads(file.read_text()))
                 continue
             log(f"vllm serve: {kind} server, repeat {r + 1} of {plan.repeats} ({plan.requests} requests, "
                 f"{'a burst' if plan.rate is None else f'{plan.rate:g} per second'})")
-            engine = servers.engine(kind, plan.k)
+            engine = servers.engine(kind, plan.k, plan.table)
             with vserver.running(servers.python, engine, plan.limits, out / f"{kind}-r{r}.log", port) as srv:
                 vserver.send(srv.url, [requests[0]], WARMUP_TOKENS)
                 before = vserver.metrics(srv.url)
@@ -212,7 +252,8 @@ def _measured(run: dict) -> dict:
 def compare(prediction: dict, runs: dict[str, list[dict]]) -> dict:
     """Measured beside predicted: one row per request and run, and the summary."""
     rows, per_run = [], []
-    for kind in KINDS:
+    counters = {"speculative": prediction["counters"], TABLE: prediction.get("table_counters")}
+    for kind in runs:
         predicted = prediction["times"][kind]
         for run in runs[kind]:
             for a, p in zip(run["answers"], predicted["requests"]):
@@ -229,11 +270,13 @@ def compare(prediction: dict, runs: dict[str, list[dict]]) -> dict:
                             **{f"{key}_measured": v for key, v in m.items()},
                             **{f"{key}_predicted": predicted[key] for key in m},
                             **({"counters_measured": run["counters"], "counters_equal_prediction":
-                                run["counters"] == prediction["counters"]} if kind == "speculative" else {})})
+                                run["counters"] == counters[kind]} if kind != "plain" else {})})
     table = pd.DataFrame(rows)
     summary = {"runs": per_run, "counters_predicted": prediction["counters"],
                "counters_equal_in_every_run": all(r["counters_equal_prediction"] for r in per_run
-                                                  if r["kind"] == "speculative")}
+                                                  if r["kind"] != "plain")}
+    if TABLE in runs:
+        summary["table_counters_predicted"] = counters[TABLE]
     plain = {r["repeat"]: r["answers"] for r in runs["plain"]}
     pairs = [(a, plain[r["repeat"]][i]) for r in runs["speculative"] if r["repeat"] in plain
              for i, a in enumerate(r["answers"])]
@@ -241,19 +284,29 @@ def compare(prediction: dict, runs: dict[str, list[dict]]) -> dict:
     summary["answers_compared_with_plain"] = len(pairs)
     for key in ("throughput_tokens_per_s", "ttft_mean_s", "ttft_median_s", "tpot_mean_s", "tpot_median_s",
                 "e2e_mean_s", "e2e_median_s"):
-        for kind in KINDS:
+        for kind in runs:
             errs = [r[f"{key}_predicted"] / r[f"{key}_measured"] - 1 for r in per_run if r["kind"] == kind
                     and r[f"{key}_measured"]]
             if errs:
                 summary[f"{kind}_{key}_error_median"] = round(median(errs), 4)
-    spec_runs = [r for r in per_run if r["kind"] == "speculative"]
     plain_runs = {r["repeat"]: r for r in per_run if r["kind"] == "plain"}
-    speedups = [(r["throughput_tokens_per_s_measured"] / plain_runs[r["repeat"]]["throughput_tokens_per_s_measured"],
-                 r["throughput_tokens_per_s_predicted"] / plain_runs[r["repeat"]]["throughput_tokens_per_s_predicted"])
-                for r in spec_runs if r["repeat"] in plain_runs]
-    if speedups:
-        summary["throughput_speedup_measured_median"] = round(median(m for m, _ in speedups), 4)
-        summary["throughput_speedup_predicted"] = round(speedups[0][1], 4)
+    for kind in runs:
+        if kind == "plain":
+            continue
+        speedups = [(r["throughput_tokens_per_s_measured"] / plain_runs[r["repeat"]]["throughput_tokens_per_s_measured"],
+                     r["throughput_tokens_per_s_predicted"] / plain_runs[r["repeat"]]["throughput_tokens_per_s_predicted"])
+                    for r in per_run if r["kind"] == kind and r["repeat"] in plain_runs]
+        if speedups:
+            prefix = "" if kind == "speculative" else f"{kind}_"  # the speculative server's keys as they were
+            summary[f"{prefix}throughput_speedup_measured_median"] = round(median(m for m, _ in speedups), 4)
+            summary[f"{prefix}throughput_speedup_predicted"] = round(speedups[0][1], 4)
+    if TABLE in runs:  # the order of the three servers by throughput: predicted, and in each repeat
+        summary["throughput_order_predicted"] = sorted(runs, key=lambda k: -prediction["times"][k]["throughput_tokens_per_s"])
+        summary["throughput_order_measured"] = [
+            sorted(runs, key=lambda k: -next(r["throughput_tokens_per_s_measured"] for r in per_run
+                                             if r["kind"] == k and r["repeat"] == repeat))
+            for repeat in sorted(plain_runs) if all(any(r["kind"] == k and r["repeat"] == repeat for r in per_run)
+                                                    for k in runs)]
     return {"requests": table, "summary": summary}
 
 

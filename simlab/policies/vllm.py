@@ -251,6 +251,14 @@ def check_schedule(schedule: object) -> list[tuple[int, int, int]]:
     return parsed
 
 
+def check_table_start(pairs) -> None:
+    """A (batch size, K) table, as ``--gamma-by-batch`` pairs, that vLLM's schedule can express: from
+    batch size 1 (``check_schedule``'s last rule, in its words)."""
+    if pairs[0][0] != 1:
+        raise SimlabError(f"vLLM would refuse this {SCHEDULE_KEY}: The first batch-size range must start at 1 so "
+                          "every runtime batch size has a defined schedule.")
+
+
 def schedule_of(best: dict[int, int]) -> list[list[int]]:
     """A draft length per batch size (``simlab serve tune``'s best γ at each tuned B, which holds from
     B to the next tuned size) as vLLM's schedule: one range per run of equal K, the first from batch

@@ -135,9 +135,13 @@ class GammaByBatch:
     name: str = "table"
 
     def cap(self, requests, ctxs) -> int | None:
-        b, out = len(requests), None
+        return self.gamma(len(requests))
+
+    def gamma(self, batch: int) -> int | None:
+        """The draft length at batch size ``batch`` (None below the smallest entry: no cap)."""
+        out = None
         for size, gamma in self.table:
-            if size <= b:
+            if size <= batch:
                 out = gamma
         return out
 

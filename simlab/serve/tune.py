@@ -13,6 +13,13 @@ prefills interleave with decode steps as they would in a full server) and drains
 
 The result is a small JSON file (:data:`~simlab.serve.batch_policy.TABLE_FORMAT`) that
 ``simlab serve --gamma-by-batch FILE`` reads back as the table ``1:γ1,2:γ2,...``.
+
+With ``scheduler="vllm"`` the batches are served as vLLM serves them
+(:mod:`simlab.serve.vllm_engine`): policy ``vllm`` on a server of ``num_speculative_tokens`` =
+``max_gamma`` whose dynamic speculation drafts γ at every batch size, γ = 0 included, which there
+still runs the draft's first pass each step; the server without speculation (``ad``) is served too,
+and a table whose best γ is 0 at every batch size is no speculation at all
+(:func:`simlab.policies.vllm.schedule_config`), so the speedups are over that plain server.
 """
 
 from __future__ import annotations
@@ -46,6 +53,8 @@ class Tuned:
     token_budget: int
     latency_rule: str
     extrapolated: bool
+    plain_tokens_per_s: dict[int, float] | None = None  # vLLM's scheduler: the server without speculation
+    scheduler: str = "simlab"
 
     @property
     def best(self) -> dict[int, int]:
@@ -54,8 +63,10 @@ class Tuned:
 
     @property
     def speedup(self) -> dict[int, float]:
-        """Batch size -> tokens/s at the best γ over tokens/s without speculation (γ = 0)."""
-        return {b: self.tokens_per_s[b][g] / self.tokens_per_s[b][0] for b, g in self.best.items()}
+        """Batch size -> tokens/s at the best γ over tokens/s without speculation (γ = 0; under vLLM's
+        scheduler, the plain server)."""
+        plain = self.plain_tokens_per_s or {b: tps[0] for b, tps in self.tokens_per_s.items()}
+        return {b: self.tokens_per_s[b][g] / plain[b] for b, g in self.best.items()}
 
     def table(self) -> str:
         """The ``--gamma-by-batch`` pairs of the best lengths."""
@@ -63,7 +74,10 @@ class Tuned:
 
     def to_json(self, sim: Simulator, vllm_draft: str | None = None) -> dict:
         """The table file; with ``vllm_draft`` (the draft model as vLLM loads it) also the table as
-        vLLM's ``--speculative-config`` (:func:`simlab.policies.vllm.schedule_config`)."""
+        vLLM's ``--speculative-config`` (:func:`simlab.policies.vllm.schedule_config`), its model
+        written as results files write paths (a file may be committed; the command prints the
+        config with the path vLLM loads)."""
+        from simlab.common.locations import portable_path
         from simlab.policies.vllm import schedule_config
         from simlab.serve.batch_policy import TABLE_FORMAT, TABLE_VERSION
 
@@ -73,12 +87,15 @@ class Tuned:
             "pair": {"draft": m.draft_model, "target": m.target_model},
             "trace": str(sim.trace.path or m.dataset), "latency": sim.latency.name, "latency_rule": self.latency_rule,
             "batch_latency_extrapolated": self.extrapolated,
-            "objective": OBJECTIVE, "policy": POLICY, "requests_per_slot": self.requests_per_slot,
+            "objective": OBJECTIVE, "policy": "vllm" if self.scheduler == "vllm" else POLICY,
+            "requests_per_slot": self.requests_per_slot,
             "token_budget": self.token_budget, "max_gamma": self.max_gamma,
             "gamma_by_batch": {str(b): g for b, g in self.best.items()},
             "speedup_by_batch": {str(b): s for b, s in self.speedup.items()},
             "tokens_per_s_by_batch": {str(b): tps for b, tps in self.tokens_per_s.items()},
-            **({"vllm_speculative_config": schedule_config(self.best, vllm_draft)} if vllm_draft else {}),
+            **({"scheduler": "vllm", "plain_tokens_per_s_by_batch": {str(b): t for b, t in self.plain_tokens_per_s.items()}}
+               if self.plain_tokens_per_s is not None else {}),
+            **({"vllm_speculative_config": schedule_config(self.best, portable_path(vllm_draft))} if vllm_draft else {}),
         }
 
 
@@ -95,9 +112,9 @@ def check_tune(batches: Sequence[int], max_gamma: int, requests_per_slot: int) -
 
 def tune(sim: Simulator, batches: Sequence[int] = DEFAULT_BATCHES, max_gamma: int = DEFAULT_MAX_GAMMA,
          requests_per_slot: int = REQUESTS_PER_SLOT, token_budget: int = DEFAULT_TOKEN_BUDGET,
-         progress: bool | None = None) -> Tuned:
+         progress: bool | None = None, scheduler: str = "simlab") -> Tuned:
     """Serve every (batch size, γ) as the module docstring says; ``progress``: a bar on stderr
-    (None: on a terminal only)."""
+    (None: on a terminal only); ``scheduler``: ``simlab`` or ``vllm`` (module docstring)."""
     from tqdm import tqdm
 
     from simlab.latency.batch import BatchLatency
@@ -109,20 +126,33 @@ def tune(sim: Simulator, batches: Sequence[int] = DEFAULT_BATCHES, max_gamma: in
     if max_gamma > longest:
         raise SimlabError(f"--max-gamma {max_gamma}: no prompt of this trace drafts more than {longest} tokens a round "
                           f"(its budget less the committed and the target's token); use at most {longest}")
+    vllm = scheduler == "vllm"
+    if vllm:
+        from simlab.serve.run import BASELINE_POLICY
+        from simlab.serve.vllm_scheduler import VllmScheduler as limits
+        policy, params = "vllm", {"num_speculative_tokens": max_gamma}
+    else:
+        limits, policy, params = Scheduler, POLICY, {"gamma": max_gamma}
     for b in batches:  # a budget too small for a batch size fails before anything runs
-        Scheduler(b, token_budget).check(max(p.prompt_len for p in sim.replay.prompts[: requests_per_slot * b]))
+        limits(b, token_budget).check(max(p.prompt_len for p in sim.replay.prompts[: requests_per_slot * b]))
     latency = BatchLatency(sim.latency)
-    params = {"gamma": max_gamma}
     tps: dict[int, list[float]] = {}
-    bar = tqdm(total=len(batches) * (max_gamma + 1), desc="serve tune", unit="run",
+    plain: dict[int, float] | None = {} if vllm else None
+    bar = tqdm(total=len(batches) * (max_gamma + 1 + vllm), desc="serve tune", unit="run",
                disable=None if progress is None else not progress, dynamic_ncols=True)
     with bar:
         for b in batches:
             arrivals = [0.0] * (requests_per_slot * b)
             tps[b] = []
             for g in range(max_gamma + 1):
-                config = ServeConfig(POLICY, params, Scheduler(b, token_budget), BatchSpec(gamma_by_batch=f"1:{g}"))
-                run = serve_once(sim, arrivals, config, POLICY, params, latency=latency)
+                config = ServeConfig(policy, params, limits(b, token_budget), BatchSpec(gamma_by_batch=f"1:{g}"))
+                run = serve_once(sim, arrivals, config, policy, params, latency=latency)
                 tps[b].append(run.summary["throughput_tokens_per_s"])
                 bar.update()
-    return Tuned(tuple(batches), max_gamma, tps, requests_per_slot, token_budget, latency.rule, latency.extrapolated)
+            if vllm:
+                config = ServeConfig(policy, params, limits(b, token_budget))
+                plain[b] = serve_once(sim, arrivals, config, BASELINE_POLICY, {}, latency=latency).summary[
+                    "throughput_tokens_per_s"]
+                bar.update()
+    return Tuned(tuple(batches), max_gamma, tps, requests_per_slot, token_budget, latency.rule, latency.extrapolated,
+                 plain, scheduler)

@@ -14,9 +14,20 @@ A step, as vLLM 0.32.0's engine core runs it on a CPU (``vllm/v1/engine/core.py`
    :mod:`simlab.serve.engine`), the first token of a request whose prompt's last chunk ran; a
    chunk that leaves part of the prompt emits nothing.
 
-A decoding request verifies the K drafts proposed for it in its previous step, or the first of
+A decoding request verifies the drafts proposed for it in its previous step, or the first of
 them the budget left room for (vLLM verifies ``spec_token_ids[:n]``; simlab's round drafts those
-only: the step's price has the draft's K proposals either way). A request preempted and resumed
+only: the step's price has the draft's proposals either way).
+
+**Dynamic speculation** (``num_speculative_tokens_per_batch_size``, ``--gamma-by-batch`` here): the
+scheduler looks the step's K up by the number of requests it scheduled, prompt chunks included
+(``Scheduler.schedule``: ``dynamic_sd_lookup[len(num_scheduled_tokens)]``, the dense table of
+``v1/spec_decode/dynamic/utils.py``, capped at ``num_speculative_tokens``), and the model runner
+hands it to the drafter (``propose_draft_token_ids``: ``num_spec_tokens_to_schedule``): the drafts
+proposed at the end of a step, verified in the next, are that step's K. A K of 0 still runs the
+draft's first pass over the step's tokens (``llm_base_proposer.py``, ``propose``: "The prefill
+forward pass above already ran to keep the drafter KV cache in sync") and proposes nothing, so a
+table's K = 0 is not a server without speculation: the step pays the draft's first pass. The KV
+lookahead stays ``num_speculative_tokens`` whatever the step's K. A request preempted and resumed
 recomputes its prompt and output in a prefill and samples one token without drafts (vLLM drops
 them on preemption): a round capped at 0 drafts. Only vLLM's own speculation (policy ``vllm``)
 and the plain server (``ad``) are served: the step's price has every request drafting the server's
@@ -33,7 +44,8 @@ import simpy
 from simlab.common.errors import SimlabError
 from simlab.latency.batch import BatchLatency
 from simlab.latency.vllm_step import VllmStepPrice
-from simlab.serve.batch_policy import BatchPolicy, CappedPolicy
+from simlab.policies.vllm import check_table_start
+from simlab.serve.batch_policy import BatchPolicy, CappedPolicy, GammaByBatch
 from simlab.serve.engine import Engine
 from simlab.serve.request import ServedRequest
 from simlab.serve.vllm_scheduler import KvBlocks, Seq, VllmScheduler, schedule
@@ -70,6 +82,10 @@ class VllmEngine(Engine):
         super().__init__(env, latency, limits, batch_policy, record)
         self.limits = limits
         self.k = k
+        # vLLM's dynamic speculation: a K per batch size (module docstring); None: K every step
+        self.table = batch_policy if isinstance(batch_policy, GammaByBatch) else None
+        if self.table is not None:
+            check_table_start(self.table.table)
         self.price = VllmStepPrice(latency, k)
         self.kv = KvBlocks(limits.kv_blocks)
         self.waiting: deque[Seq] = deque()  # type: ignore[assignment]
@@ -103,7 +119,8 @@ class VllmEngine(Engine):
                 r.policy.cap = n - missing
                 decoders.append((seq, r.next_round()))
         tokens = plan.tokens
-        seconds = self.price.step(tokens, len(plan.scheduled), ctx, self.k)
+        proposed = self.next_k(len(plan.scheduled))  # the drafts proposed at the step's end, for the next
+        seconds = self.price.step(tokens, len(plan.scheduled), ctx, proposed)
         self.priced.add_one(self.price.bits(tokens))
         accepted = 0
         for seq, (first, k, layer) in decoders:
@@ -114,7 +131,7 @@ class VllmEngine(Engine):
             r.first_token = t
             r.start()
         for seq in [*firsts, *(s for s, _ in decoders)]:
-            seq.computed, seq.has_drafts = seq.tokens - 1, self.k > 0
+            seq.computed, seq.drafts = seq.tokens - 1, proposed
             if seq.request.done:
                 self._finish(seq.request, t)
                 self.kv.release(seq)
@@ -123,5 +140,12 @@ class VllmEngine(Engine):
         if decoders:
             stats.decode_steps += 1
             stats.batch_sizes += len(decoders)
-        stats.draft_forwards += self.k
+        stats.draft_forwards += max(proposed, 1) if self.k else 0  # a K of 0 still runs the draft's first pass
         return t
+
+    def next_k(self, scheduled: int) -> int:
+        """The drafts the draft proposes at the end of a step of ``scheduled`` requests: the server's
+        K, or dynamic speculation's K for that batch size, capped at it (module docstring)."""
+        if self.table is None or not self.k:
+            return self.k
+        return min(self.k, self.table.gamma(scheduled))

@@ -13,7 +13,8 @@ scheduled request the tokens that catch the first up with the second, within two
   ``draft_model`` speculation, 0 without). A request gets at most ``input_budget − draft_slots``
   tokens, and no request is looked at once ``input_budget <= draft_slots``.
 - **Running requests first**, in the order they were admitted: a decoding request wants its last
-  token and its K drafts (1 + K; fewer when the budget is short: its first drafts only), a request
+  token and the drafts proposed for it in the step before (1 + K, or 1 + the K dynamic speculation
+  chose there; fewer when the budget is short: its first drafts only), a request
   whose prompt is being chunked wants the rest of it. Each needs KV blocks for its computed tokens,
   the new ones and ``num_lookahead_tokens`` (K with a draft model: the slots the draft writes
   past the target's tokens), ``ceil(that / block_size)`` blocks in all; when the free blocks do
@@ -92,12 +93,12 @@ class VllmScheduler:
 
 @dataclass(eq=False)
 class Seq:
-    """vLLM's view of one request: computed tokens, the blocks it holds, whether it has drafts."""
+    """vLLM's view of one request: computed tokens, the blocks it holds, the drafts it has."""
 
     request: ServedRequest
     computed: int = 0
     blocks: int = 0
-    has_drafts: bool = False  # the draft proposed K tokens for it in its last step
+    drafts: int = 0  # the tokens the draft proposed for it in its last step (K, or the table's K)
     preemptions: int = 0
 
     @property
@@ -144,8 +145,8 @@ class KvBlocks:
 
 
 def schedule(limits: VllmScheduler, k: int, running: list[Seq], waiting: deque[Seq], kv: KvBlocks) -> Plan:
-    """One call of ``Scheduler.schedule`` (module docstring) with ``k`` drafts a request (0: no
-    speculation); moves admitted requests from ``waiting`` to the end of ``running`` and
+    """One call of ``Scheduler.schedule`` (module docstring) on a server of ``num_speculative_tokens``
+    ``k`` (0: no speculation; each request verifies the drafts it holds, ``Seq.drafts``); moves admitted requests from ``waiting`` to the end of ``running`` and
     preempted ones from ``running`` to the front of ``waiting``."""
     slots = 1 if k else 0  # max_num_new_slots_for_drafting of a draft model
     lookahead = k  # num_lookahead_tokens of a draft model
@@ -154,12 +155,12 @@ def schedule(limits: VllmScheduler, k: int, running: list[Seq], waiting: deque[S
     i = 0
     while i < len(running) and token_budget > 0 and input_budget > slots:
         seq = running[i]
-        want = seq.tokens - seq.computed + (k if seq.has_drafts else 0)
+        want = seq.tokens - seq.computed + seq.drafts
         n = min(want, token_budget, input_budget - slots)
         while not kv.allocate(seq, seq.computed + n + lookahead, limits.block_size):
             victim = running.pop()
             kv.release(victim)
-            victim.computed, victim.has_drafts = 0, False
+            victim.computed, victim.drafts = 0, 0
             victim.preemptions += 1
             waiting.appendleft(victim)
             plan.preempted.append(victim)

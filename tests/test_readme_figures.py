@@ -520,6 +520,7 @@ CHECKS = {  # the evidence link of a row -> its figures
     "results/vllm/qwen-k4": lambda: vllm_check("qwen-k4"),
     "results/vllm/qwen-k4-quiet": lambda: vllm_check("qwen-k4-quiet"),
     "results/vllm/smollm2-k4": lambda: vllm_check("smollm2-k4"),
+    "results/vllm/smollm2-k4-quiet": lambda: vllm_check("smollm2-k4-quiet"),
     "results/vllm/README.md#smollm2-serve-burst4-smollm2-serve-rate05-vllm-serve-under-load":
         lambda: vllm_serve_check("smollm2-serve-burst4", "smollm2-serve-rate05"),
     "results/vllm/README.md#smollm2-serve-burst4-vsched-smollm2-serve-rate05-vsched-predicted-with-vllms-scheduler":

@@ -233,3 +233,20 @@ def test_a_plan_without_a_table_reads_the_predictions_committed_before_tables_we
     out = ROOT / "results" / "vllm" / "smollm2-serve-burst4"
     plan = vllm_serve.Plan(4, 128, 4, None, 0, vserver.Limits(4, 2048), 2)
     assert plan.kinds == ("speculative", "plain") and vllm_serve.read_prediction(out, plan) is not None
+
+
+def test_a_stopped_server_is_gone_with_every_process_of_its_session(tmp_path):
+    """The engine core outlives the API server by a moment and holds its port: stop waits for it to
+    end by itself (it writes its file as it ends; killed, it would not)."""
+    import subprocess
+    import sys
+
+    done = tmp_path / "done"
+    child = (f"import pathlib, signal, time; signal.signal(signal.SIGTERM, lambda *a: None); time.sleep(1.5); "
+             f"pathlib.Path({str(done)!r}).write_text('1')")
+    leader = f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {child!r}]); time.sleep(60)"
+    proc = subprocess.Popen([sys.executable, "-c", leader], start_new_session=True)
+    time.sleep(0.5)  # the child is up
+    assert vserver._session_alive(proc.pid)
+    vserver.stop(proc)
+    assert not vserver._session_alive(proc.pid) and done.exists()

@@ -121,16 +121,37 @@ def running(python: str, engine: Engine, limits: Limits, log: Path, port: int | 
             stop(proc)
 
 
-def stop(proc: subprocess.Popen) -> None:
+def stop(proc: subprocess.Popen, timeout_s: float = 60.0) -> None:
+    """Stop the server's whole session and wait until none of it is left: the engine core and the
+    worker outlive the API server by a moment and hold its port meanwhile (a next server on the same
+    ``--port`` found it in use), so the session is gone only when its last process is."""
     if proc.poll() is None:
         try:
             os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=60)
+            proc.wait(timeout=timeout_s)
         except ProcessLookupError:
             pass
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+    for signum in (None, signal.SIGKILL):  # a bounded wait, then the rest killed and a last bounded wait
+        deadline = time.monotonic() + (timeout_s if signum is None else 5.0)
+        if signum is not None and _session_alive(proc.pid):
+            os.killpg(proc.pid, signum)
+        while _session_alive(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+
+def _session_alive(pgid: int) -> bool:
+    """Whether a process of session ``pgid`` still runs (zombies aside: an orphan's is reaped by init)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":  # after the name: state, ppid, pgrp
+            return True
+    return False
 
 
 # vLLM's step log (``--enable-logging-iteration-details``: ``vllm/v1/metrics/loggers.py``,

@@ -499,11 +499,12 @@ def vllm_check(run: str) -> tuple[str, str]:
             spread(alone["tokens_per_s_predicted"] / alone["tokens_per_s_measured"] - 1))
 
 
-def vllm_serve_check(*runs: str) -> tuple[str, str]:
-    """Runs of ``simlab vllm serve`` with speculation whose /metrics counters equal the prediction;
-    the range of their throughput errors (prediction against measurement)."""
+def vllm_serve_check(*runs: str, kinds: tuple[str, ...] = ("speculative",)) -> tuple[str, str]:
+    """Runs of ``simlab vllm serve`` with speculation (of ``kinds``: the fixed-K server, and the
+    table server where it ran) whose /metrics counters equal the prediction; the range of their
+    throughput errors (prediction against measurement)."""
     rows = [r for run in runs for r in json.loads((ROOT / "results" / "vllm" / run / "summary.json").read_text())["runs"]
-            if r["kind"] == "speculative"]
+            if r["kind"] in kinds]
     errors = [r["throughput_tokens_per_s_predicted"] / r["throughput_tokens_per_s_measured"] - 1 for r in rows]
     return f"{sum(r['counters_equal_prediction'] for r in rows)}/{len(rows)}", spread(errors)
 
@@ -527,6 +528,8 @@ CHECKS = {  # the evidence link of a row -> its figures
         lambda: vllm_serve_check("smollm2-serve-burst4-vsched"),
     "results/vllm/README.md#smollm2-serve-burst4-avx512-trace-and-run-on-one-machine-vllms-scheduler-predicting":
         lambda: vllm_serve_check("smollm2-serve-burst4-avx512"),
+    "results/vllm/README.md#smollm2-serve-table-the-labs-k-by-batch-size-table-on-vllm-serve-beside-fixed-k-and-no-speculation":
+        lambda: vllm_serve_check("smollm2-serve-table/burst4", "smollm2-serve-table/rate05", kinds=("speculative", "table")),
     "results/vllm/smollm2-ngram": lambda: vllm_check("smollm2-ngram"),
     "results/vllm/smollm2-suffix": lambda: vllm_check("smollm2-suffix"),
     "results/vllm/qwen-edit-ngram": lambda: vllm_check("qwen-edit-ngram"),

@@ -530,6 +530,9 @@ CHECKS = {  # the evidence link of a row -> its figures
         lambda: vllm_serve_check("smollm2-serve-burst4-avx512"),
     "results/vllm/README.md#smollm2-serve-table-the-labs-k-by-batch-size-table-on-vllm-serve-beside-fixed-k-and-no-speculation":
         lambda: vllm_serve_check("smollm2-serve-table/burst4", "smollm2-serve-table/rate05", kinds=("speculative", "table")),
+    "results/vllm/README.md#smollm2-serve-table24-the-same-servers-the-traces-batched-steps-timed-24-times":
+        lambda: vllm_serve_check("smollm2-serve-table24/burst4", "smollm2-serve-table24/rate05",
+                                 kinds=("speculative", "table")),
     "results/vllm/smollm2-ngram": lambda: vllm_check("smollm2-ngram"),
     "results/vllm/smollm2-suffix": lambda: vllm_check("smollm2-suffix"),
     "results/vllm/qwen-edit-ngram": lambda: vllm_check("qwen-edit-ngram"),

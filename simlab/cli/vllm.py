@@ -86,7 +86,9 @@ def record_command(
     rollout: int = typer.Option(16, "--rollout", help="Draft continuation length after each divergence."),
     k: str = typer.Option("4", "--k", help="num_speculative_tokens values whose steps vLLM times, e.g. 2,4,8."),
     batch: str = typer.Option("1,2,4,8,16", "--batch", help="Batch sizes at which vLLM's steps are timed."),
-    probe_steps: int = typer.Option(8, "--probe-steps", help="Decode steps (at least) each timed request runs."),
+    probe_steps: int = typer.Option(24, "--probe-steps", help="Decode steps (at least) each timed request runs: "
+                                    "each batch size's price is the median of about this many steps (8 left 4 plain "
+                                    "steps at batch 4, which spread ±20% on a 2-core CPU: results/vllm)."),
     trace_path: Path | None = typer.Option(None, "--trace", help="Instead of recording: vLLM decodes this existing "
                                            "trace's prompts and its token agreement with the trace is reported."),
     limit: int | None = typer.Option(None, "--limit", help="With --trace: its first N prompts only.",

@@ -123,8 +123,9 @@ def running(python: str, engine: Engine, limits: Limits, log: Path, port: int | 
 
 def stop(proc: subprocess.Popen, timeout_s: float = 60.0) -> None:
     """Stop the server's whole session and wait until none of it is left: the engine core and the
-    worker outlive the API server by a moment and hold its port meanwhile (a next server on the same
-    ``--port`` found it in use), so the session is gone only when its last process is."""
+    worker outlive the API server by a moment, holding their memory (the next server of a run needs
+    it: the Qwen pair's two servers do not fit side by side) and their sockets, so the session is
+    gone only when its last process is."""
     if proc.poll() is None:
         try:
             os.killpg(proc.pid, signal.SIGTERM)

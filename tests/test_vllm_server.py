@@ -80,6 +80,21 @@ def test_a_port_in_use_is_refused_in_one_line():
         vserver.Limits(0, 2048)
 
 
+def test_a_port_whose_server_is_gone_is_free_though_its_connections_linger():
+    """The second server of a run with --port binds the port the first one closed: the first's
+    answered connections are in TIME_WAIT on the server's side, which the server's bind ignores."""
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn's
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        conn, _ = listener.accept()
+        conn.close()  # the server closes first: its side of the connection lingers in TIME_WAIT
+        client.close()
+    vserver.check_port(port)
+
+
 class _Streamer(BaseHTTPRequestHandler):
     """Streams each request's prompt back as three chunks, DELAY seconds apart, after DELAY."""
 

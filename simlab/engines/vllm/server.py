@@ -75,8 +75,11 @@ class Server:
 
 
 def check_port(port: int) -> None:
-    """A port the server cannot bind is one line before a model loads."""
+    """A port the server cannot bind is one line before a model loads. Bound as the server binds
+    it (uvicorn sets SO_REUSEADDR): a port whose last server is gone but whose connections linger
+    in TIME_WAIT, as after the previous kind's server of the same run, is free."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError as exc:

@@ -509,6 +509,16 @@ def vllm_serve_check(*runs: str, kinds: tuple[str, ...] = ("speculative",)) -> t
     return f"{sum(r['counters_equal_prediction'] for r in rows)}/{len(rows)}", spread(errors)
 
 
+def vllm_synthetic_check(run: str) -> tuple[str, str]:
+    """Runs of ``simlab vllm serve --synthetic-acceptance-rates`` with speculation whose /metrics
+    counters are within 3 standard deviations of their expectation; the range of their throughput
+    errors (prediction, the mean over imposed profiles, against measurement)."""
+    rows = [r for r in json.loads((ROOT / "results" / "vllm" / run / "summary.json").read_text())["runs"]
+            if r["kind"] == "speculative"]
+    errors = [r["throughput_tokens_per_s_predicted"] / r["throughput_tokens_per_s_measured"] - 1 for r in rows]
+    return f"{sum(r['counters_against_expectation']['within'] for r in rows)}/{len(rows)}", spread(errors)
+
+
 CHECKS = {  # the evidence link of a row -> its figures
     "results/live/smollm2-all": lambda: live_check("smollm2-all"),
     "results/live/qwen-all": lambda: live_check("qwen-all"),

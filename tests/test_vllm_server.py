@@ -80,6 +80,21 @@ def test_a_port_in_use_is_refused_in_one_line():
         vserver.Limits(0, 2048)
 
 
+def test_a_port_whose_server_is_gone_is_free_though_its_connections_linger():
+    """The second server of a run with --port binds the port the first one closed: the first's
+    answered connections are in TIME_WAIT on the server's side, which the server's bind ignores."""
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn's
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        conn, _ = listener.accept()
+        conn.close()  # the server closes first: its side of the connection lingers in TIME_WAIT
+        client.close()
+    vserver.check_port(port)
+
+
 class _Streamer(BaseHTTPRequestHandler):
     """Streams each request's prompt back as three chunks, DELAY seconds apart, after DELAY."""
 
@@ -201,7 +216,7 @@ def _smollm2():
 
 def test_a_table_of_one_k_is_predicted_as_the_fixed_k_server_counters_included():
     trace = _smollm2()
-    p = vllm_serve.predict(trace, vllm_serve.Plan(4, 32, 4, None, 0, vserver.Limits(2, 2048), 1, ((1, 4),)))
+    p = vllm_serve.predict(trace, vllm_serve.Plan(4, 32, 4, None, 0, vserver.Limits(2, 2048), 1, table=((1, 4),)))
     assert list(p["times"]) == ["speculative", "table", "plain"]
     # the counters of the served run (simlab.serve) against those of the offline prediction (simlab.live.vllm)
     assert p["table_counters"] == p["counters"] and p["counters"]["num_drafts"] > 0
@@ -210,7 +225,7 @@ def test_a_table_of_one_k_is_predicted_as_the_fixed_k_server_counters_included()
 
 def test_a_table_server_drafts_the_k_of_each_steps_batch_size_and_is_its_own_server():
     trace = _smollm2()
-    plan = vllm_serve.Plan(4, 32, 4, None, 0, vserver.Limits(4, 2048), 1, ((1, 4), (2, 0)))
+    plan = vllm_serve.Plan(4, 32, 4, None, 0, vserver.Limits(4, 2048), 1, table=((1, 4), (2, 0)))
     p = vllm_serve.predict(trace, plan)
     table, fixed = p["table_counters"], p["counters"]
     # no drafts while several run, K only alone: a verification with drafts has K of them, and

@@ -144,6 +144,14 @@ def _agreement(trace_path: Path, python: str | None, out: Path | None, limit: in
         typer.echo(f"wrote {portable_path(out / 'agreement.csv')}")
 
 
+def _floats(text: str, option: str) -> list[float]:
+    """Comma-separated numbers, or one line naming the option."""
+    try:
+        return [float(x) for x in text.split(",")]
+    except ValueError:
+        raise SimlabError(f"{option} takes comma-separated numbers, e.g. 0.9,0.7,0.5,0.3; got {text!r}") from None
+
+
 def _pair(trace_path: Path, prompts: int | None, python: str | None, needs_draft: bool = True):
     """The trace (its first ``prompts``), its two models as vLLM loads them (no draft, None, for a
     method that needs none), and vLLM's Python; every refusal before anything is written: a
@@ -315,16 +323,34 @@ def serve_command(
     quiet: bool = typer.Option(False, "--quiet", help="No progress."),
     predict_only: bool = typer.Option(False, "--predict-only", help="Write and print the prediction, start no "
                                       "server (commit it; the same command without this flag then measures)."),
+    synthetic_acceptance_rates: str | None = typer.Option(
+        None, "--synthetic-acceptance-rates", help="Impose acceptance (vLLM's rejection_sample_method "
+        "\"synthetic\"): K comma-separated per-position unconditional rates, non-increasing, in [0, 1] (position i's: "
+        "the chance a step accepts its first i drafts), e.g. 0.9,0.7,0.5,0.3; requests then run to --max-tokens "
+        "(ignore_eos)."),
+    synthetic_acceptance_length: float | None = typer.Option(
+        None, "--synthetic-acceptance-length", help="Impose acceptance by its mean length a step, in [1, K + 1] "
+        "(vLLM's synthetic_acceptance_length, resolved as vLLM does to rates of 1, then the fraction, then 0)."),
+    draws: int = typer.Option(32, "--draws", help="With a synthetic profile: imposed profiles the predicted times "
+                              "are the mean of (their range is reported beside)."),
 ) -> None:
     """Predict `vllm serve` with draft-model speculation under a load, serve it on loopback, and compare."""
     from simlab.common.jsonfile import write_json
     from simlab.common.params import check_seed
     from simlab.engines.vllm.server import Limits, check_port
     from simlab.live import vllm_serve
+    from simlab.policies.vllm import synthetic_rates
     from simlab.serve.workload import check_requests, poisson_arrivals
 
     if k < 1 or repeats < 1:
         raise SimlabError("--k and --repeats must be >= 1")
+    synthetic = None
+    if synthetic_acceptance_rates is not None or synthetic_acceptance_length is not None:
+        rates = None if synthetic_acceptance_rates is None else _floats(synthetic_acceptance_rates,
+                                                                          "--synthetic-acceptance-rates")
+        synthetic = tuple(synthetic_rates(k, rates, synthetic_acceptance_length))
+        if draws < 1:
+            raise SimlabError(f"--draws must be >= 1, got {draws}")
     check_requests(requests)
     check_seed(seed)
     limits = Limits(max_num_seqs, max_num_batched_tokens)
@@ -341,11 +367,13 @@ def serve_command(
         check_port(port)
     trace, target, draft, python = _pair(trace_path, prompts, python)
     m = trace.manifest
-    plan = vllm_serve.Plan(k, max_tokens or m.max_new_tokens, requests, rate, seed, limits, repeats, table)
+    plan = vllm_serve.Plan(k, max_tokens or m.max_new_tokens, requests, rate, seed, limits, repeats, table=table,
+                           synthetic=synthetic, draws=draws)
     prediction = vllm_serve.read_prediction(out, plan)
     if prediction is None:
         prediction = vllm_serve.predict(trace, plan)
-        prediction.update(trace=portable_path(trace_path), speculative_config=vllm_serve.speculative_config(k, m.draft_model),
+        spec = vllm_serve.speculative_config(k, m.draft_model, None if synthetic is None else list(synthetic))
+        prediction.update(trace=portable_path(trace_path), speculative_config=spec,
                           command=shlex.join(["simlab", *sys.argv[1:]]),
                           date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                           load_average_1min=round(os.getloadavg()[0], 2))
@@ -353,14 +381,26 @@ def serve_command(
             prediction["table_speculative_config"] = vllm_serve.Servers.table_config(k, m.draft_model, table)
         write_json(prediction, out / vllm_serve.PREDICTION)
     for kind, t in prediction["times"].items():
-        typer.echo(f"predicted {kind} server: {t['throughput_tokens_per_s']:.2f} tokens/s; TTFT mean "
+        spread = ""
+        if "draws" in t:
+            d = t["draws"]["throughput_tokens_per_s"]
+            spread = f" (mean of {prediction['synthetic']['draws']} draws, {d['min']:.2f}-{d['max']:.2f})"
+        typer.echo(f"predicted {kind} server: {t['throughput_tokens_per_s']:.2f} tokens/s{spread}; TTFT mean "
                    f"{t['ttft_mean_s']:.3f} s, median {t['ttft_median_s']:.3f}; TPOT mean {t['tpot_mean_s']:.4f} s, "
                    f"median {t['tpot_median_s']:.4f}; end to end mean {t['e2e_mean_s']:.2f} s")
-    for kind, c in (("speculative", prediction["counters"]), ("table", prediction.get("table_counters"))):
-        if c is not None:
-            typer.echo(f"predicted {kind} server's counters (before the run, {portable_path(out / vllm_serve.PREDICTION)}): "
-                       f"drafts {c['num_drafts']}, draft tokens {c['num_draft_tokens']}, accepted "
-                       f"{c['num_accepted_tokens']} {c['num_accepted_tokens_per_pos']}")
+    where = f"before the run, {portable_path(out / vllm_serve.PREDICTION)}"
+    c = prediction["counters"]
+    if "counters_sd" in prediction:
+        sd = prediction["counters_sd"]
+        typer.echo(f"predicted ({where}), expected with synthetic acceptance {prediction['synthetic']['rates']}: "
+                   f"drafts {c['num_drafts']:.1f} ± {sd['num_drafts']:.1f}, accepted {c['num_accepted_tokens']:.1f} ± "
+                   f"{sd['num_accepted_tokens']:.1f}, per position "
+                   f"[{', '.join(f'{x:.1f}' for x in c['num_accepted_tokens_per_pos'])}]")
+    else:
+        for kind, c in (("speculative", c), ("table", prediction.get("table_counters"))):
+            if c is not None:
+                typer.echo(f"predicted {kind} server's counters ({where}): drafts {c['num_drafts']}, draft tokens "
+                           f"{c['num_draft_tokens']}, accepted {c['num_accepted_tokens']} {c['num_accepted_tokens_per_pos']}")
     if predict_only:
         return
     longest = int(trace.prompts["prompt_len"].max()) + plan.max_tokens + k + 16
@@ -375,7 +415,12 @@ def serve_command(
                 f"(predicted {r['throughput_tokens_per_s_predicted']:.2f}); TTFT mean {r['ttft_mean_s_measured']:.3f} s "
                 f"({r['ttft_mean_s_predicted']:.3f}); TPOT mean {r['tpot_mean_s_measured']:.4f} s "
                 f"({r['tpot_mean_s_predicted']:.4f})")
-        if "counters_measured" in r:
+        if "counters_against_expectation" in r:
+            e = r["counters_against_expectation"]
+            line += (f"; vLLM's counters {'within' if e['within'] else 'outside'} {e['z_limit']:g} sd of their "
+                     f"expectation (drafts z {e['z']['num_drafts']:+.2f}; acceptance per position "
+                     f"{', '.join(f'{x:.3f}' for x in e['acceptance_rate_per_pos_measured'])})")
+        elif "counters_measured" in r:
             line += f"; vLLM's counters {'equal' if r['counters_equal_prediction'] else 'differ from'} the prediction"
         typer.echo(line)
     if "throughput_order_predicted" in summary:

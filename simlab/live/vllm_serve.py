@@ -55,6 +55,8 @@ from simlab.sim.run import Simulator
 from simlab.trace.tables import Trace
 
 POLICY = "vllm"
+SHIM = Path(vserver.__file__).with_name("simlab_vllm_synthetic.py")  # run by vLLM's Python, in its worker
+SHIM_EXTENSION = "simlab_vllm_synthetic.SyntheticKernel"
 KINDS = ("speculative", "plain")
 TABLE = "table"  # the server with vLLM's num_speculative_tokens_per_batch_size, where a plan has one
 WARMUP_TOKENS = 4  # the warm-up request's tokens: a fresh server's first forwards touch the weights' pages
@@ -74,11 +76,24 @@ class Plan:
     repeats: int
     # vLLM's dynamic speculation, a third server: (smallest batch size, K) pairs, from batch size 1
     table: tuple[tuple[int, int], ...] | None = None
+    # vLLM's synthetic_acceptance_rates (acceptance imposed, :mod:`simlab.serve.synthetic`), resolved
+    # by simlab.policies.vllm.synthetic_rates; None: the model pair's own acceptance
+    synthetic: tuple[float, ...] | None = None
+    draws: int = 32  # imposed profiles the synthetic prediction's times are the mean of
+
+    def __post_init__(self) -> None:
+        if self.table is not None and self.synthetic is not None:
+            raise SimlabError("--gamma-by-batch serves the pair's own acceptance: drop the synthetic acceptance")
 
     @property
     def kinds(self) -> tuple[str, ...]:
         """The servers run, in the order they alternate."""
         return KINDS if self.table is None else (KINDS[0], TABLE, *KINDS[1:])
+
+    @property
+    def ignore_eos(self) -> bool:
+        """Requests run to ``max_tokens``: under imposed acceptance the output is not the trace's path."""
+        return self.synthetic is not None
 
     def arrivals(self) -> list[float]:
         return [0.0] * self.requests if self.rate is None else poisson_arrivals(self.rate, self.requests, self.seed)
@@ -93,6 +108,10 @@ class Plan:
             del out["table"]
         else:
             out["table"] = [list(pair) for pair in self.table]
+        if self.synthetic is None:  # a plan of the pair's own acceptance is written as before synthetic plans
+            del out["synthetic"], out["draws"]
+        else:
+            out.update(synthetic=list(self.synthetic), ignore_eos=True)
         return out
 
 
@@ -124,6 +143,8 @@ def _scheduler(limits: vserver.Limits) -> VllmScheduler:
 
 def predict(trace: Trace, plan: Plan) -> dict:
     """What the servers will do (module docstring), as JSON-ready data."""
+    if plan.synthetic is not None:
+        return predict_synthetic(trace, plan)
     sim = Simulator(trace)
     counts = offline.predict(trace, Method.of("draft_model", plan.k), plan.max_tokens, [])
     arrivals = engine_arrivals(plan)
@@ -138,14 +159,7 @@ def predict(trace: Trace, plan: Plan) -> dict:
         run = serve_once(sim, arrivals, conf, policy, p, latency=latency, record=True)
         if kind == TABLE:  # a request's drafts follow the batch sizes of its steps: the run's own counts
             table_counters = served_counters(run, plan.k)
-        frame = run.frame
-        times[kind] = {"requests": frame[["request_id", "prompt_id", "arrival_s", "ttft_s", "tpot_s", "e2e_s",
-                                          "tokens"]].to_dict("records"),
-                       **_figures(frame["arrival_s"], frame["ttft_s"], frame["tpot_s"], frame["e2e_s"],
-                                  frame["tokens"]),
-                       # the steps vLLM's scheduler will run, beside its step log after the run
-                       "steps": [{"requests": s.args["batch"], "tokens": s.args["tokens"], "start_s": s.start,
-                                  "seconds": s.end - s.start} for s in run.slices]}
+        times[kind] = _times(run)
     prompts = request_prompts(trace, plan.requests)
     total = offline._counters([s for pid in prompts for s in counts["prompts"][str(pid)]["steps"]], plan.k)
     return {"plan": plan.as_json(), "arrivals": arrivals, "request_prompts": prompts,
@@ -162,6 +176,87 @@ def served_counters(run, k: int) -> dict:
     return {"num_drafts": sum(c for n, c in run.positions.checked_hist.items() if n),
             "num_draft_tokens": sum(r.counts.drafted for r in run.requests),
             "num_accepted_tokens": sum(r.counts.accepted for r in run.requests), "num_accepted_tokens_per_pos": per_pos}
+
+
+def _times(run) -> dict:
+    """A predicted run's requests, figures and steps (the steps vLLM's scheduler will run, beside its
+    step log after the run)."""
+    frame = run.frame
+    return {"requests": frame[["request_id", "prompt_id", "arrival_s", "ttft_s", "tpot_s", "e2e_s",
+                               "tokens"]].to_dict("records"),
+            **_figures(frame["arrival_s"], frame["ttft_s"], frame["tpot_s"], frame["e2e_s"], frame["tokens"]),
+            "steps": [{"requests": s.args["batch"], "tokens": s.args["tokens"], "start_s": s.start,
+                       "seconds": s.end - s.start} for s in run.slices]}
+
+
+SYNTHETIC_SEED = 0  # the imposed profiles' draws (vLLM's own are its torch generator's: not these)
+FIGURES = ("throughput_tokens_per_s", "ttft_mean_s", "ttft_median_s", "tpot_mean_s", "tpot_median_s", "e2e_mean_s",
+           "e2e_median_s")
+
+
+def predict_synthetic(trace: Trace, plan: Plan) -> dict:
+    """The servers under imposed acceptance (:mod:`simlab.serve.synthetic`): the counters'
+    expectation and spread; the speculative server's times, the mean over ``plan.draws`` imposed
+    profiles (each figure's range over them in ``times.speculative.draws``; the requests and steps
+    listed are the first draw's); the plain server on the same requests of ``max_tokens`` tokens."""
+    import numpy as np
+
+    from simlab.policies.vllm import conditional_rates
+    from simlab.serve.synthetic import counter_moments, impose, profile_trace
+
+    if plan.draws < 1:
+        raise SimlabError(f"--draws must be >= 1, got {plan.draws}")
+    rates = list(plan.synthetic)
+    sim = Simulator(profile_trace(trace, plan.max_tokens, plan.k))
+    arrivals = engine_arrivals(plan)
+    latency = BatchLatency(sim.latency)
+    params = {"num_speculative_tokens": plan.k, "max_tokens": plan.max_tokens}
+    config = ServeConfig(POLICY, params, _scheduler(plan.limits))
+    base = sim.past_end_replay(plan.k).prompts
+    rng = np.random.default_rng(SYNTHETIC_SEED)
+    runs = [_times(serve_once(sim, arrivals, config, POLICY, params, latency=latency, record=True,
+                              prompts=impose(base, rates, rng))) for _ in range(plan.draws)]
+    spec = {**runs[0]}
+    for key in FIGURES:
+        values = [r[key] for r in runs]
+        spec[key] = float(np.mean(values))
+    spec["draws"] = {key: {"min": float(min(r[key] for r in runs)), "max": float(max(r[key] for r in runs)),
+                           "p10": float(np.percentile([r[key] for r in runs], 10)),
+                           "p90": float(np.percentile([r[key] for r in runs], 90))} for key in FIGURES}
+    for i, row in enumerate(spec["requests"]):  # each request's times: the mean over the draws
+        spec["requests"][i] = {**row, **{key: float(np.mean([r["requests"][i][key] for r in runs]))
+                                         for key in ("ttft_s", "tpot_s", "e2e_s")}}
+    plain = _times(serve_once(sim, arrivals, config, BASELINE_POLICY, {}, latency=latency, record=True))
+    moments = counter_moments(rates, [plan.max_tokens] * plan.requests, plan.k)
+    return {"plan": plan.as_json(), "arrivals": arrivals, "request_prompts": request_prompts(trace, plan.requests),
+            "synthetic": {"rates": rates, "conditional_rates": conditional_rates(rates), "draws": plan.draws,
+                          "seed": SYNTHETIC_SEED},
+            "counters": moments["mean"], "counters_sd": moments["sd"],
+            "times": {"speculative": spec, "plain": plain}, "latency": latency_rule(config, latency),
+            "batch_extrapolated": latency.extrapolated}
+
+
+def synthetic_counters(measured: dict, prediction: dict, z: float = 3.0) -> dict:
+    """A run's counters against their expectation: each counter's z-score (measured less mean, over
+    the standard deviation), and per position the acceptance rate measured (accepted there over
+    drafts) against the profile's p_i with its binomial standard deviation given the drafts;
+    ``within`` when every z is within ``z``."""
+    mean, sd, rates = prediction["counters"], prediction["counters_sd"], prediction["synthetic"]["rates"]
+
+    def score(m, mu, s):
+        return (m - mu) / s if s > 0 else (0.0 if m == mu else math.inf)
+
+    zs = {key: score(measured[key], mean[key], sd[key]) for key in ("num_drafts", "num_draft_tokens",
+                                                                     "num_accepted_tokens")}
+    zs["num_accepted_tokens_per_pos"] = [score(m, mu, s) for m, mu, s in zip(
+        measured["num_accepted_tokens_per_pos"], mean["num_accepted_tokens_per_pos"], sd["num_accepted_tokens_per_pos"])]
+    drafts = measured["num_drafts"]
+    per_pos = [a / drafts if drafts else math.nan for a in measured["num_accepted_tokens_per_pos"]]
+    rate_z = [score(r, p, math.sqrt(p * (1 - p) / drafts) if drafts else 0.0) for r, p in zip(per_pos, rates)]
+    flat = [zs["num_drafts"], zs["num_draft_tokens"], zs["num_accepted_tokens"], *zs["num_accepted_tokens_per_pos"],
+            *rate_z]
+    return {"z": zs, "acceptance_rate_per_pos_measured": per_pos, "acceptance_rate_per_pos_z": rate_z,
+            "within": all(abs(x) <= z for x in flat), "z_limit": z}
 
 
 def _figures(arrival, ttft, tpot, e2e, tokens) -> dict:
@@ -186,10 +281,19 @@ class Servers:
     dtype: str
     max_model_len: int
 
-    def engine(self, kind: str, k: int, table: tuple[tuple[int, int], ...] | None = None) -> Engine:
-        spec = (None if kind == "plain" else self.table_config(k, self.draft, table) if kind == TABLE
-                else speculative_config(k, self.draft))
-        return Engine(self.target, self.dtype, self.max_model_len, spec)
+    def engine(self, kind: str, k: int, table: tuple[tuple[int, int], ...] | None = None,
+               synthetic: tuple[float, ...] | None = None) -> Engine:
+        if kind == "plain":
+            return Engine(self.target, self.dtype, self.max_model_len)
+        if kind == TABLE:
+            return Engine(self.target, self.dtype, self.max_model_len, self.table_config(k, self.draft, table))
+        spec = speculative_config(k, self.draft, None if synthetic is None else list(synthetic))
+        if synthetic is None:
+            return Engine(self.target, self.dtype, self.max_model_len, spec)
+        # vLLM's CPU build lacks the synthetic branch of its greedy rejection kernel
+        # (simlab_vllm_synthetic.py says why); this worker extension supplies it
+        return Engine(self.target, self.dtype, self.max_model_len, spec, pythonpath=(str(SHIM.parent),),
+                      worker_extension=SHIM_EXTENSION)
 
     @staticmethod
     def table_config(k: int, draft: str, table: tuple[tuple[int, int], ...]) -> dict:
@@ -218,13 +322,13 @@ def measure(trace: Trace, plan: Plan, servers: Servers, out: Path, port: int | N
                 continue
             log(f"vllm serve: {kind} server, repeat {r + 1} of {plan.repeats} ({plan.requests} requests, "
                 f"{'a burst' if plan.rate is None else f'{plan.rate:g} per second'})")
-            engine = servers.engine(kind, plan.k, plan.table)
+            engine = servers.engine(kind, plan.k, plan.table, plan.synthetic)
             with vserver.running(servers.python, engine, plan.limits, out / f"{kind}-r{r}.log", port) as srv:
                 vserver.send(srv.url, [requests[0]], WARMUP_TOKENS)
                 before = vserver.metrics(srv.url)
                 warm_steps = len(vserver.iterations(srv.log))
                 load = OtherLoad(pids=vserver.session_pids(srv.pid))
-                answers = vserver.send(srv.url, requests, plan.max_tokens, arrivals)
+                answers = vserver.send(srv.url, requests, plan.max_tokens, arrivals, plan.ignore_eos)
                 other = load.share()
                 after = vserver.metrics(srv.url)
                 steps = vserver.iterations(srv.log)[warm_steps:]
@@ -253,6 +357,7 @@ def compare(prediction: dict, runs: dict[str, list[dict]]) -> dict:
     """Measured beside predicted: one row per request and run, and the summary."""
     rows, per_run = [], []
     counters = {"speculative": prediction["counters"], TABLE: prediction.get("table_counters")}
+    synthetic = "synthetic" in prediction
     for kind in runs:
         predicted = prediction["times"][kind]
         for run in runs[kind]:
@@ -266,15 +371,27 @@ def compare(prediction: dict, runs: dict[str, list[dict]]) -> dict:
                              "tpot_s_predicted": p["tpot_s"], "e2e_s_measured": a["last"] - a["sent"],
                              "e2e_s_predicted": p["e2e_s"], "finish_reason": a["finish_reason"]})
             m = _measured(run)
+            counts = {}
+            if kind == "speculative" and synthetic:
+                counts = {"counters_measured": run["counters"],
+                          "counters_against_expectation": synthetic_counters(run["counters"], prediction)}
+            elif kind != "plain":
+                counts = {"counters_measured": run["counters"],
+                          "counters_equal_prediction": run["counters"] == counters[kind]}
             per_run.append({"kind": kind, "repeat": run["repeat"], "other_cpu": run["other_cpu"],
+                            "load_average_1min": run.get("load_average_1min"),
                             **{f"{key}_measured": v for key, v in m.items()},
-                            **{f"{key}_predicted": predicted[key] for key in m},
-                            **({"counters_measured": run["counters"], "counters_equal_prediction":
-                                run["counters"] == counters[kind]} if kind != "plain" else {})})
+                            **{f"{key}_predicted": predicted[key] for key in m}, **counts})
     table = pd.DataFrame(rows)
-    summary = {"runs": per_run, "counters_predicted": prediction["counters"],
-               "counters_equal_in_every_run": all(r["counters_equal_prediction"] for r in per_run
-                                                  if r["kind"] != "plain")}
+    summary = {"runs": per_run, "counters_predicted": prediction["counters"]}
+    spec_runs = [r for r in per_run if r["kind"] == "speculative"]
+    if synthetic:
+        summary["counters_sd_predicted"] = prediction["counters_sd"]
+        summary["counters_within_3sd_in_every_run"] = all(r["counters_against_expectation"]["within"]
+                                                          for r in spec_runs)
+    else:
+        summary["counters_equal_in_every_run"] = all(r["counters_equal_prediction"] for r in per_run
+                                                     if r["kind"] != "plain")
     if TABLE in runs:
         summary["table_counters_predicted"] = counters[TABLE]
     plain = {r["repeat"]: r["answers"] for r in runs["plain"]}
@@ -282,13 +399,17 @@ def compare(prediction: dict, runs: dict[str, list[dict]]) -> dict:
              for i, a in enumerate(r["answers"])]
     summary["tokens_equal_plain"] = sum(a["token_ids"] == b["token_ids"] for a, b in pairs)
     summary["answers_compared_with_plain"] = len(pairs)
-    for key in ("throughput_tokens_per_s", "ttft_mean_s", "ttft_median_s", "tpot_mean_s", "tpot_median_s",
-                "e2e_mean_s", "e2e_median_s"):
+    for key in FIGURES:
         for kind in runs:
             errs = [r[f"{key}_predicted"] / r[f"{key}_measured"] - 1 for r in per_run if r["kind"] == kind
                     and r[f"{key}_measured"]]
             if errs:
                 summary[f"{kind}_{key}_error_median"] = round(median(errs), 4)
+    if synthetic:  # where each measured figure falls among the imposed profiles' (the acceptance's luck)
+        ranges = prediction["times"]["speculative"]["draws"]
+        for r in spec_runs:
+            r["within_draws"] = {key: ranges[key]["min"] <= r[f"{key}_measured"] <= ranges[key]["max"]
+                                 for key in FIGURES}
     plain_runs = {r["repeat"]: r for r in per_run if r["kind"] == "plain"}
     for kind in runs:
         if kind == "plain":

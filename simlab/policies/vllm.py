@@ -111,9 +111,58 @@ class Vllm(VllmEnd, VanillaSD):
 FIXED_K = {"vllm": "num_speculative_tokens", "sd": "gamma"}
 
 
-def speculative_config(k: int, draft: str) -> dict:
-    """vLLM's ``--speculative-config`` (``LLM(speculative_config=...)``) for a draft model and K drafts a step."""
-    return {"method": "draft_model", "model": draft, "num_speculative_tokens": int(k)}
+def speculative_config(k: int, draft: str, synthetic: list[float] | None = None) -> dict:
+    """vLLM's ``--speculative-config`` (``LLM(speculative_config=...)``) for a draft model and K drafts a
+    step; ``synthetic``: acceptance imposed at these per-position rates (:func:`synthetic_rates`)."""
+    config = {"method": "draft_model", "model": draft, "num_speculative_tokens": int(k)}
+    if synthetic is not None:
+        config.update(rejection_sample_method="synthetic", synthetic_acceptance_rates=[float(r) for r in synthetic])
+    return config
+
+
+# vLLM's synthetic acceptance (``rejection_sample_method: "synthetic"``), read in vLLM 0.32.0:
+# ``vllm/config/speculative.py``, ``SpeculativeConfig._verify_args`` resolves
+# ``synthetic_acceptance_rates`` or ``synthetic_acceptance_length`` with
+# ``_resolve_synthetic_acceptance_rates`` (and ``_acceptance_length_to_rates``); the rejection
+# sampler (``vllm/v1/sample/rejection_sampler.py``, ``RejectionSampler.__init__``) turns the
+# unconditional rates into conditional ones (``vllm/v1/spec_decode/utils.py``,
+# ``unconditional_to_conditional_rates``: c_i = p_i / p_{i-1}, 0 after a 0), and its greedy kernel
+# (``rejection_greedy_sample_kernel``, SYNTHETIC_MODE) accepts draft position i of a step while
+# ``uniform < c_i`` (one ``torch.rand`` draw a draft token, ``generate_uniform_probs``), whatever
+# the draft's token is, and emits the target's argmax at the first rejection, the bonus token after
+# all K. So a step's accepted count A has P(A >= i) = p_i, independently step by step.
+
+
+def synthetic_rates(k: int, rates: list[float] | None = None, length: float | None = None) -> list[float]:
+    """The per-position unconditional acceptance rates vLLM resolves from exactly one of ``rates``
+    and ``length`` (``SpeculativeConfig._resolve_synthetic_acceptance_rates``), or the
+    :class:`SimlabError` it would raise, in its words."""
+    def refuse(message: str) -> SimlabError:
+        return SimlabError(f"vLLM would refuse this: {message}")
+
+    if (rates is None) == (length is None):
+        raise refuse("rejection_sample_method='synthetic' requires exactly one of synthetic_acceptance_rates or "
+                     "synthetic_acceptance_length.")
+    if rates is not None:
+        rates = [float(r) for r in rates]
+        if len(rates) != k:
+            raise refuse(f"synthetic_acceptance_rates must have length {k}, got {rates}.")
+        if not all(0.0 <= r <= 1.0 for r in rates):
+            raise refuse(f"synthetic_acceptance_rates entries must be in [0, 1], got {rates}.")
+        if any(rates[i] > rates[i - 1] for i in range(1, k)):
+            raise refuse(f"synthetic_acceptance_rates must be non-increasing, got {rates}.")
+        return rates
+    if not 1.0 <= length <= float(k + 1):
+        raise refuse(f"synthetic_acceptance_length must be in [1, {k + 1}], got {length}.")
+    # _acceptance_length_to_rates: the minimum-variance schedule of that mean acceptance length
+    drafts = length - 1
+    full = int(drafts)
+    return ([1.0] * full + [drafts - full] + [0.0] * (k - full - 1))[:k]
+
+
+def conditional_rates(rates: list[float]) -> list[float]:
+    """``unconditional_to_conditional_rates``: the chance position i is accepted once i - 1 were."""
+    return [p / q if q > 0.0 else 0.0 for p, q in zip(rates, [1.0, *rates[:-1]])]
 
 
 # the speculative methods `simlab vllm run` predicts, each by the simlab policy that is its rule

@@ -31,6 +31,7 @@ from simlab.serve.vllm_scheduler import VllmScheduler
 from simlab.sim.devices import Slice
 from simlab.sim.executor import shadow_heads
 from simlab.sim.run import Simulator
+from simlab.trace.replay import PromptReplay
 
 BASELINE_POLICY = "ad"
 
@@ -92,8 +93,10 @@ def check_policy(name: str) -> None:
 
 
 def serve_once(sim: Simulator, arrivals: Sequence[float], config: ServeConfig, policy: str,
-               params: dict[str, Any], record: bool = False, latency: BatchLatency | None = None) -> ServeRun:
-    """Serve ``arrivals`` with every request under its own ``policy`` object."""
+               params: dict[str, Any], record: bool = False, latency: BatchLatency | None = None,
+               prompts: Sequence[PromptReplay] | None = None) -> ServeRun:
+    """Serve ``arrivals`` with every request under its own ``policy`` object; ``prompts``: replays
+    to serve instead of the simulator's (acceptance imposed on them: :mod:`simlab.serve.synthetic`)."""
     if not arrivals:
         raise SimlabError("nothing to serve: no arrivals")
     check_policy(policy)
@@ -103,7 +106,8 @@ def serve_once(sim: Simulator, arrivals: Sequence[float], config: ServeConfig, p
     k = server_k(built) if vllm else 0
     # vLLM drafts and counts past each prompt's end: its scheduler's requests replay the path run
     # that far (trace/past_end.py), as simulate does for the vllm policy
-    prompts = (sim.past_end_replay(built.past_end) if vllm and built.past_end else sim.replay).prompts
+    if prompts is None:
+        prompts = (sim.past_end_replay(built.past_end) if vllm and built.past_end else sim.replay).prompts
     config.scheduler.check(max(p.prompt_len for p in prompts[: len(arrivals)]), *((k,) if vllm else ()))
     latency = latency or BatchLatency(sim.latency)
     longest = max(p.budget for p in prompts) - 2  # the longest draft a round can make

@@ -44,6 +44,7 @@ class Engine:
     kv_cache_gib: int = KV_CACHE_GIB
     env: dict[str, str] = field(default_factory=dict)  # e.g. VLLM_CPU_NUM_OF_RESERVED_CPU
     pythonpath: tuple[str, ...] = ()  # folders vLLM imports from besides its own (Arctic Inference's suffix tree)
+    worker_extension: str | None = None  # `vllm serve --worker-extension-cls` (simlab_vllm_synthetic's kernel)
 
     def engine_args(self) -> dict:
         args = {"model": self.model, "dtype": self.dtype, "max_model_len": self.max_model_len,

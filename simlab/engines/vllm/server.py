@@ -75,8 +75,11 @@ class Server:
 
 
 def check_port(port: int) -> None:
-    """A port the server cannot bind is one line before a model loads."""
+    """A port the server cannot bind is one line before a model loads. Bound as the server binds
+    it (uvicorn sets SO_REUSEADDR): a port whose last server is gone but whose connections linger
+    in TIME_WAIT, as after the previous kind's server of the same run, is free."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError as exc:
@@ -93,6 +96,8 @@ def command(python: str, engine: Engine, limits: Limits, port: int) -> list[str]
            "--max-num-batched-tokens", str(limits.max_num_batched_tokens), "--enforce-eager", "--seed", "0",
            "--enable-prefix-caching" if args["enable_prefix_caching"] else "--no-enable-prefix-caching",
            "--disable-uvicorn-access-log", "--enable-logging-iteration-details"]
+    if engine.worker_extension:
+        cmd += ["--worker-extension-cls", engine.worker_extension]
     spec = args.get("speculative_config")
     if spec:
         spec = {**spec, "model": os.path.expanduser(spec["model"])} if isinstance(spec.get("model"), str) else spec
@@ -110,6 +115,8 @@ def running(python: str, engine: Engine, limits: Limits, log: Path, port: int | 
         check_port(port)
     log.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(engine.kv_cache_gib), **engine.env}
+    if engine.pythonpath:  # the server's processes (API server, engine core, worker) import from these too
+        env["PYTHONPATH"] = os.pathsep.join([*engine.pythonpath, *filter(None, [env.get("PYTHONPATH")])])
     url = f"http://127.0.0.1:{port}"
     with open(log, "w") as sink:
         proc = subprocess.Popen(command(python, engine, limits, port), stdout=sink, stderr=subprocess.STDOUT,
@@ -246,9 +253,13 @@ class Answer:
                 "token_ids": self.token_ids, "chunks": self.chunks, "finish_reason": self.finish_reason}
 
 
-def _stream(url: str, prompt: list[int], max_tokens: int) -> tuple[float | None, float, list[int], list[int], str]:
-    body = json.dumps({"model": MODEL_NAME, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0,
-                       "stream": True, "return_token_ids": True}).encode()
+def _stream(url: str, prompt: list[int], max_tokens: int,
+            ignore_eos: bool = False) -> tuple[float | None, float, list[int], list[int], str]:
+    payload = {"model": MODEL_NAME, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0,
+               "stream": True, "return_token_ids": True}
+    if ignore_eos:  # vLLM's extra sampling parameter: exactly max_tokens tokens
+        payload["ignore_eos"] = True
+    body = json.dumps(payload).encode()
     request = urllib.request.Request(f"{url}/v1/completions", data=body, headers={"Content-Type": "application/json"})
     first, last, tokens, chunks, finish = None, 0.0, [], [], ""
     with urllib.request.urlopen(request, timeout=REQUEST_S) as r:
@@ -268,9 +279,11 @@ def _stream(url: str, prompt: list[int], max_tokens: int) -> tuple[float | None,
     return first, last, tokens, chunks, finish
 
 
-def send(url: str, prompts: Sequence[list[int]], max_tokens: int, at: Sequence[float] | None = None) -> list[Answer]:
+def send(url: str, prompts: Sequence[list[int]], max_tokens: int, at: Sequence[float] | None = None,
+         ignore_eos: bool = False) -> list[Answer]:
     """Post request i (``prompts[i]``) ``at[i]`` seconds after the start (default: all at once);
-    return the answers in request order. A refused request is one line naming the server's answer."""
+    return the answers in request order (``ignore_eos``: each runs to ``max_tokens``). A refused
+    request is one line naming the server's answer."""
     at = [0.0] * len(prompts) if at is None else list(at)
     if len(at) != len(prompts):
         raise SimlabError(f"{len(at)} arrival times for {len(prompts)} requests")
@@ -282,7 +295,7 @@ def send(url: str, prompts: Sequence[list[int]], max_tokens: int, at: Sequence[f
         time.sleep(max(start[0] + at[i] - time.perf_counter(), 0.0))
         sent = time.perf_counter()
         try:
-            first, last, tokens, chunks, finish = _stream(url, prompts[i], max_tokens)
+            first, last, tokens, chunks, finish = _stream(url, prompts[i], max_tokens, ignore_eos)
         except urllib.error.HTTPError as exc:
             raise SimlabError(f"vllm serve refused request {i}: HTTP {exc.code} {exc.read()[:200]!r}") from None
         except (urllib.error.URLError, http.client.HTTPException, ConnectionError, TimeoutError) as exc:

@@ -277,3 +277,32 @@ def test_on_a_trace_of_simlabs_recorder_a_step_of_k_tokens_is_its_timed_forward_
     plain = VllmStepPrice(BatchLatency(grid), 0)
     assert plain.forward(1, 200) == pytest.approx(grid.target_step(200))
     assert plain.forward(64, 200) == pytest.approx(grid.target_forward(64, 200))
+
+
+def _two_k_price(ks_at_4):
+    """A trace timed at batch 1 (K = 1 and K = 4: 2- and 5-token verifications) and at batch 4 with
+    the verifications of ``ks_at_4`` (tokens a request -> seconds), a draft step of 0.05 s."""
+    import pandas as pd
+
+    from simlab.latency.grid import LatencyGrid
+    from simlab.latency.model import TableLatency
+    from simlab.trace.schema import NO_LAYER
+    from tests.helpers import latency_table
+
+    single = latency_table(draft=0.05, verify={2: 0.12, 5: 0.2}, ctx=(0, 1000)).assign(batch=1)
+    rows = [("draft_step", 1, c, NO_LAYER, False, 0, 0.06, 4) for c in (0, 1000)]
+    rows += [("target_forward", n, c, NO_LAYER, False, 0, s, 4) for n, s in ks_at_4.items() for c in (0, 1000)]
+    samples = pd.concat([single, pd.DataFrame(rows, columns=single.columns)], ignore_index=True)
+    return VllmStepPrice(BatchLatency(LatencyGrid(TableLatency.from_samples(samples), 2000)), K)
+
+
+def test_a_batch_size_timed_at_several_k_prices_its_steps_from_its_own_verifications():
+    price = _two_k_price({2: 0.30, 5: 0.45})
+    # 4 requests verifying 1 draft each: their own timed step (forward and first pass), not the
+    # 8-token point the other batch sizes' verifications would interpolate
+    assert price.forward(8, 500, requests=4) == pytest.approx(0.30 + 0.06)
+    assert price.forward(20, 500, requests=4) == pytest.approx(0.45 + 0.06)
+    assert price.forward(8, 500, requests=4) != pytest.approx(price.forward(8, 500))
+    # timed at one K only (every trace recorded with one --k), the token rule as before
+    one = _two_k_price({5: 0.45})
+    assert one.forward(8, 500, requests=4) == one.forward(8, 500)

@@ -25,7 +25,11 @@ single-sequence forward is priced in k (:func:`~simlab.latency.model._interp_k`)
 forward is compute-bound and what it costs is its tokens; the attention over each request's own
 context is in the points' context (a verification's point is read at the step's mean context, a
 prefill's at 0); where the table timed one sequence's forward over other token counts (simlab's own
-recorder times k = 1..8), those are points too. D(B) is the measured batched draft step (:meth:`BatchLatency.draft`). Without
+recorder times k = 1..8), those are points too. A batch size the trace timed at more than one K
+(``simlab vllm record --k 1,4``: the K of a dynamic-speculation table) prices its steps from its own
+verifications, linear in T between them: without them a step of B requests verifying 1 draft each
+is priced from the points of fewer requests with more tokens, which on a CPU misses each request's
+own cost (results/vllm, ``smollm2-serve-table24``: 16-31% short). D(B) is the measured batched draft step (:meth:`BatchLatency.draft`). Without
 speculation a step is the target's forward alone, its points the plain steps of B requests
 (T = B, ``target_step``) and the prefills (``target_prefill``).
 
@@ -70,6 +74,7 @@ class VllmStepPrice:
                 points[b * (k + 1)] = grid.target_forward(k + 1, ctx) + grid.draft_step(ctx)
             else:
                 points[b] = grid.target_step(ctx)
+
         # one sequence's forwards of other token counts, where the table timed them (a trace of
         # simlab's own recorder: its target forwards over k tokens; the target alone there, so the
         # plain server's too)
@@ -84,18 +89,34 @@ class VllmStepPrice:
             points[p] = target + ((model.prefill(p, 0, draft=True) or 0.0) if k else 0.0)
         return points
 
-    def forward(self, tokens: int, ctx: int) -> float:
+    def _own_points(self, requests: int, ctx: int) -> dict[int, float] | None:
+        """A batch size's own verifications, where the trace timed it at more than one K (``simlab
+        vllm record --k 1,4``: the K of a dynamic-speculation table): tokens -> the forward and the
+        first pass; None where it did not (the token rule over every batch size's points prices it)."""
+        grid = self.batch.grids.get(requests)
+        if not self.k or requests < 2 or grid is None:
+            return None
+        timed = sorted((getattr(grid.model, "target", None) or {}).get(False, {}))
+        if len(timed) < 2:
+            return None
+        return {requests * n: grid.target_forward(n, ctx) + grid.draft_step(ctx) for n in timed}
+
+    def forward(self, tokens: int, ctx: int, requests: int = 1) -> float:
         """G(T): the step's forward over ``tokens`` scheduled tokens (with speculation, the draft's
-        first pass too), the requests' mean context ``ctx``."""
+        first pass too), the requests' mean context ``ctx``; a step of ``requests`` requests whose
+        batch size was timed at several K, from that batch size's own points (:meth:`_own_points`)."""
         points = self._points(ctx)
+        self.largest = max(points)
+        own = self._own_points(requests, ctx)
+        if own:  # its own verifications, and past them the larger points (prefills: a chunk beside decodes)
+            points = {**{t: v for t, v in points.items() if t > max(own)}, **own}
         ts = tuple(sorted(points))
-        self.largest = ts[-1]
         return float(_interp_k(tokens, ts, [points[t] for t in ts]))
 
     def step(self, tokens: int, requests: int, ctx: int, k: int) -> float:
         """One step: ``tokens`` scheduled over ``requests`` requests at mean context ``ctx``, the
         draft proposing ``k`` tokens a request for the next step (0: no speculation)."""
-        seconds = self.forward(tokens, ctx)
+        seconds = self.forward(tokens, ctx, requests)
         if k > 1:
             seconds += (k - 1) * self.batch.draft([1] * requests, [ctx] * requests)
         return seconds

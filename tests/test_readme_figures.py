@@ -543,6 +543,8 @@ CHECKS = {  # the evidence link of a row -> its figures
     "results/vllm/README.md#smollm2-serve-table24-the-same-servers-the-traces-batched-steps-timed-24-times":
         lambda: vllm_serve_check("smollm2-serve-table24/burst4", "smollm2-serve-table24/rate05",
                                  kinds=("speculative", "table")),
+    "results/vllm/README.md#smollm2-serve-table-k14-the-tables-k-timed-too---k-14-priced-from-its-own-steps":
+        lambda: vllm_serve_check("smollm2-serve-table-k14/burst4", kinds=("speculative", "table")),
     "results/vllm/smollm2-ngram": lambda: vllm_check("smollm2-ngram"),
     "results/vllm/smollm2-suffix": lambda: vllm_check("smollm2-suffix"),
     "results/vllm/qwen-edit-ngram": lambda: vllm_check("qwen-edit-ngram"),

@@ -536,6 +536,9 @@ CHECKS = {  # the evidence link of a row -> its figures
         lambda: vllm_serve_check("smollm2-serve-burst4-vsched"),
     "results/vllm/README.md#smollm2-serve-burst4-avx512-trace-and-run-on-one-machine-vllms-scheduler-predicting":
         lambda: vllm_serve_check("smollm2-serve-burst4-avx512"),
+    "results/vllm/smollm2-serve-synthetic-high": lambda: vllm_synthetic_check("smollm2-serve-synthetic-high"),
+    "results/vllm/smollm2-serve-synthetic-medium": lambda: vllm_synthetic_check("smollm2-serve-synthetic-medium"),
+    "results/vllm/smollm2-serve-synthetic-low": lambda: vllm_synthetic_check("smollm2-serve-synthetic-low"),
     "results/vllm/smollm2-ngram": lambda: vllm_check("smollm2-ngram"),
     "results/vllm/smollm2-suffix": lambda: vllm_check("smollm2-suffix"),
     "results/vllm/qwen-edit-ngram": lambda: vllm_check("qwen-edit-ngram"),

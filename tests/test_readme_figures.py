@@ -545,6 +545,9 @@ CHECKS = {  # the evidence link of a row -> its figures
                                  kinds=("speculative", "table")),
     "results/vllm/README.md#smollm2-serve-table-k14-the-tables-k-timed-too---k-14-priced-from-its-own-steps":
         lambda: vllm_serve_check("smollm2-serve-table-k14/burst4", kinds=("speculative", "table")),
+    "results/vllm/smollm2-serve-synthetic-high": lambda: vllm_synthetic_check("smollm2-serve-synthetic-high"),
+    "results/vllm/smollm2-serve-synthetic-medium": lambda: vllm_synthetic_check("smollm2-serve-synthetic-medium"),
+    "results/vllm/smollm2-serve-synthetic-low": lambda: vllm_synthetic_check("smollm2-serve-synthetic-low"),
     "results/vllm/smollm2-ngram": lambda: vllm_check("smollm2-ngram"),
     "results/vllm/smollm2-suffix": lambda: vllm_check("smollm2-suffix"),
     "results/vllm/qwen-edit-ngram": lambda: vllm_check("qwen-edit-ngram"),

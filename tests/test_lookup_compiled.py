@@ -134,6 +134,28 @@ def test_suffix_trees_grow_without_changing_a_proposal():
         assert (best[:ours[0]].tolist(), ours[1]) == (theirs, score)
 
 
+def test_rest_ranges_follow_the_context_as_it_grows():
+    """REST's compiled suffix-array ranges, brought from one context to the next (one to nine tokens
+    on, as rounds commit), are the datastore's occurrences of every suffix up to the longest that
+    occurs, and that longest is the one returned."""
+    from simlab.sim import rest_rounds
+
+    rng = random.Random(2)
+    sequences = [random_tokens(rng, rng.randint(5, 90), 4) for _ in range(8)]
+    store = Datastore.build(sequences, [fingerprint([j]) for j in range(len(sequences))])
+    context = np.asarray(random_tokens(rng, 600, 4), dtype=np.int64)
+    ranges = np.empty((17, 2), dtype=np.int64)
+    seen = top = 0
+    n = 1
+    while n < len(context):
+        top = rest_rounds._ranges(store.tokens, store.order, context, n, seen, min(16, n, top + n - seen), ranges)
+        occurring = [m for m in range(1, min(16, n) + 1) if len(store.occurrences(context[n - m:n]))]
+        assert top == max(occurring, default=0)
+        for m in occurring:
+            assert store.order[ranges[m, 0]:ranges[m, 1]].tolist() == store.occurrences(context[n - m:n]).tolist()
+        seen, n = n, n + rng.randint(1, 9)
+
+
 @pytest.mark.parametrize("name", ["ngram", "suffix", "rest"])
 def test_a_looked_up_end_token_is_the_targets_in_the_compiled_replay_too(name, tmp_path):
     """The prompt holds the answer and its end token, so the first lookup proposes the end token

@@ -144,8 +144,8 @@ class LookupRounds:
         depth = policy.max_tree_depth
         prompts = self.replay.prompts
         own = suffix_rounds.Tree(depth, max(rp.prompt_len + rp.n_tokens for rp in prompts))
-        # room for every response's tokens, up to CACHE_NODES
-        cache = suffix_rounds.Tree(depth, min(sum(rp.n_tokens for rp in prompts), CACHE_NODES // depth))
+        # rows for every response's tokens, up to CACHE_NODES; the table grows with each prompt's room
+        cache = suffix_rounds.Tree(depth, min(sum(rp.n_tokens for rp in prompts), CACHE_NODES // depth), ahead=0)
         draft, best, theirs = (np.zeros(policy.num_tokens, dtype=np.int64) for _ in range(3))
         factor, floor = np.float32(policy.max_spec_factor), np.float32(policy.min_token_prob)
         out = []

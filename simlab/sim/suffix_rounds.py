@@ -22,9 +22,16 @@ a round's start is looked up; nothing is kept from one simulation to the next).
 
 The arrays. A node is a row of ``nodes`` (``COUNT``, the first and last of its children in
 Arctic's sibling order, its previous and next sibling, its token, its parent, its slot in the
-table); a child is the head of its parent's order (the most frequent: most often the one asked
-for) or found by an open-addressing table from (parent, token) to the child's row, which holds
-every node. The root keeps no sibling order:
+table or ``EMPTY``); a child is the head of its parent's order (the most frequent: most often the
+one asked for) or found by an open-addressing table from (parent, token) to the child's row. The
+table holds only the children a lookup cannot find as the head: every child but the head, and a
+head once it has lost its place. A node made as its parent's first child takes no slot: on the
+bench's trace 95% of the global tree's nodes are (a sequence's deep suffixes are new), so the
+table holds a few per cent of the nodes and is sized by what it holds (:meth:`Tree.room` grows
+it before a prompt that could outgrow it), not by the rows: the global tree's table with a slot
+for every node was 4 MB there, filled anew each run and probed at random, and the loop took 9.5
+ms a run against 3.0 ms now (one process, the two alternating; ``results/lookup/README.md``).
+The root keeps no sibling order:
 the policy never reads it (a match is at least one token long) and never reorders it. The node
 of a suffix the tree has just counted is one of the sequence's last suffixes (``active``), so a
 match of m tokens is read there where the sequence is m tokens long, and walked from the root
@@ -48,28 +55,33 @@ EMPTY = -1
 
 class Tree:
     """One suffix tree in arrays: ``nodes`` (int32 rows, those past ``meta[0]`` unused), the
-    child table (``table``: key then row, slot by slot), ``meta`` (rows used, then the length of
-    ``active``) and ``active`` (the current sequence's last suffixes, longest first). Sized for
-    ``tokens`` tokens; :meth:`room` grows it before a prompt that could outgrow it."""
+    child table (``table``: key then row, slot by slot), ``meta`` (rows used, the length of
+    ``active``, the table's entries) and ``active`` (the current sequence's last suffixes,
+    longest first). Rows for ``tokens`` tokens, the table for the next ``ahead`` (by default all
+    of them); :meth:`room` grows both before a prompt that could outgrow them."""
 
-    def __init__(self, depth: int, tokens: int):
+    def __init__(self, depth: int, tokens: int, ahead: int | None = None):
         self.depth = depth
         self.active = np.zeros(depth + 1, dtype=np.int64)
-        self.meta = np.array([1, 0], dtype=np.int64)
+        self.meta = np.array([1, 0, 0], dtype=np.int64)
         self.nodes = np.empty((1 + depth * tokens, 8), dtype=np.int32)  # a row is written when its node is made
         self.nodes[0] = EMPTY
         self.nodes[0, COUNT] = 0
-        self.table = _table(len(self.nodes))
+        self.table = _table(depth * (tokens if ahead is None else ahead))
 
     def room(self, tokens: int) -> None:
-        """Make room for ``tokens`` more tokens: each counts at most ``depth`` new nodes."""
-        need = int(self.meta[0]) + self.depth * tokens
-        if need <= len(self.nodes):
-            return
-        grown = np.empty((max(need, 2 * len(self.nodes)), 8), dtype=np.int32)
-        grown[:len(self.nodes)] = self.nodes
-        self.nodes, self.table = grown, _table(len(grown))
-        _rehash(self.nodes, int(self.meta[0]), self.table)
+        """Make room for ``tokens`` more tokens: each counts at most ``depth`` new nodes, each of
+        which may take a slot of the table."""
+        used, new = int(self.meta[0]), self.depth * tokens
+        if used + new > len(self.nodes):
+            grown = np.empty((max(used + new, 2 * len(self.nodes)), 8), dtype=np.int32)
+            grown[:used] = self.nodes[:used]
+            self.nodes = grown
+        entries = int(self.meta[2]) + new
+        if 2 * entries > len(self.table) // 2:
+            table = _table(entries)
+            _rehash(self.nodes, self.table, table)
+            self.table = table
 
     def clear(self) -> None:
         """Empty the tree (a new request's own tree)."""
@@ -82,9 +94,9 @@ class Tree:
         return self.nodes, self.table, self.meta, self.active
 
 
-def _table(nodes: int) -> np.ndarray:
-    """An empty child table for ``nodes`` nodes, at most half full."""
-    return np.full(2 << max(int(2 * nodes - 1).bit_length(), 4), EMPTY, dtype=np.int64)
+def _table(entries: int) -> np.ndarray:
+    """An empty child table for ``entries`` children, at most half full."""
+    return np.full(2 << max(int(2 * entries - 1).bit_length(), 4), EMPTY, dtype=np.int64)
 
 
 @njit(cache=True)
@@ -107,34 +119,48 @@ def _key(parent, token):
 
 
 @njit(cache=True)
-def _child(table, parent, token):
-    """The row of ``parent``'s child ``token``, or EMPTY."""
+def _child(nodes, table, parent, token):
+    """The row of ``parent``'s child ``token``, or EMPTY: its head, or in the table."""
+    head = nodes[parent, FIRST] if parent != 0 else EMPTY
+    if head != EMPTY and nodes[head, TOKEN] == token:
+        return head
+    if parent != 0 and head == EMPTY:  # no child
+        return EMPTY
     i = _slot(table, _key(parent, token))
     return table[2 * i + 1] if table[2 * i] != EMPTY else EMPTY
 
 
 @njit(cache=True)
-def _rehash(nodes, used, table):
-    """Fill an empty table with every node but the root, as its parent's child."""
-    for child in range(1, used):
-        key = _key(nodes[child, PARENT], nodes[child, TOKEN])
-        i = _slot(table, key)
-        table[2 * i], table[2 * i + 1] = key, child
-        nodes[child, SLOT] = i
+def _rehash(nodes, old, table):
+    """Fill an empty table with the children the ``old`` one holds."""
+    for i in range(len(old) // 2):
+        if old[2 * i] != EMPTY:
+            s = _slot(table, old[2 * i])
+            table[2 * s], table[2 * s + 1] = old[2 * i], old[2 * i + 1]
+            nodes[old[2 * i + 1], SLOT] = s
+
+
+@njit(cache=True)
+def _put(nodes, table, meta, s, key, child):
+    """Put ``child`` (its parent's, as ``key`` says) in the table's empty slot ``s``."""
+    table[2 * s], table[2 * s + 1] = key, child
+    nodes[child, SLOT] = s
+    meta[2] += 1
 
 
 @njit(cache=True)
 def _clear(nodes, meta, table):
     """Empty the tree: its nodes' slots, then its rows."""
     for child in range(1, meta[0]):
-        table[2 * nodes[child, SLOT]] = EMPTY
+        if nodes[child, SLOT] != EMPTY:
+            table[2 * nodes[child, SLOT]] = EMPTY
     nodes[0] = EMPTY
     nodes[0, COUNT] = 0
-    meta[0], meta[1] = 1, 0
+    meta[0], meta[1], meta[2] = 1, 0, 0
 
 
 @njit(cache=True)
-def _promote(nodes, parent, child):
+def _promote(nodes, table, meta, parent, child):
     """Move ``child`` (its count about to rise by one) where Arctic's sibling list puts it
     (:func:`simlab.policies.suffix_tree._promote`, on linked rows)."""
     prev = nodes[child, PREV]
@@ -156,8 +182,11 @@ def _promote(nodes, parent, child):
     nodes[child, PREV], nodes[child, NEXT], nodes[h, PREV] = ahead, h, child
     if ahead != EMPTY:
         nodes[ahead, NEXT] = child
-    else:
+    else:  # the child heads the order: the old head, found by the table from now on, joins it
         nodes[parent, FIRST] = child
+        if nodes[h, SLOT] == EMPTY:
+            key = _key(parent, nodes[h, TOKEN])
+            _put(nodes, table, meta, _slot(table, key), key, h)
 
 
 @njit(cache=True)
@@ -180,29 +209,32 @@ def extend(nodes, table, meta, active, depth, token):
             nodes[head, COUNT] += 1  # (it stays first: _promote leaves the head where it is)
             active[i] = head
             continue
-        key = _key(node, token)
-        s = _slot(table, key)
-        if table[2 * s] == EMPTY:
-            child = meta[0]
-            meta[0] += 1
-            table[2 * s], table[2 * s + 1] = key, child
-            nodes[child, COUNT], nodes[child, TOKEN], nodes[child, PARENT], nodes[child, SLOT] = 1, token, node, s
-            nodes[child, FIRST] = nodes[child, LAST] = nodes[child, NEXT] = EMPTY
-            if node != 0:  # a new child joins the back of the order
-                last = nodes[node, LAST]
-                nodes[child, PREV] = last
-                if last != EMPTY:
-                    nodes[last, NEXT] = child
-                else:
-                    nodes[node, FIRST] = child
-                nodes[node, LAST] = child
+        key, s = _key(node, token), EMPTY
+        if node == 0 or head != EMPTY:  # (a node with no child yet: the new one heads its order, off the table)
+            s = _slot(table, key)
+            if table[2 * s] != EMPTY:
+                child = table[2 * s + 1]
+                if node != 0:
+                    _promote(nodes, table, meta, node, child)
+                nodes[child, COUNT] += 1
+                active[i] = child
+                continue
+        child = meta[0]
+        meta[0] += 1
+        nodes[child, COUNT], nodes[child, TOKEN], nodes[child, PARENT], nodes[child, SLOT] = 1, token, node, EMPTY
+        if s != EMPTY:
+            _put(nodes, table, meta, s, key, child)
+        nodes[child, FIRST] = nodes[child, LAST] = nodes[child, NEXT] = EMPTY
+        if node != 0:  # a new child joins the back of the order
+            last = nodes[node, LAST]
+            nodes[child, PREV] = last
+            if last != EMPTY:
+                nodes[last, NEXT] = child
             else:
-                nodes[child, PREV] = EMPTY
+                nodes[node, FIRST] = child
+            nodes[node, LAST] = child
         else:
-            child = table[2 * s + 1]
-            if node != 0:
-                _promote(nodes, node, child)
-            nodes[child, COUNT] += 1
+            nodes[child, PREV] = EMPTY
         active[i] = child
 
 
@@ -220,7 +252,7 @@ def speculate(nodes, table, meta, active, context, n, depth, max_tokens, factor,
         else:
             node = 0
             for t in range(n - m, n):
-                node = _child(table, node, context[t])
+                node = _child(nodes, table, node, context[t])
                 if node == EMPTY:
                     return best_len, best_score
         cap = min(max_tokens, int(float(np.float32(m) * factor) + 1e-6))

@@ -548,6 +548,7 @@ CHECKS = {  # the evidence link of a row -> its figures
     "results/vllm/smollm2-serve-synthetic-high": lambda: vllm_synthetic_check("smollm2-serve-synthetic-high"),
     "results/vllm/smollm2-serve-synthetic-medium": lambda: vllm_synthetic_check("smollm2-serve-synthetic-medium"),
     "results/vllm/smollm2-serve-synthetic-low": lambda: vllm_synthetic_check("smollm2-serve-synthetic-low"),
+    "results/vllm/smollm2-serve-synthetic-medium-k14": lambda: vllm_synthetic_check("smollm2-serve-synthetic-medium-k14"),
     "results/vllm/smollm2-ngram": lambda: vllm_check("smollm2-ngram"),
     "results/vllm/smollm2-suffix": lambda: vllm_check("smollm2-suffix"),
     "results/vllm/qwen-edit-ngram": lambda: vllm_check("qwen-edit-ngram"),

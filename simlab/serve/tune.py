@@ -119,7 +119,8 @@ def tune(sim: Simulator, batches: Sequence[int] = DEFAULT_BATCHES, max_gamma: in
 
     from simlab.latency.batch import BatchLatency
     from simlab.serve.batch_policy import BatchSpec
-    from simlab.serve.run import ServeConfig, serve_once
+    from simlab.serve.run import BASELINE_POLICY, ServeConfig, serve_once
+    from simlab.serve.vllm_scheduler import VllmScheduler
 
     check_tune(batches, max_gamma, requests_per_slot)
     longest = max(p.budget for p in sim.replay.prompts) - 2  # the longest draft a round can make
@@ -127,12 +128,8 @@ def tune(sim: Simulator, batches: Sequence[int] = DEFAULT_BATCHES, max_gamma: in
         raise SimlabError(f"--max-gamma {max_gamma}: no prompt of this trace drafts more than {longest} tokens a round "
                           f"(its budget less the committed and the target's token); use at most {longest}")
     vllm = scheduler == "vllm"
-    if vllm:
-        from simlab.serve.run import BASELINE_POLICY
-        from simlab.serve.vllm_scheduler import VllmScheduler as limits
-        policy, params = "vllm", {"num_speculative_tokens": max_gamma}
-    else:
-        limits, policy, params = Scheduler, POLICY, {"gamma": max_gamma}
+    limits = VllmScheduler if vllm else Scheduler
+    policy, params = ("vllm", {"num_speculative_tokens": max_gamma}) if vllm else (POLICY, {"gamma": max_gamma})
     for b in batches:  # a budget too small for a batch size fails before anything runs
         limits(b, token_budget).check(max(p.prompt_len for p in sim.replay.prompts[: requests_per_slot * b]))
     latency = BatchLatency(sim.latency)
